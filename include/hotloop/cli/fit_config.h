@@ -1,0 +1,48 @@
+#pragma once
+
+#include "hotloop/cli/config.h"
+#include "hotloop/data/transforms.h"
+#include "hotloop/models/fashion_cnn.h"
+#include "hotloop/optim/optimizer_factory.h"
+#include "hotloop/train/trainer.h"
+
+#include <string>
+
+namespace hotloop::cli {
+
+/// The `data:` section.
+struct DataConfig {
+  std::string root;
+  int64_t batch_size = 256;
+  int64_t val_batch_size = 1000;
+  int64_t num_workers = 1;
+  int64_t prefetch_factor = 2;
+  bool shuffle = true;
+  bool drop_last = false;
+  double timeout = 0;
+  /// Training-split augmentation and normalization; validation and test
+  /// use the same mean/std without augmentation.
+  data::ImageTransformOptions transform;
+};
+
+/// Everything `hotloop fit|validate|test` needs, resolved from a Config.
+struct FitConfig {
+  uint64_t seed = 0;
+  train::TrainerOptions trainer;
+  std::string model_name;
+  models::FashionCnnOptions model;
+  DataConfig data;
+  optim::OptimizerOptions optimizer;
+  optim::SchedulerOptions scheduler;
+};
+
+/// Every key of the fit/validate/test config with its default, type, range
+/// and help line. The YAML sections are trainer, model, data, optimizer and
+/// lr_scheduler, as in LightningCLI.
+const ConfigSchema& fit_schema();
+
+/// Reads the typed settings out of `config` (built on fit_schema()). Checks
+/// that need several keys at once throw ConfigError naming the keys.
+FitConfig to_fit_config(const Config& config);
+
+} // namespace hotloop::cli

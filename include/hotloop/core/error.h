@@ -1,0 +1,51 @@
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace hotloop {
+
+/// Base of every error a user can cause (bad file, bad option, bad config).
+/// `what()` is one line that names the file, key or option and what was
+/// expected, so the CLI can print it as is.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// A config file, config key or command-line option is invalid.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A dataset file or folder is missing, truncated or malformed.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string str_cat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+} // namespace detail
+
+} // namespace hotloop
+
+/// Throws `ErrorType` with the concatenated message when `cond` is false:
+/// `HOTLOOP_CHECK_AS(DataError, n > 0, path, ": expected ...")`.
+#define HOTLOOP_CHECK_AS(ErrorType, cond, ...)                      \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      throw ::hotloop::ErrorType(::hotloop::detail::str_cat(__VA_ARGS__)); \
+    }                                                               \
+  } while (false)
+
+/// `HOTLOOP_CHECK_AS(Error, ...)`.
+#define HOTLOOP_CHECK(cond, ...) HOTLOOP_CHECK_AS(Error, cond, __VA_ARGS__)

@@ -1,0 +1,25 @@
+#pragma once
+
+#include <cstdint>
+
+namespace hotloop {
+
+/// Number of hardware threads (at least 1).
+int hardware_threads();
+
+/// The intra-op thread count hotloop uses when the user asks for `requested`
+/// (0 = auto) while `loader_workers` threads prepare batches.
+///
+/// Auto gives LibTorch every core: the built-in image pipeline costs well
+/// under 1% of a training step, so loader threads sleep almost all the time
+/// and taking a core away from the math would idle it. Only when loader
+/// threads outnumber half the cores (heavy custom pipelines) does auto leave
+/// them `loader_workers - cores / 2` cores. Debian's LibTorch otherwise
+/// starts with one intra-op thread on a 2-core machine.
+int resolve_intra_op_threads(int requested, int loader_workers);
+
+/// Sets LibTorch's intra-op thread count (`at::set_num_threads`) to
+/// `resolve_intra_op_threads(requested, loader_workers)` and returns it.
+int configure_intra_op_threads(int requested, int loader_workers);
+
+} // namespace hotloop

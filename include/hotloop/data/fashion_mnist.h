@@ -1,0 +1,31 @@
+#pragma once
+
+#include "hotloop/data/image_dataset.h"
+
+#include <memory>
+#include <string>
+
+namespace hotloop::data {
+
+/// Where Debian's `dataset-fashion-mnist` package installs the files.
+inline constexpr const char* kFashionMnistDefaultRoot =
+    "/usr/share/datasets/fashion-mnist";
+
+/// Per-channel statistics of the Fashion-MNIST training images (after
+/// scaling to [0, 1]), for Normalize.
+inline constexpr double kFashionMnistMean = 0.2860;
+inline constexpr double kFashionMnistStd = 0.3530;
+
+/// Loads one split of an MNIST-family dataset from `root`:
+/// `{train,t10k}-{images-idx3,labels-idx1}-ubyte` with or without `.gz`.
+///
+/// images: [N, 1, H, W] uint8; labels: [N] with N images (60000/10000 for
+/// Fashion-MNIST). Throws DataError naming the folder or file when the
+/// folder or a file is missing, a file is malformed, images are not
+/// [N, H, W] uint8, labels are not [N] uint8, or the counts differ.
+std::shared_ptr<ImageClassificationDataset> load_mnist_split(
+    const std::string& root,
+    bool train,
+    std::optional<ImageTransformOptions> transform = std::nullopt);
+
+} // namespace hotloop::data

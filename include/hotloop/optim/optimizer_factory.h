@@ -1,0 +1,121 @@
+#pragma once
+
+#include "hotloop/optim/lr_scheduler.h"
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hotloop::optim {
+
+/// The `optimizer.*` config section. Fields a given optimizer does not use
+/// are ignored, but every field is validated.
+struct OptimizerOptions {
+  /// One of sgd, adam, adamw, rmsprop, adagrad.
+  std::string name = "adamw";
+  /// Learning rate (> 0); the base rate of every param group.
+  double lr = 1e-3;
+  /// Weight decay (>= 0): L2 added to the gradient for sgd, adam, rmsprop
+  /// and adagrad, decoupled for adamw.
+  double weight_decay = 0.0;
+  /// sgd and rmsprop, in [0, 1).
+  double momentum = 0.9;
+  /// sgd only; needs momentum > 0.
+  bool nesterov = false;
+  /// adam and adamw, each in [0, 1).
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  /// Added to denominators (>= 0): adam, adamw, rmsprop, adagrad.
+  double eps = 1e-8;
+  /// Puts normalization-layer parameters and every parameter named `bias`
+  /// in a second param group without weight decay.
+  bool no_decay_norm_and_bias = true;
+};
+
+/// Builds the optimizer for all of `model`'s parameters (each tensor once,
+/// in `named_parameters()` order). With `no_decay_norm_and_bias`, group 0
+/// holds the decayed parameters and group 1 those of normalization layers
+/// (BatchNorm, InstanceNorm, LayerNorm, GroupNorm, or any module whose type
+/// name ends in "Norm") plus every parameter named `bias`, with weight decay
+/// 0; an empty group is left out. Throws `hotloop::ConfigError` naming the
+/// bad option, and `hotloop::Error` if the model has no parameters.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    torch::nn::Module& model, const OptimizerOptions& options);
+
+/// The `lr_scheduler.*` config section. Each schedule reads only its own
+/// fields; see the classes in lr_scheduler.h for their meaning.
+struct SchedulerOptions {
+  /// One of none, step, multistep, exponential, cosine, cosine_restarts,
+  /// onecycle, polynomial, plateau.
+  std::string name = "onecycle";
+
+  /// step: decay every step_size steps; step, multistep, exponential: the
+  /// decay factor.
+  int64_t step_size = 30;
+  double gamma = 0.1;
+  /// multistep: strictly increasing steps at which to decay.
+  std::vector<int64_t> milestones;
+
+  /// cosine: half-period in steps; 0 means the run's steps after warmup.
+  int64_t t_max = 0;
+  /// cosine, cosine_restarts: the lowest rate.
+  double eta_min = 0.0;
+  /// cosine_restarts: first period and its growth factor.
+  int64_t t_0 = 10;
+  int64_t t_mult = 1;
+
+  /// onecycle: peak rate; 0 means each group's optimizer lr.
+  double max_lr = 0.0;
+  double pct_start = 0.3;
+  /// onecycle: cos or linear.
+  std::string anneal_strategy = "cos";
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  bool three_phase = false;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+
+  /// polynomial: steps to reach 0; 0 means the run's steps after warmup.
+  int64_t total_iters = 0;
+  double power = 1.0;
+
+  /// plateau: min or max.
+  std::string mode = "min";
+  double factor = 0.1;
+  int64_t patience = 10;
+  double threshold = 1e-4;
+  /// plateau: rel or abs.
+  std::string threshold_mode = "rel";
+  int64_t cooldown = 0;
+  double min_lr = 0.0;
+  double eps = 1e-8;
+  /// plateau: the logged metric passed to `step(metric)`.
+  std::string monitor = "val_loss";
+
+  /// Steps of linear warmup in front of the schedule (0: none), starting
+  /// at warmup_start_factor times the schedule's first rate (in (0, 1]).
+  int64_t warmup_steps = 0;
+  double warmup_start_factor = 1.0 / 3;
+
+  /// When the schedule steps: "step" (after each optimizer step) or
+  /// "epoch".
+  std::string interval = "step";
+};
+
+/// Builds the schedule named by `options` on `optimizer`, or returns null
+/// for "none" without warmup (a constant rate). `total_steps` is the number
+/// of schedule steps the run takes (optimizer steps, or epochs when
+/// interval is "epoch"); onecycle, and cosine/polynomial left at 0, cover
+/// `total_steps - warmup_steps`. Throws `hotloop::ConfigError` naming the
+/// bad option.
+std::unique_ptr<LRScheduler> make_scheduler(
+    torch::optim::Optimizer& optimizer,
+    const SchedulerOptions& options,
+    int64_t total_steps);
+
+} // namespace hotloop::optim

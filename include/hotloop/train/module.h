@@ -1,0 +1,71 @@
+#pragma once
+
+#include "hotloop/data/batch.h"
+#include "hotloop/train/metrics.h"
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace hotloop::optim {
+class LRScheduler;
+} // namespace hotloop::optim
+
+namespace hotloop::train {
+
+/// When a learning-rate schedule steps.
+enum class ScheduleInterval { kStep, kEpoch };
+
+/// What `Module::configure_optimizers` returns.
+struct OptimizerSetup {
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  /// May be null: a constant learning rate.
+  std::unique_ptr<optim::LRScheduler> scheduler;
+  ScheduleInterval interval = ScheduleInterval::kStep;
+  /// For a plateau schedule: the validation metric it watches.
+  std::string monitor = "val_loss";
+};
+
+/// How long a fit will run, for schedules that need the horizon.
+struct FitPlan {
+  /// Optimizer steps over the whole fit.
+  int64_t total_steps = 0;
+  /// Optimizer steps in one epoch.
+  int64_t steps_per_epoch = 0;
+  int64_t max_epochs = 0;
+};
+
+/// What a user subclasses to train with the Trainer: the model's parameters
+/// plus the steps that turn a batch into a loss or metrics (Lightning's
+/// LightningModule). The Trainer owns the loop: it calls these with the
+/// module in train or eval mode and gradients on or off as appropriate.
+class Module : public torch::nn::Module {
+ public:
+  /// Returns the scalar loss for `batch`; log anything else into `metrics`.
+  virtual at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) = 0;
+
+  /// Logs validation metrics (such as val_loss, val_acc) for `batch`; runs
+  /// under no-grad in eval mode.
+  virtual void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) = 0;
+
+  /// Like validation_step for the test split; defaults to validation_step.
+  virtual void test_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) {
+    validation_step(batch, batch_idx, metrics);
+  }
+
+  /// Builds the optimizer and schedule for a fit as long as `plan`.
+  virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
+};
+
+} // namespace hotloop::train

@@ -1,0 +1,212 @@
+#include "hotloop/cli/app.h"
+
+#include "hotloop/cli/config.h"
+#include "hotloop/cli/fit_config.h"
+#include "hotloop/core/error.h"
+#include "hotloop/data/fashion_mnist.h"
+#include "hotloop/models/fashion_cnn.h"
+#include "hotloop/train/classifier.h"
+#include "hotloop/train/trainer.h"
+#include "hotloop/version.h"
+
+#include <torch/version.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+
+namespace hotloop::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: hotloop <command> [--config FILE.yaml] [--section.key=VALUE ...]\n"
+    "\n"
+    "commands:\n"
+    "  fit        train a model (resume with --ckpt_path PATH|last)\n"
+    "  validate   evaluate a checkpoint on the validation split (--ckpt_path)\n"
+    "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
+    "\n"
+    "  hotloop <command> --help   lists every option with its default\n"
+    "  hotloop --version\n";
+
+// Everything one command needs, built from the resolved config.
+struct Session {
+  FitConfig config;
+  std::shared_ptr<data::ImageClassificationDataset> train_set;
+  std::shared_ptr<data::ImageClassificationDataset> val_set;
+  std::shared_ptr<train::ImageClassifier> module;
+};
+
+Session build_session(const FitConfig& config, bool with_train) {
+  Session session{config, nullptr, nullptr, nullptr};
+  train::seed_everything(config.seed);
+  data::ImageTransformOptions eval_transform;
+  eval_transform.mean = config.data.transform.mean;
+  eval_transform.std = config.data.transform.std;
+  if (with_train) {
+    session.train_set = data::load_mnist_split(config.data.root, true, config.data.transform);
+  }
+  session.val_set = data::load_mnist_split(config.data.root, false, eval_transform);
+  models::FashionCnnOptions model = config.model;
+  const auto& images = session.val_set->images();
+  model.in_channels = images.size(1);
+  model.image_size = images.size(2);
+  session.module = std::make_shared<train::ImageClassifier>(
+      torch::nn::AnyModule(models::FashionCnn(model)), config.optimizer,
+      config.scheduler);
+  return session;
+}
+
+data::DataLoaderOptions loader_options(const FitConfig& config, bool train) {
+  const auto& d = config.data;
+  return data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
+      .shuffle(train && d.shuffle)
+      .drop_last(train && d.drop_last)
+      .num_workers(d.num_workers)
+      .prefetch_factor(d.prefetch_factor)
+      .timeout(d.timeout)
+      .seed(config.seed);
+}
+
+// `last` means the newest run's last.ckpt under default_root_dir/name.
+std::string resolve_ckpt_path(const std::string& path, const FitConfig& config) {
+  if (path != "last") {
+    return path;
+  }
+  const fs::path runs = fs::path(config.trainer.default_root_dir()) / config.trainer.name();
+  int64_t best = -1;
+  std::string found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(runs, ec)) {
+    const std::string name = entry.path().filename().string();
+    const fs::path ckpt = entry.path() / "checkpoints" / "last.ckpt";
+    if (name.rfind("version_", 0) == 0 && fs::is_regular_file(ckpt)) {
+      const int64_t version = std::atoll(name.c_str() + 8);
+      if (version > best) {
+        best = version;
+        found = ckpt.string();
+      }
+    }
+  }
+  HOTLOOP_CHECK(
+      !found.empty(), "--ckpt_path=last: no run under '", runs.string(),
+      "' has checkpoints/last.ckpt");
+  return found;
+}
+
+void print_metrics(std::ostream& out, const std::map<std::string, double>& metrics) {
+  out << std::fixed << std::setprecision(4);
+  for (const auto& [name, value] : metrics) {
+    out << name << " " << value << "\n";
+  }
+  out << std::defaultfloat;
+}
+
+int run_fit(const ParsedArgs& args, std::ostream& out) {
+  const FitConfig config = to_fit_config(args.config);
+  Session session = build_session(config, /*with_train=*/true);
+  data::DataLoader train_loader(session.train_set, loader_options(config, true));
+  data::DataLoader val_loader(session.val_set, loader_options(config, false));
+  train::Trainer trainer(config.trainer, out);
+  const std::string ckpt_path = args.extra.count("ckpt_path")
+      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+      : "";
+  const std::string& run_dir = trainer.log_dir();
+  if (!run_dir.empty()) {
+    const std::string yaml = args.config.to_yaml();
+    std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
+  }
+  const train::FitResult result =
+      trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+  out << std::fixed << std::setprecision(4) << "done: " << result.epochs
+      << " epochs, " << result.steps << " steps";
+  for (const auto& [name, value] : result.metrics) {
+    out << ", " << name << " " << value;
+  }
+  out << std::setprecision(1) << ", " << result.wall_s << " s";
+  if (!run_dir.empty()) {
+    out << "; run folder " << run_dir;
+  }
+  out << std::defaultfloat << "\n";
+  return 0;
+}
+
+int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, args.extra.count("ckpt_path"), "hotloop ",
+      test ? "test" : "validate", " needs --ckpt_path PATH (or last)");
+  FitConfig config = to_fit_config(args.config);
+  const std::string ckpt_path = resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  Session session = build_session(config, /*with_train=*/false);
+  data::DataLoader loader(session.val_set, loader_options(config, false));
+  // Evaluation writes no run folder.
+  train::Trainer trainer(train::TrainerOptions(config.trainer).default_root_dir(""), out);
+  const auto metrics = test ? trainer.test(*session.module, loader, ckpt_path)
+                            : trainer.validate(*session.module, loader, ckpt_path);
+  out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
+  print_metrics(out, metrics);
+  return 0;
+}
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+} // namespace
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string command = args.empty() ? "" : args[0];
+  try {
+    if (command.empty() || command == "--help" || command == "-h" || command == "help") {
+      out << kUsage;
+      return command.empty() ? 2 : 0;
+    }
+    if (command == "--version") {
+      out << "hotloop " << HOTLOOP_VERSION << " (LibTorch " << TORCH_VERSION_MAJOR
+          << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH << ")\n";
+      return 0;
+    }
+    HOTLOOP_CHECK_AS(
+        ConfigError, command == "fit" || command == "validate" || command == "test",
+        "unknown command '", command, "' (expected fit, validate or test)");
+    const ConfigSchema& schema = fit_schema();
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    ParsedArgs parsed = parse_args(schema, rest, {"ckpt_path", "help", "print_config"});
+    if (parsed.extra.count("help")) {
+      out << "usage: hotloop " << command
+          << " [--config FILE.yaml] [--section.key=VALUE ...]"
+          << (command == "fit" ? " [--ckpt_path PATH|last]" : " --ckpt_path PATH|last")
+          << " [--print_config]\n\noptions (default in the flag):\n"
+          << help_text(schema);
+      return 0;
+    }
+    if (parsed.extra.count("print_config")) {
+      to_fit_config(parsed.config); // validates
+      out << parsed.config.to_yaml();
+      return 0;
+    }
+    if (command == "fit") {
+      return run_fit(parsed, out);
+    }
+    return run_evaluate(parsed, command == "test", out);
+  } catch (const ConfigError& e) {
+    err << "hotloop: error: " << first_line(e.what()) << "\n"
+        << "hint: 'hotloop " << (command.empty() ? "" : command + " ")
+        << "--help' lists every option\n";
+    return 2;
+  } catch (const DataError& e) {
+    err << "hotloop: error: " << first_line(e.what()) << "\n"
+        << "hint: check data.root and the dataset files\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    err << "hotloop: error: " << first_line(e.what_without_backtrace()) << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    err << "hotloop: error: " << first_line(e.what()) << "\n";
+    return 1;
+  }
+}
+
+} // namespace hotloop::cli

@@ -1,0 +1,29 @@
+#include "hotloop/core/threads.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace hotloop {
+
+int hardware_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int resolve_intra_op_threads(int requested, int loader_workers) {
+  if (requested > 0) {
+    return requested;
+  }
+  const int cores = hardware_threads();
+  const int loader_share = std::max(0, loader_workers - cores / 2);
+  return std::max(1, cores - loader_share);
+}
+
+int configure_intra_op_threads(int requested, int loader_workers) {
+  const int threads = resolve_intra_op_threads(requested, loader_workers);
+  at::set_num_threads(threads);
+  return threads;
+}
+
+} // namespace hotloop

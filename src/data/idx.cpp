@@ -1,0 +1,155 @@
+#include "hotloop/data/idx.h"
+
+#include "hotloop/core/error.h"
+
+#include <ATen/ATen.h>
+#include <zlib.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+namespace hotloop::data {
+namespace {
+
+constexpr int kMaxDims = 8;
+
+// Reads a file through zlib, which passes non-gzip files through unchanged.
+// gzip is told apart by its magic bytes so that a corrupt .gz is reported as
+// corrupt instead of being read as raw bytes.
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : path_(path) {
+    file_ = gzopen(path.c_str(), "rb");
+    HOTLOOP_CHECK_AS(
+        DataError, file_ != nullptr, path, ": cannot open: ",
+        std::strerror(errno));
+    gzbuffer(file_, 1 << 17);
+    gzip_ = gzdirect(file_) == 0;
+  }
+  ~Reader() {
+    gzclose(file_);
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  // Reads up to `size` bytes; returns how many were read.
+  size_t read(void* dst, size_t size) {
+    auto* out = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < size) {
+      const auto chunk =
+          static_cast<unsigned>(std::min<size_t>(size - done, 1u << 30));
+      const int got = gzread(file_, out + done, chunk);
+      if (got < 0) {
+        int code = 0;
+        const char* message = gzerror(file_, &code);
+        throw DataError(detail::str_cat(
+            path_, ": corrupt gzip data (", message, ")"));
+      }
+      if (got == 0) {
+        break;
+      }
+      done += static_cast<size_t>(got);
+    }
+    return done;
+  }
+
+  void read_exact(void* dst, size_t size, const char* what) {
+    const size_t got = read(dst, size);
+    HOTLOOP_CHECK_AS(
+        DataError, got == size, path_, ": truncated ", what, ": expected ",
+        size, " bytes, got ", got, gzip_ ? " (after decompression)" : "");
+  }
+
+  bool at_end() {
+    char extra = 0;
+    return read(&extra, 1) == 0;
+  }
+
+ private:
+  std::string path_;
+  gzFile file_ = nullptr;
+  bool gzip_ = false;
+};
+
+at::ScalarType idx_type(uint8_t code, const std::string& path) {
+  switch (code) {
+    case 0x08:
+      return at::kByte;
+    case 0x09:
+      return at::kChar;
+    case 0x0B:
+      return at::kShort;
+    case 0x0C:
+      return at::kInt;
+    case 0x0D:
+      return at::kFloat;
+    case 0x0E:
+      return at::kDouble;
+    default:
+      throw DataError(detail::str_cat(
+          path, ": unknown IDX element type 0x", std::hex, int(code),
+          " (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)"));
+  }
+}
+
+void byteswap_in_place(at::Tensor& tensor) {
+  const size_t width = tensor.element_size();
+  if (width == 1) {
+    return;
+  }
+  auto* bytes = static_cast<uint8_t*>(tensor.data_ptr());
+  const size_t count = static_cast<size_t>(tensor.numel());
+  for (size_t i = 0; i < count; ++i) {
+    std::reverse(bytes + i * width, bytes + (i + 1) * width);
+  }
+}
+
+} // namespace
+
+at::Tensor read_idx(const std::string& path) {
+  std::error_code ec;
+  HOTLOOP_CHECK_AS(
+      DataError, std::filesystem::is_regular_file(path, ec), path,
+      ": no such file");
+  Reader reader(path);
+
+  std::array<uint8_t, 4> magic{};
+  reader.read_exact(magic.data(), magic.size(), "header");
+  HOTLOOP_CHECK_AS(
+      DataError, magic[0] == 0 && magic[1] == 0, path,
+      ": not an IDX file (bad magic: the first two bytes must be zero)");
+  const at::ScalarType dtype = idx_type(magic[2], path);
+  const int ndim = magic[3];
+  HOTLOOP_CHECK_AS(
+      DataError, ndim >= 1 && ndim <= kMaxDims, path,
+      ": IDX header declares ", ndim, " dimensions (expected 1 to ",
+      kMaxDims, ")");
+
+  std::vector<int64_t> sizes(ndim);
+  for (int d = 0; d < ndim; ++d) {
+    std::array<uint8_t, 4> be{};
+    reader.read_exact(be.data(), be.size(), "header");
+    const uint32_t size = (uint32_t(be[0]) << 24) | (uint32_t(be[1]) << 16) |
+        (uint32_t(be[2]) << 8) | uint32_t(be[3]);
+    HOTLOOP_CHECK_AS(
+        DataError, size > 0 && size <= (1u << 31), path, ": dimension ", d,
+        " has size ", size, " (expected 1 to 2^31)");
+    sizes[d] = size;
+  }
+
+  at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(dtype));
+  reader.read_exact(tensor.data_ptr(), tensor.nbytes(), "data");
+  HOTLOOP_CHECK_AS(
+      DataError, reader.at_end(), path,
+      ": has more data than its header declares (", tensor.nbytes(),
+      " bytes)");
+  byteswap_in_place(tensor);
+  return tensor;
+}
+
+} // namespace hotloop::data

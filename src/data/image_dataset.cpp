@@ -1,0 +1,78 @@
+#include "hotloop/data/image_dataset.h"
+
+#include "hotloop/core/error.h"
+
+#include <ATen/ATen.h>
+
+namespace hotloop::data {
+namespace {
+
+at::Tensor with_channels(at::Tensor images) {
+  HOTLOOP_CHECK_AS(
+      DataError, images.dim() == 3 || images.dim() == 4,
+      "images must be [N, H, W] or [N, C, H, W], got ", images.sizes());
+  HOTLOOP_CHECK_AS(
+      DataError, images.scalar_type() == at::kByte,
+      "images must be uint8, got ", images.scalar_type());
+  return (images.dim() == 3 ? images.unsqueeze(1) : images).contiguous();
+}
+
+} // namespace
+
+ImageClassificationDataset::ImageClassificationDataset(
+    at::Tensor images,
+    at::Tensor labels,
+    std::optional<ImageTransformOptions> transform)
+    : images_(with_channels(std::move(images))),
+      labels_(labels.to(at::kLong).contiguous()),
+      transform_(
+          transform.value_or(ImageTransformOptions{}),
+          images_.size(1),
+          images_.size(2),
+          images_.size(3)) {
+  HOTLOOP_CHECK_AS(
+      DataError, labels_.dim() == 1, "labels must be [N], got ",
+      labels_.sizes());
+  HOTLOOP_CHECK_AS(
+      DataError, labels_.size(0) == images_.size(0), "there are ",
+      images_.size(0), " images but ", labels_.size(0), " labels");
+  if (labels_.numel() > 0) {
+    const int64_t min = labels_.min().item<int64_t>();
+    HOTLOOP_CHECK_AS(
+        DataError, min >= 0, "labels must be >= 0, found ", min);
+    num_classes_ = labels_.max().item<int64_t>() + 1;
+  }
+}
+
+int64_t ImageClassificationDataset::size() const {
+  return images_.size(0);
+}
+
+SampleSpec ImageClassificationDataset::spec() const {
+  return SampleSpec{
+      {images_.size(1), images_.size(2), images_.size(3)},
+      at::kFloat,
+      {},
+      at::kLong};
+}
+
+void ImageClassificationDataset::get_batch(
+    c10::ArrayRef<int64_t> indices,
+    const SampleContext& context,
+    Batch& out) const {
+  const int64_t sample_numel = images_[0].numel();
+  const auto* images = images_.data_ptr<uint8_t>();
+  const auto* labels = labels_.data_ptr<int64_t>();
+  auto* input = out.input.data_ptr<float>();
+  auto* target = out.target.data_ptr<int64_t>();
+  const int64_t n = size();
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const int64_t i = indices[k];
+    TORCH_INTERNAL_ASSERT(i >= 0 && i < n, "sample index ", i, " out of range");
+    SampleRng rng(SampleRng::mix(context.seed, context.epoch, i));
+    transform_.apply(images + i * sample_numel, input + k * sample_numel, rng);
+    target[k] = labels[i];
+  }
+}
+
+} // namespace hotloop::data

@@ -1,0 +1,385 @@
+#include "hotloop/optim/optimizer_factory.h"
+
+#include "hotloop/core/error.h"
+
+// instancenorm.h uses torch::nn::functional without including it.
+#include <torch/nn/functional/instancenorm.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <tuple>
+#include <unordered_set>
+#include <utility>
+
+namespace hotloop::optim {
+namespace {
+
+const char* const kOptimizerNames = "sgd, adam, adamw, rmsprop, adagrad";
+const char* const kSchedulerNames =
+    "none, step, multistep, exponential, cosine, cosine_restarts, onecycle, "
+    "polynomial, plateau";
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "torch::nn::BatchNorm2dImpl" -> "BatchNorm", "my::RMSNorm" -> "RMSNorm".
+std::string bare_type_name(std::string name) {
+  const auto colon = name.rfind("::");
+  if (colon != std::string::npos) {
+    name = name.substr(colon + 2);
+  }
+  if (ends_with(name, "Impl")) {
+    name.resize(name.size() - 4);
+  }
+  for (const char* dims : {"1d", "2d", "3d"}) {
+    if (ends_with(name, dims)) {
+      name.resize(name.size() - 2);
+    }
+  }
+  return name;
+}
+
+bool is_normalization(const torch::nn::Module& module) {
+  namespace nn = torch::nn;
+  return dynamic_cast<const nn::BatchNorm1dImpl*>(&module) ||
+         dynamic_cast<const nn::BatchNorm2dImpl*>(&module) ||
+         dynamic_cast<const nn::BatchNorm3dImpl*>(&module) ||
+         dynamic_cast<const nn::InstanceNorm1dImpl*>(&module) ||
+         dynamic_cast<const nn::InstanceNorm2dImpl*>(&module) ||
+         dynamic_cast<const nn::InstanceNorm3dImpl*>(&module) ||
+         dynamic_cast<const nn::LayerNormImpl*>(&module) ||
+         dynamic_cast<const nn::GroupNormImpl*>(&module) ||
+         ends_with(bare_type_name(module.name()), "Norm");
+}
+
+struct ParameterSplit {
+  std::vector<at::Tensor> decay;
+  std::vector<at::Tensor> no_decay;
+};
+
+ParameterSplit split_parameters(
+    const torch::nn::Module& model, bool no_decay_norm_and_bias) {
+  // Full names of the parameters owned directly by normalization layers.
+  std::unordered_set<std::string> norm_parameters;
+  auto add_norm = [&](const std::string& prefix, const torch::nn::Module& m) {
+    if (!is_normalization(m)) {
+      return;
+    }
+    for (const auto& item : m.named_parameters(/*recurse=*/false)) {
+      norm_parameters.insert(
+          prefix.empty() ? item.key() : prefix + "." + item.key());
+    }
+  };
+  add_norm("", model);
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    add_norm(item.key(), *item.value());
+  }
+
+  ParameterSplit split;
+  std::unordered_set<const c10::TensorImpl*> seen; // shared parameters once
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const at::Tensor& parameter = item.value();
+    if (!seen.insert(parameter.unsafeGetTensorImpl()).second) {
+      continue;
+    }
+    const std::string& name = item.key();
+    const bool is_bias = name == "bias" || ends_with(name, ".bias");
+    if (no_decay_norm_and_bias && (is_bias || norm_parameters.count(name))) {
+      split.no_decay.push_back(parameter);
+    } else {
+      split.decay.push_back(parameter);
+    }
+  }
+  return split;
+}
+
+// Group 0: decayed parameters; group 1: the rest with weight decay 0.
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> build(
+    ParameterSplit split, Options options) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!split.decay.empty()) {
+    groups.emplace_back(
+        std::move(split.decay), std::make_unique<Options>(options));
+  }
+  if (!split.no_decay.empty()) {
+    Options no_decay = options;
+    no_decay.weight_decay(0.0);
+    groups.emplace_back(
+        std::move(split.no_decay), std::make_unique<Options>(no_decay));
+  }
+  return std::make_unique<Optimizer>(std::move(groups), options);
+}
+
+void check_unit_interval(const char* option, double value) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value >= 0 && value < 1,
+      "optimizer.",
+      option,
+      " must be in [0, 1), got ",
+      value);
+}
+
+void validate(const OptimizerOptions& o) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, o.lr > 0, "optimizer.lr must be positive, got ", o.lr);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.weight_decay >= 0,
+      "optimizer.weight_decay must be non-negative, got ",
+      o.weight_decay);
+  check_unit_interval("momentum", o.momentum);
+  check_unit_interval("beta1", o.beta1);
+  check_unit_interval("beta2", o.beta2);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.eps >= 0,
+      "optimizer.eps must be non-negative, got ",
+      o.eps);
+}
+
+} // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    torch::nn::Module& model, const OptimizerOptions& options) {
+  namespace to = torch::optim;
+  const OptimizerOptions& o = options;
+  const std::string& name = o.name;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      name == "sgd" || name == "adam" || name == "adamw" || name == "rmsprop" ||
+          name == "adagrad",
+      "optimizer.name must be one of ",
+      kOptimizerNames,
+      ", got '",
+      name,
+      "'");
+  validate(o);
+  ParameterSplit split = split_parameters(model, o.no_decay_norm_and_bias);
+  HOTLOOP_CHECK(
+      !split.decay.empty() || !split.no_decay.empty(),
+      "optimizer: the model (",
+      model.name(),
+      ") has no parameters");
+
+  if (name == "sgd") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !o.nesterov || o.momentum > 0,
+        "optimizer.nesterov needs optimizer.momentum > 0, got ",
+        o.momentum);
+    return build<to::SGD>(
+        std::move(split),
+        to::SGDOptions(o.lr)
+            .momentum(o.momentum)
+            .nesterov(o.nesterov)
+            .weight_decay(o.weight_decay));
+  }
+  if (name == "adam") {
+    return build<to::Adam>(
+        std::move(split),
+        to::AdamOptions(o.lr)
+            .betas(std::make_tuple(o.beta1, o.beta2))
+            .eps(o.eps)
+            .weight_decay(o.weight_decay));
+  }
+  if (name == "adamw") {
+    return build<to::AdamW>(
+        std::move(split),
+        to::AdamWOptions(o.lr)
+            .betas(std::make_tuple(o.beta1, o.beta2))
+            .eps(o.eps)
+            .weight_decay(o.weight_decay));
+  }
+  if (name == "rmsprop") {
+    return build<to::RMSprop>(
+        std::move(split),
+        to::RMSpropOptions(o.lr)
+            .momentum(o.momentum)
+            .eps(o.eps)
+            .weight_decay(o.weight_decay));
+  }
+  return build<to::Adagrad>(
+      std::move(split),
+      to::AdagradOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay));
+}
+
+namespace {
+
+AnnealStrategy parse_anneal_strategy(const std::string& value) {
+  if (value == "cos") {
+    return AnnealStrategy::kCos;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value == "linear",
+      "lr_scheduler.anneal_strategy must be cos or linear, got '",
+      value,
+      "'");
+  return AnnealStrategy::kLinear;
+}
+
+PlateauMode parse_mode(const std::string& value) {
+  if (value == "min") {
+    return PlateauMode::kMin;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value == "max",
+      "lr_scheduler.mode must be min or max, got '",
+      value,
+      "'");
+  return PlateauMode::kMax;
+}
+
+ThresholdMode parse_threshold_mode(const std::string& value) {
+  if (value == "rel") {
+    return ThresholdMode::kRel;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value == "abs",
+      "lr_scheduler.threshold_mode must be rel or abs, got '",
+      value,
+      "'");
+  return ThresholdMode::kAbs;
+}
+
+std::unique_ptr<LRScheduler> make_main_schedule(
+    torch::optim::Optimizer& optimizer,
+    const SchedulerOptions& o,
+    int64_t total_steps) {
+  // Steps left for the schedule after warmup, for lengths set to "auto".
+  auto span = [&]() {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        total_steps > 0,
+        "lr_scheduler: ",
+        o.name,
+        " needs the run's number of steps, got ",
+        total_steps);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.warmup_steps < total_steps,
+        "lr_scheduler.warmup_steps must be less than the run's ",
+        total_steps,
+        " schedule steps, got ",
+        o.warmup_steps);
+    return total_steps - o.warmup_steps;
+  };
+  const std::string& name = o.name;
+  if (name == "step") {
+    return std::make_unique<StepLR>(optimizer, o.step_size, o.gamma);
+  }
+  if (name == "multistep") {
+    return std::make_unique<MultiStepLR>(optimizer, o.milestones, o.gamma);
+  }
+  if (name == "exponential") {
+    return std::make_unique<ExponentialLR>(optimizer, o.gamma);
+  }
+  if (name == "cosine") {
+    return std::make_unique<CosineAnnealingLR>(
+        optimizer, o.t_max == 0 ? span() : o.t_max, o.eta_min);
+  }
+  if (name == "cosine_restarts") {
+    return std::make_unique<CosineAnnealingWarmRestarts>(
+        optimizer, o.t_0, o.t_mult, o.eta_min);
+  }
+  if (name == "polynomial") {
+    return std::make_unique<PolynomialLR>(
+        optimizer, o.total_iters == 0 ? span() : o.total_iters, o.power);
+  }
+  if (name == "plateau") {
+    return std::make_unique<ReduceLROnPlateau>(
+        optimizer,
+        ReduceLROnPlateauOptions()
+            .mode(parse_mode(o.mode))
+            .factor(o.factor)
+            .patience(o.patience)
+            .threshold(o.threshold)
+            .threshold_mode(parse_threshold_mode(o.threshold_mode))
+            .cooldown(o.cooldown)
+            .min_lr(o.min_lr)
+            .eps(o.eps));
+  }
+  // onecycle
+  std::vector<double> max_lr{o.max_lr};
+  if (o.max_lr == 0) {
+    max_lr.clear();
+    for (const auto& group : optimizer.param_groups()) {
+      max_lr.push_back(group.options().get_lr());
+    }
+  }
+  return std::make_unique<OneCycleLR>(
+      optimizer,
+      OneCycleLROptions(std::move(max_lr), span())
+          .pct_start(o.pct_start)
+          .anneal_strategy(parse_anneal_strategy(o.anneal_strategy))
+          .cycle_momentum(o.cycle_momentum)
+          .base_momentum(o.base_momentum)
+          .max_momentum(o.max_momentum)
+          .div_factor(o.div_factor)
+          .final_div_factor(o.final_div_factor)
+          .three_phase(o.three_phase));
+}
+
+} // namespace
+
+std::unique_ptr<LRScheduler> make_scheduler(
+    torch::optim::Optimizer& optimizer,
+    const SchedulerOptions& options,
+    int64_t total_steps) {
+  const SchedulerOptions& o = options;
+  const std::string& name = o.name;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      name == "none" || name == "step" || name == "multistep" ||
+          name == "exponential" || name == "cosine" ||
+          name == "cosine_restarts" || name == "onecycle" ||
+          name == "polynomial" || name == "plateau",
+      "lr_scheduler.name must be one of ",
+      kSchedulerNames,
+      ", got '",
+      name,
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.interval == "step" || o.interval == "epoch",
+      "lr_scheduler.interval must be step or epoch, got '",
+      o.interval,
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.warmup_steps >= 0,
+      "lr_scheduler.warmup_steps must be non-negative, got ",
+      o.warmup_steps);
+  // Checked before the main schedule changes the optimizer's rates.
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.warmup_steps == 0 ||
+          (o.warmup_start_factor > 0 && o.warmup_start_factor <= 1),
+      "lr_scheduler.warmup_start_factor must be in (0, 1], got ",
+      o.warmup_start_factor);
+
+  std::unique_ptr<LRScheduler> schedule;
+  if (name != "none") {
+    schedule = make_main_schedule(optimizer, o, total_steps);
+  }
+  if (o.warmup_steps == 0) {
+    return schedule;
+  }
+  return std::make_unique<LinearWarmup>(
+      optimizer, std::move(schedule), o.warmup_steps, o.warmup_start_factor);
+}
+
+} // namespace hotloop::optim

@@ -1,0 +1,164 @@
+#include "hotloop/train/checkpoint.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/optim/lr_scheduler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+namespace hotloop::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kFormatVersion = 1;
+
+void write_all(int fd, const std::string& bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    HOTLOOP_CHECK(n > 0, path, ": write failed: ", std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+at::Tensor scalar(int64_t value) {
+  return at::scalar_tensor(value, at::kLong);
+}
+
+} // namespace
+
+void write_file_atomically(
+    const std::string& path,
+    const std::function<void(std::ostream&)>& write) {
+  std::ostringstream buffer;
+  write(buffer);
+  const std::string bytes = std::move(buffer).str();
+
+  const fs::path target(path);
+  std::string temp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  HOTLOOP_CHECK(fd >= 0, path, ": cannot create a temporary file next to it: ", std::strerror(errno));
+  try {
+    write_all(fd, bytes, temp);
+    HOTLOOP_CHECK(::fsync(fd) == 0, temp, ": fsync failed: ", std::strerror(errno));
+    HOTLOOP_CHECK(::close(fd) == 0, temp, ": close failed: ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    throw Error(detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
+  }
+  fsync_dir(target.parent_path());
+}
+
+void save_checkpoint(
+    const std::string& path,
+    torch::nn::Module& model,
+    const torch::optim::Optimizer* optimizer,
+    const optim::LRScheduler* scheduler,
+    const TrainingProgress& progress) {
+  torch::serialize::OutputArchive archive;
+  archive.write("hotloop_checkpoint_version", scalar(kFormatVersion));
+  archive.write("epoch", scalar(progress.epoch));
+  archive.write("global_step", scalar(progress.global_step));
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  if (optimizer != nullptr) {
+    torch::serialize::OutputArchive optimizer_archive;
+    optimizer->save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+  }
+  if (scheduler != nullptr) {
+    torch::serialize::OutputArchive scheduler_archive;
+    scheduler->save(scheduler_archive);
+    archive.write("scheduler", scheduler_archive);
+  }
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write("cpu_rng_state", generator.get_state());
+  }
+  write_file_atomically(path, [&](std::ostream& out) { archive.save_to(out); });
+}
+
+TrainingProgress load_checkpoint(
+    const std::string& path,
+    torch::nn::Module& model,
+    torch::optim::Optimizer* optimizer,
+    optim::LRScheduler* scheduler) {
+  std::error_code ec;
+  HOTLOOP_CHECK(fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
+  TrainingProgress progress;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    // InputArchive::read assigns into a defined tensor, so each read gets
+    // a fresh one.
+    auto read_int = [&](const char* key) {
+      at::Tensor value;
+      archive.read(key, value);
+      return value.item<int64_t>();
+    };
+    at::Tensor version;
+    HOTLOOP_CHECK(
+        archive.try_read("hotloop_checkpoint_version", version),
+        path, ": not a hotloop checkpoint");
+    HOTLOOP_CHECK(
+        version.item<int64_t>() == kFormatVersion, path,
+        ": checkpoint format version ", version.item<int64_t>(),
+        " is not supported (expected ", kFormatVersion, ")");
+    progress.epoch = read_int("epoch");
+    progress.global_step = read_int("global_step");
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    torch::serialize::InputArchive optimizer_archive;
+    if (optimizer != nullptr && archive.try_read("optimizer", optimizer_archive)) {
+      optimizer->load(optimizer_archive);
+    }
+    torch::serialize::InputArchive scheduler_archive;
+    if (scheduler != nullptr && archive.try_read("scheduler", scheduler_archive)) {
+      scheduler->load(scheduler_archive);
+    }
+    at::Tensor rng_state;
+    if (archive.try_read("cpu_rng_state", rng_state)) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(rng_state);
+    }
+  } catch (const c10::Error& e) {
+    throw Error(detail::str_cat(
+        path, ": cannot load checkpoint: ", e.what_without_backtrace()));
+  }
+  return progress;
+}
+
+} // namespace hotloop::train

@@ -1,0 +1,306 @@
+#include "hotloop/train/trainer.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
+#include "hotloop/core/threads.h"
+#include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/run_dir.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/nn/utils/clip_grad.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+
+namespace hotloop::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t limited(int64_t available, int64_t limit) {
+  return limit < 0 ? available : std::min(available, limit);
+}
+
+// Where an epoch's training time went.
+struct PhaseTimes {
+  double data = 0;
+  double compute = 0; // forward + backward
+  double optimizer = 0;
+  double total() const {
+    return data + compute + optimizer;
+  }
+};
+
+} // namespace
+
+void seed_everything(uint64_t seed) {
+  at::manual_seed(seed);
+}
+
+Trainer::Trainer(TrainerOptions options, std::ostream& out)
+    : options_(std::move(options)), out_(out) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.max_epochs() > 0,
+      "trainer.max_epochs must be positive, got ", options_.max_epochs());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.max_steps() == -1 || options_.max_steps() > 0,
+      "trainer.max_steps must be positive or -1, got ", options_.max_steps());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.limit_train_batches() == -1 || options_.limit_train_batches() > 0,
+      "trainer.limit_train_batches must be positive or -1, got ",
+      options_.limit_train_batches());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.limit_val_batches() >= -1,
+      "trainer.limit_val_batches must be >= -1, got ", options_.limit_val_batches());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.check_val_every_n_epoch() > 0,
+      "trainer.check_val_every_n_epoch must be positive, got ",
+      options_.check_val_every_n_epoch());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.accumulate_grad_batches() > 0,
+      "trainer.accumulate_grad_batches must be positive, got ",
+      options_.accumulate_grad_batches());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.gradient_clip_val() >= 0,
+      "trainer.gradient_clip_val must be >= 0, got ", options_.gradient_clip_val());
+  HOTLOOP_CHECK_AS(
+      ConfigError, options_.num_threads() >= 0,
+      "trainer.num_threads must be >= 0, got ", options_.num_threads());
+}
+
+const std::string& Trainer::log_dir() {
+  if (log_dir_.empty() && !options_.default_root_dir().empty()) {
+    log_dir_ = create_version_dir(options_.default_root_dir(), options_.name());
+  }
+  return log_dir_;
+}
+
+FitResult Trainer::fit(
+    Module& module,
+    data::DataLoader& train,
+    data::DataLoader* val,
+    const std::string& ckpt_path) {
+  const auto fit_start = Clock::now();
+  const int threads = configure_intra_op_threads(
+      static_cast<int>(options_.num_threads()),
+      static_cast<int>(train.options().num_workers()));
+  torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
+
+  const int64_t batches_per_epoch =
+      limited(train.num_batches(), options_.limit_train_batches());
+  HOTLOOP_CHECK_AS(
+      ConfigError, batches_per_epoch > 0,
+      "the training set gives no batch (", train.dataset().size(),
+      " samples, batch_size ", train.options().batch_size(), ", drop_last ",
+      train.options().drop_last() ? "true" : "false", ")");
+  const int64_t accumulate = options_.accumulate_grad_batches();
+  FitPlan plan;
+  plan.steps_per_epoch = (batches_per_epoch + accumulate - 1) / accumulate;
+  plan.max_epochs = options_.max_epochs();
+  plan.total_steps = plan.steps_per_epoch * plan.max_epochs;
+  if (options_.max_steps() > 0) {
+    plan.total_steps = std::min(plan.total_steps, options_.max_steps());
+  }
+  OptimizerSetup setup = module.configure_optimizers(plan);
+  HOTLOOP_CHECK(setup.optimizer != nullptr, "configure_optimizers returned no optimizer");
+  torch::optim::Optimizer& optimizer = *setup.optimizer;
+  optim::LRScheduler* scheduler = setup.scheduler.get();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      scheduler == nullptr || !scheduler->needs_metric() ||
+          setup.interval == ScheduleInterval::kEpoch,
+      "a schedule that watches '", setup.monitor,
+      "' steps once per epoch: set lr_scheduler.interval=epoch");
+
+  TrainingProgress progress;
+  if (!ckpt_path.empty()) {
+    progress = load_checkpoint(ckpt_path, module, &optimizer, scheduler);
+    out_ << "resumed from " << ckpt_path << " after epoch " << progress.epoch
+         << " (step " << progress.global_step << ")\n";
+  }
+  const std::string& run_dir = log_dir();
+  std::string checkpoint_dir;
+  if (!run_dir.empty() && options_.enable_checkpointing()) {
+    checkpoint_dir = (std::filesystem::path(run_dir) / "checkpoints").string();
+    std::filesystem::create_directories(checkpoint_dir);
+  }
+  if (options_.enable_progress_bar()) {
+    out_ << "fit: " << train.dataset().size() << " training samples, "
+         << batches_per_epoch << " batches/epoch, " << threads
+         << " intra-op threads, " << train.options().num_workers()
+         << " loader threads" << (run_dir.empty() ? "" : ", run folder ")
+         << run_dir << "\n";
+  }
+
+  FitResult result;
+  double train_seconds = 0;
+  int64_t train_samples = 0;
+  const std::vector<at::Tensor> parameters = module.parameters();
+  compat::zero_grad_set_to_none(optimizer);
+  bool stop = false;
+  for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop; ++epoch) {
+    const auto epoch_start = Clock::now();
+    module.train();
+    MetricCollection metrics;
+    PhaseTimes phases;
+    int64_t samples = 0;
+    int64_t batch_idx = 0;
+    train.set_epoch(epoch);
+    auto wait_start = Clock::now();
+    for (auto it = train.begin(); it != train.end() && batch_idx < batches_per_epoch; ++it) {
+      // One straight line: batch -> forward -> loss / accumulation ->
+      // backward -> on the last micro-batch: clip, step, zero (set to none).
+      const data::Batch& batch = *it;
+      const auto compute_start = Clock::now();
+      phases.data += std::chrono::duration<double>(compute_start - wait_start).count();
+      at::Tensor loss = module.training_step(batch, batch_idx, metrics);
+      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+      const auto optimizer_start = Clock::now();
+      phases.compute += std::chrono::duration<double>(optimizer_start - compute_start).count();
+      samples += batch.size();
+      ++batch_idx;
+      if (batch_idx % accumulate == 0 || batch_idx == batches_per_epoch) {
+        if (options_.gradient_clip_val() > 0) {
+          torch::nn::utils::clip_grad_norm_(parameters, options_.gradient_clip_val());
+        }
+        optimizer.step();
+        compat::zero_grad_set_to_none(optimizer);
+        if (scheduler != nullptr && setup.interval == ScheduleInterval::kStep) {
+          scheduler->step();
+        }
+        ++progress.global_step;
+        if (options_.max_steps() > 0 && progress.global_step >= options_.max_steps()) {
+          stop = true;
+        }
+      }
+      wait_start = Clock::now();
+      phases.optimizer += std::chrono::duration<double>(wait_start - optimizer_start).count();
+      if (stop) {
+        break;
+      }
+    }
+    progress.epoch = epoch + 1;
+    train_seconds += phases.total();
+    train_samples += samples;
+    result.metrics = metrics.compute();
+
+    const bool last = stop || progress.epoch == options_.max_epochs();
+    if (val != nullptr && options_.limit_val_batches() != 0 &&
+        (progress.epoch % options_.check_val_every_n_epoch() == 0 || last)) {
+      for (const auto& [name, value] : evaluate(module, *val, Stage::kValidate)) {
+        result.metrics[name] = value;
+      }
+    }
+    if (scheduler != nullptr && setup.interval == ScheduleInterval::kEpoch) {
+      if (scheduler->needs_metric()) {
+        const auto it = result.metrics.find(setup.monitor);
+        HOTLOOP_CHECK_AS(
+            ConfigError, it != result.metrics.end(), "the lr schedule watches '",
+            setup.monitor, "', which no step logged this epoch (is validation off?)");
+        scheduler->step(it->second);
+      } else {
+        scheduler->step();
+      }
+    }
+    if (!checkpoint_dir.empty()) {
+      result.checkpoint_path = checkpoint_dir + "/last.ckpt";
+      save_checkpoint(result.checkpoint_path, module, &optimizer, scheduler, progress);
+    }
+    if (options_.enable_progress_bar()) {
+      const double epoch_seconds = seconds_since(epoch_start);
+      out_ << "epoch " << progress.epoch << "/" << options_.max_epochs();
+      out_ << std::fixed << std::setprecision(4);
+      for (const auto& [name, value] : result.metrics) {
+        out_ << "  " << name << " " << value;
+      }
+      out_ << std::setprecision(0) << "  " << samples / std::max(phases.total(), 1e-9)
+           << " samples/s" << std::setprecision(1) << "  " << epoch_seconds
+           << "s (data " << std::setprecision(0)
+           << 100 * phases.data / std::max(phases.total(), 1e-9) << "%)"
+           << std::defaultfloat << "\n";
+      out_.flush();
+    }
+  }
+  result.epochs = progress.epoch;
+  result.steps = progress.global_step;
+  result.train_samples_per_s = train_seconds > 0 ? train_samples / train_seconds : 0;
+  result.wall_s = seconds_since(fit_start);
+  write_summary(result);
+  return result;
+}
+
+std::map<std::string, double> Trainer::evaluate(
+    Module& module,
+    data::DataLoader& loader,
+    Stage stage) {
+  const bool was_training = module.is_training();
+  module.eval();
+  MetricCollection metrics;
+  {
+    // Inference mode: no graph, no version counters, for the whole loop.
+    c10::InferenceMode guard;
+    const int64_t limit = limited(loader.num_batches(), options_.limit_val_batches());
+    int64_t batch_idx = 0;
+    loader.set_epoch(0); // evaluation sees the same order every time
+    for (auto it = loader.begin(); it != loader.end() && batch_idx < limit; ++it, ++batch_idx) {
+      if (stage == Stage::kValidate) {
+        module.validation_step(*it, batch_idx, metrics);
+      } else {
+        module.test_step(*it, batch_idx, metrics);
+      }
+    }
+  }
+  module.train(was_training);
+  return metrics.compute();
+}
+
+std::map<std::string, double> Trainer::validate(
+    Module& module,
+    data::DataLoader& loader,
+    const std::string& ckpt_path) {
+  if (!ckpt_path.empty()) {
+    load_checkpoint(ckpt_path, module, nullptr, nullptr);
+  }
+  return evaluate(module, loader, Stage::kValidate);
+}
+
+std::map<std::string, double> Trainer::test(
+    Module& module,
+    data::DataLoader& loader,
+    const std::string& ckpt_path) {
+  if (!ckpt_path.empty()) {
+    load_checkpoint(ckpt_path, module, nullptr, nullptr);
+  }
+  return evaluate(module, loader, Stage::kTest);
+}
+
+void Trainer::write_summary(const FitResult& result) {
+  if (log_dir_.empty()) {
+    return;
+  }
+  nlohmann::json summary;
+  for (const auto& [name, value] : result.metrics) {
+    summary[name] = value;
+  }
+  summary["epochs"] = result.epochs;
+  summary["steps"] = result.steps;
+  summary["train_samples_per_s"] = result.train_samples_per_s;
+  summary["wall_s"] = result.wall_s;
+  summary["checkpoint"] = result.checkpoint_path;
+  write_file_atomically(
+      (std::filesystem::path(log_dir_) / "summary.json").string(),
+      [&](std::ostream& out) { out << summary.dump(2) << "\n"; });
+}
+
+} // namespace hotloop::train

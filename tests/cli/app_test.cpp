@@ -1,0 +1,159 @@
+#include "hotloop/cli/app.h"
+#include "hotloop/cli/fit_config.h"
+#include "hotloop/version.h"
+#include "test_util.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace hotloop::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::hotloop::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result run_cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// A tiny model and a few epochs, so a CLI run takes a second.
+std::vector<std::string> small_fit(const TempDir& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "fit",
+      "--data.root=" + dir.file("data"),
+      "--trainer.default_root_dir=" + dir.file("runs"),
+      "--trainer.max_epochs=2",
+      "--data.batch_size=32",
+      "--data.val_batch_size=50",
+      "--model.channels=[4, 8]",
+      "--model.hidden=16",
+      "--optimizer.lr=0.01"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(Cli, VersionNamesHotloopAndLibTorch) {
+  const Result r = run_cli({"--version"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr(std::string("hotloop ") + HOTLOOP_VERSION + " (LibTorch "));
+}
+
+TEST(Cli, NoCommandPrintsUsageAndFails) {
+  const Result r = run_cli({});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, HasSubstr("usage: hotloop <command>"));
+}
+
+TEST(Cli, UnknownCommandIsAnError) {
+  const Result r = run_cli({"fitt"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, validate or test)"));
+}
+
+TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
+  const Result r = run_cli({"fit", "--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const auto& option : fit_schema().options()) {
+    EXPECT_THAT(r.out, HasSubstr("--" + option.key + "=")) << option.key;
+  }
+  EXPECT_THAT(r.out, HasSubstr("--trainer.max_epochs=15 "));
+  EXPECT_THAT(r.out, HasSubstr("--model.channels=[16, 32] "));
+  EXPECT_THAT(r.out, HasSubstr("--optimizer.name=adamw "));
+  EXPECT_THAT(r.out, HasSubstr("--ckpt_path"));
+}
+
+TEST(Cli, UnknownOptionSuggestsTheClosestOne) {
+  const Result r = run_cli({"fit", "--trainer.max_epoch=2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("'--trainer.max_epoch'"));
+  EXPECT_THAT(r.err, HasSubstr("did you mean '--trainer.max_epochs'?"));
+  EXPECT_THAT(r.err, HasSubstr("hint: 'hotloop fit --help' lists every option"));
+}
+
+TEST(Cli, BadValuesAreConfigErrors) {
+  Result r = run_cli({"fit", "--data.batch_size=big"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("data.batch_size: expected an integer, got 'big'"));
+  r = run_cli({"fit", "--data.batch_size=0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("data.batch_size: must be >= 1, got 0"));
+}
+
+TEST(Cli, MalformedYamlNamesTheFile) {
+  TempDir dir;
+  std::ofstream(dir.file("bad.yaml")) << "trainer:\n  max_epochs: [1, 2\n";
+  const Result r = run_cli({"fit", "--config", dir.file("bad.yaml")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(dir.file("bad.yaml")));
+  EXPECT_THAT(r.err, HasSubstr("malformed YAML"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
+}
+
+TEST(Cli, MissingDatasetFolderIsNamed) {
+  TempDir dir;
+  const Result r = run_cli(small_fit(dir));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("dataset folder '" + dir.file("data") + "' does not exist"));
+  EXPECT_FALSE(fs::exists(dir.file("runs")));
+}
+
+TEST(Cli, CorruptDatasetFileIsNamed) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 32);
+  hotloop::testing::write_bytes(dir.file("data/train-images-idx3-ubyte.gz"), {1, 2, 3, 4, 5});
+  const Result r = run_cli(small_fit(dir));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(dir.file("data/train-images-idx3-ubyte.gz") + ": not an IDX file"));
+}
+
+TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  Result r = run_cli(small_fit(dir));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("epoch 2/2  train_loss "));
+  EXPECT_THAT(r.out, HasSubstr("done: 2 epochs, 16 steps"));
+  const fs::path run = fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  EXPECT_TRUE(fs::is_regular_file(run / "summary.json"));
+  EXPECT_TRUE(fs::is_regular_file(run / "checkpoints" / "last.ckpt"));
+
+  // The saved config is complete: it reproduces the run's settings.
+  Config saved(fit_schema());
+  saved.merge_yaml_file((run / "config.yaml").string());
+  EXPECT_EQ(saved.get_int("trainer.max_epochs"), 2);
+  EXPECT_EQ(saved.get_string("data.root"), dir.file("data"));
+
+  const std::string config = "--config=" + (run / "config.yaml").string();
+  r = run_cli({"validate", config, "--ckpt_path", "last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("val_acc "));
+  r = run_cli({"test", config, "--ckpt_path", (run / "checkpoints" / "last.ckpt").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  r = run_cli({"validate", config});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("hotloop validate needs --ckpt_path PATH (or last)"));
+
+  r = run_cli(small_fit(dir, {"--trainer.max_epochs=3", "--ckpt_path=last"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("resumed from " + (run / "checkpoints" / "last.ckpt").string()));
+  EXPECT_THAT(r.out, HasSubstr("epoch 3/3"));
+  EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/3")));
+}
+
+} // namespace
+} // namespace hotloop::cli

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Writes tests/reference/lr_schedules.txt: learning-rate schedules and
+optimizer updates computed by Python PyTorch, for the C++ parity tests in
+tests/optim/.
+
+Run with a Python that has PyTorch (1.13 or later):
+
+    /usr/bin/python3 tests/reference/make_lr_reference.py
+
+Format, one record a line (lines starting with '#' are comments):
+
+    <case> <field> <index> <value> <value> ...
+
+Schedules: field `lr` (or `momentum`) with index = param group, and one value
+per scheduler step (the first is the value right after construction, then one
+after each of the STEPS steps); plateau cases also have a `metric 0` line, the
+values passed to steps 1..STEPS. Optimizers: `optim_init` holds the shared
+inputs; each `optim_<name>` case holds `weight`/`bias` after optimizer step
+index (1-based), flattened row-major.
+"""
+
+import math
+import os
+import sys
+
+import torch
+from torch.optim import lr_scheduler as sched
+
+STEPS = 40
+BASE_LRS = [0.1, 0.05, 0.01]
+
+
+def make_optimizer(kind):
+    params = [torch.zeros(1, requires_grad=True) for _ in BASE_LRS]
+    groups = [{"params": [p], "lr": lr} for p, lr in zip(params, BASE_LRS)]
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=BASE_LRS[0], momentum=0.9)
+    if kind == "adam":
+        return torch.optim.Adam(groups, lr=BASE_LRS[0], betas=(0.9, 0.999))
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, lr=BASE_LRS[0], betas=(0.9, 0.999))
+    raise ValueError(kind)
+
+
+def momentum_of(group):
+    return group["betas"][0] if "betas" in group else group["momentum"]
+
+
+def fmt(values):
+    # 9 significant digits: exact for float32, and 5e-9 relative for the
+    # double learning rates, far below the tests' 1e-6 tolerance.
+    return " ".join(f"{float(v):.9g}" for v in values)
+
+
+def run_schedule(out, name, kind, build, metrics=None, momentum=False):
+    optimizer = make_optimizer(kind)
+    scheduler = build(optimizer)
+
+    groups = optimizer.param_groups
+    lrs = [[g["lr"]] for g in groups]
+    momentums = [[momentum_of(g)] for g in groups]
+    for step in range(1, STEPS + 1):
+        optimizer.step()
+        if metrics is None:
+            scheduler.step()
+        else:
+            scheduler.step(metrics[step - 1])
+        for i, g in enumerate(groups):
+            lrs[i].append(g["lr"])
+            momentums[i].append(momentum_of(g))
+    for i in range(len(groups)):
+        out.append(f"{name} lr {i} {fmt(lrs[i])}")
+    if momentum:
+        for i in range(len(groups)):
+            out.append(f"{name} momentum {i} {fmt(momentums[i])}")
+    if metrics is not None:
+        out.append(f"{name} metric 0 {fmt(metrics[:STEPS])}")
+
+
+def warmup(optimizer, start_factor, steps, inner):
+    # Mirrors hotloop::optim::LinearWarmup: LinearLR first, then the wrapped
+    # schedule from its step 0. `inner` is built after LinearLR, as
+    # SequentialLR expects.
+    linear = sched.LinearLR(
+        optimizer, start_factor=start_factor, end_factor=1.0,
+        total_iters=steps)
+    return sched.SequentialLR(
+        optimizer, [linear, inner(optimizer)], milestones=[steps])
+
+
+def loss_curve(step):
+    # Falls, then stalls with small wiggles, so plateau schedules reduce.
+    return 1.0 / (1.0 + 0.15 * min(step, 15)) + 0.01 * math.sin(1.7 * step)
+
+
+def schedules(out):
+    run_schedule(out, "step", "sgd",
+                 lambda o: sched.StepLR(o, step_size=7, gamma=0.5))
+    run_schedule(out, "multistep", "sgd",
+                 lambda o: sched.MultiStepLR(o, [8, 20, 33], gamma=0.3))
+    run_schedule(out, "exponential", "sgd",
+                 lambda o: sched.ExponentialLR(o, gamma=0.93))
+    run_schedule(out, "cosine", "sgd",
+                 lambda o: sched.CosineAnnealingLR(o, T_max=15, eta_min=1e-3))
+    run_schedule(out, "cosine_long", "sgd",
+                 lambda o: sched.CosineAnnealingLR(o, T_max=40))
+    run_schedule(out, "cosine_restarts", "sgd",
+                 lambda o: sched.CosineAnnealingWarmRestarts(
+                     o, T_0=5, T_mult=2, eta_min=1e-4))
+    run_schedule(out, "cosine_restarts_mult1", "sgd",
+                 lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=7))
+    run_schedule(out, "onecycle_cos", "sgd",
+                 lambda o: sched.OneCycleLR(
+                     o, max_lr=[0.1, 0.05, 0.01], total_steps=41),
+                 momentum=True)
+    run_schedule(out, "onecycle_linear_three_phase", "adam",
+                 lambda o: sched.OneCycleLR(
+                     o, max_lr=[0.2, 0.02, 0.002], total_steps=41,
+                     pct_start=0.25, anneal_strategy="linear", div_factor=10.0,
+                     final_div_factor=100.0, three_phase=True,
+                     base_momentum=0.8, max_momentum=0.9),
+                 momentum=True)
+    run_schedule(out, "onecycle_no_momentum", "adamw",
+                 lambda o: sched.OneCycleLR(
+                     o, max_lr=0.3, total_steps=50, pct_start=0.4,
+                     cycle_momentum=False),
+                 momentum=True)
+    run_schedule(out, "polynomial", "sgd",
+                 lambda o: sched.PolynomialLR(o, total_iters=30, power=2.0))
+    run_schedule(out, "polynomial_linear", "sgd",
+                 lambda o: sched.PolynomialLR(o, total_iters=25, power=1.0))
+    run_schedule(out, "warmup_cosine", "sgd",
+                 lambda o: warmup(o, 0.1, 10,
+                                  lambda o: sched.CosineAnnealingLR(o, 30)))
+    run_schedule(out, "warmup_step", "sgd",
+                 lambda o: warmup(o, 0.25, 5,
+                                  lambda o: sched.StepLR(o, 10, 0.5)))
+    run_schedule(out, "warmup_exponential", "sgd",
+                 lambda o: warmup(o, 0.1, 3,
+                                  lambda o: sched.ExponentialLR(o, 0.9)))
+    run_schedule(out, "warmup_restarts", "sgd",
+                 lambda o: warmup(o, 0.5, 8,
+                                  lambda o: sched.CosineAnnealingWarmRestarts(
+                                      o, T_0=6, T_mult=2)))
+    run_schedule(out, "warmup_onecycle", "sgd",
+                 lambda o: warmup(o, 1.0 / 3, 5,
+                                  lambda o: sched.OneCycleLR(
+                                      o, max_lr=[0.4, 0.2, 0.1],
+                                      total_steps=36)),
+                 momentum=True)
+    losses = [loss_curve(step) for step in range(STEPS)]
+    run_schedule(out, "plateau_min_rel", "sgd",
+                 lambda o: sched.ReduceLROnPlateau(
+                     o, mode="min", factor=0.5, patience=2, threshold=0.01,
+                     threshold_mode="rel", cooldown=1, min_lr=0.004),
+                 metrics=losses)
+    run_schedule(out, "plateau_max_abs", "sgd",
+                 lambda o: sched.ReduceLROnPlateau(
+                     o, mode="max", factor=0.3, patience=1, threshold=0.005,
+                     threshold_mode="abs", cooldown=0, min_lr=0.0),
+                 metrics=[1.0 - v for v in losses])
+
+
+OPT_STEPS = 3
+INIT_WEIGHT = [[0.5, -0.3, 0.8], [-0.6, 0.1, 0.4]]
+INIT_BIAS = [0.05, -0.02]
+INPUT = [[1.0, 2.0, -1.0], [0.5, -0.5, 0.25], [-1.5, 0.3, 2.0],
+         [0.2, 0.9, -0.7]]
+TARGET = [[0.3, -1.0], [1.2, 0.4], [-0.5, 0.8], [0.0, 0.6]]
+
+# name -> (constructor, weight decay of the decayed group)
+OPTIMIZERS = {
+    "sgd": (lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9), 0.01),
+    "sgd_nesterov": (lambda g: torch.optim.SGD(
+        g, lr=0.1, momentum=0.8, nesterov=True), 0.05),
+    "adam": (lambda g: torch.optim.Adam(
+        g, lr=0.01, betas=(0.8, 0.99), eps=1e-7), 0.01),
+    "adamw": (lambda g: torch.optim.AdamW(
+        g, lr=0.01, betas=(0.9, 0.999), eps=1e-8), 0.1),
+    "rmsprop": (lambda g: torch.optim.RMSprop(
+        g, lr=0.01, momentum=0.9, eps=1e-8), 0.01),
+    "adagrad": (lambda g: torch.optim.Adagrad(g, lr=0.1, eps=1e-8), 0.01),
+}
+
+
+def optimizers(out):
+    x = torch.tensor(INPUT)
+    y = torch.tensor(TARGET)
+    out.append(f"optim_init weight 0 {fmt(sum(INIT_WEIGHT, []))}")
+    out.append(f"optim_init bias 0 {fmt(INIT_BIAS)}")
+    out.append(f"optim_init input 0 {fmt(sum(INPUT, []))}")
+    out.append(f"optim_init target 0 {fmt(sum(TARGET, []))}")
+    for name, (build, weight_decay) in OPTIMIZERS.items():
+        weight = torch.tensor(INIT_WEIGHT, requires_grad=True)
+        bias = torch.tensor(INIT_BIAS, requires_grad=True)
+        # The factory's split: weights decay, biases do not.
+        optimizer = build([
+            {"params": [weight], "weight_decay": weight_decay},
+            {"params": [bias], "weight_decay": 0.0},
+        ])
+        for step in range(1, OPT_STEPS + 1):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(x @ weight.t() + bias, y)
+            loss.backward()
+            optimizer.step()
+            out.append(
+                f"optim_{name} weight {step} {fmt(weight.detach().flatten())}")
+            out.append(
+                f"optim_{name} bias {step} {fmt(bias.detach().flatten())}")
+
+
+def main():
+    torch.set_default_dtype(torch.float32)
+    out = [
+        "# Generated by tests/reference/make_lr_reference.py with PyTorch "
+        + torch.__version__ + "; do not edit.",
+        "# <case> <field> <index> <values...>",
+    ]
+    schedules(out)
+    optimizers(out)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "lr_schedules.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print(f"wrote {len(out)} lines to {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

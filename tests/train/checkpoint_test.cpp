@@ -1,0 +1,133 @@
+#include "hotloop/core/error.h"
+#include "hotloop/train/checkpoint.h"
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/serialize/output-archive.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace hotloop::train {
+namespace {
+
+using ::hotloop::testing::TempDir;
+using ::testing::HasSubstr;
+
+struct Net : torch::nn::Module {
+  Net() {
+    linear = register_module("linear", torch::nn::Linear(4, 3));
+    norm = register_module("norm", torch::nn::BatchNorm1d(3));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return norm->forward(linear->forward(x));
+  }
+  torch::nn::Linear linear{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+};
+
+void train_step(Net& net, torch::optim::Optimizer& optimizer, int64_t seed) {
+  const at::Tensor x = at::arange(8 * 4, at::kFloat).view({8, 4}).sin() * static_cast<double>(seed);
+  optimizer.zero_grad();
+  net.forward(x).pow(2).mean().backward();
+  optimizer.step();
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Checkpoint, ResumedOptimizerContinuesBitForBit) {
+  TempDir dir;
+  at::manual_seed(1);
+  Net a;
+  torch::optim::Adam adam_a(a.parameters(), torch::optim::AdamOptions(0.1));
+  train_step(a, adam_a, 1);
+  train_step(a, adam_a, 2);
+  save_checkpoint(dir.file("c.ckpt"), a, &adam_a, nullptr, TrainingProgress{3, 17});
+
+  at::manual_seed(2); // different init, overwritten by the load
+  Net b;
+  torch::optim::Adam adam_b(b.parameters(), torch::optim::AdamOptions(0.1));
+  const TrainingProgress progress = load_checkpoint(dir.file("c.ckpt"), b, &adam_b, nullptr);
+  EXPECT_EQ(progress.epoch, 3);
+  EXPECT_EQ(progress.global_step, 17);
+  EXPECT_TRUE(b.norm->running_mean.equal(a.norm->running_mean));
+
+  train_step(a, adam_a, 3);
+  train_step(b, adam_b, 3);
+  const auto pa = a.parameters();
+  const auto pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(pa[i].equal(pb[i])) << "parameter " << i;
+  }
+}
+
+TEST(Checkpoint, RestoresTheRandomNumberGenerator) {
+  TempDir dir;
+  Net net;
+  at::manual_seed(5);
+  save_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr, {});
+  const at::Tensor expected = at::rand({4});
+  load_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr);
+  EXPECT_TRUE(at::rand({4}).equal(expected));
+}
+
+TEST(Checkpoint, AtomicWriteReplacesTheFileAndLeavesNoTemporaries) {
+  TempDir dir;
+  const std::string path = dir.file("f.txt");
+  write_file_atomically(path, [](std::ostream& out) { out << "first"; });
+  write_file_atomically(path, [](std::ostream& out) { out << "second"; });
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "second");
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"f.txt"});
+}
+
+TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
+  TempDir dir;
+  const std::string path = dir.file("f.txt");
+  write_file_atomically(path, [](std::ostream& out) { out << "good"; });
+  EXPECT_THROW(
+      write_file_atomically(path, [](std::ostream& out) {
+        out << "partial";
+        throw std::runtime_error("disk on fire");
+      }),
+      std::runtime_error);
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "good");
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"f.txt"});
+  EXPECT_THAT(
+      [&] { write_file_atomically(dir.file("no/such/dir/f"), [](std::ostream&) {}); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("cannot create a temporary file next to it")));
+}
+
+TEST(Checkpoint, LoadErrorsNameTheFile) {
+  TempDir dir;
+  Net net;
+  EXPECT_THAT(
+      [&] { load_checkpoint(dir.file("missing.ckpt"), net, nullptr, nullptr); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("checkpoint '" + dir.file("missing.ckpt") + "' does not exist")));
+  hotloop::testing::write_bytes(dir.file("garbage.ckpt"), {1, 2, 3, 4, 5});
+  EXPECT_THAT(
+      [&] { load_checkpoint(dir.file("garbage.ckpt"), net, nullptr, nullptr); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(dir.file("garbage.ckpt") + ": cannot load checkpoint")));
+  torch::serialize::OutputArchive other;
+  net.save(other);
+  other.save_to(dir.file("plain.pt"));
+  EXPECT_THAT(
+      [&] { load_checkpoint(dir.file("plain.pt"), net, nullptr, nullptr); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
+}
+
+} // namespace
+} // namespace hotloop::train
