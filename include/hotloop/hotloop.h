@@ -6,6 +6,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/core/memory.h"
 #include "hotloop/core/threads.h"
 
 #include "hotloop/data/batch.h"

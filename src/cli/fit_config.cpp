@@ -49,6 +49,7 @@ ConfigSchema make_schema() {
   s.add(opt("trainer.name", T::kString, "fashion_mnist", "run name, the folder under default_root_dir"));
   s.add(opt("trainer.seed", T::kInt, "0", "seed of model init, shuffling and augmentation", 0));
   s.add(opt("trainer.num_threads", T::kInt, "0", "LibTorch intra-op threads; 0: auto (every core, less excess loader threads)", 0, 1024));
+  s.add(opt("trainer.retain_host_memory", T::kBool, "true", "keep freed host memory for reuse (no page faults on every step's activations)"));
   s.add(opt("trainer.enable_checkpointing", T::kBool, "true", "write checkpoints/last.ckpt after every epoch"));
   s.add(opt("trainer.enable_progress_bar", T::kBool, "true", "print one line per epoch"));
   // model
@@ -137,6 +138,7 @@ FitConfig to_fit_config(const Config& c) {
       .default_root_dir(c.get_string("trainer.default_root_dir"))
       .name(c.get_string("trainer.name"))
       .num_threads(c.get_int("trainer.num_threads"))
+      .retain_host_memory(c.get_bool("trainer.retain_host_memory"))
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
       .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"));
   HOTLOOP_CHECK_AS(

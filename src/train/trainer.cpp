@@ -2,6 +2,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/core/memory.h"
 #include "hotloop/core/threads.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/run_dir.h"
@@ -96,6 +97,9 @@ FitResult Trainer::fit(
       static_cast<int>(options_.num_threads()),
       static_cast<int>(train.options().num_workers()));
   torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
+  if (options_.retain_host_memory()) {
+    retain_freed_host_memory();
+  }
 
   const int64_t batches_per_epoch =
       limited(train.num_batches(), options_.limit_train_batches());

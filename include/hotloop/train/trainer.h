@@ -37,6 +37,9 @@ struct TrainerOptions {
   TORCH_ARG(std::string, name) = "default";
   /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
   TORCH_ARG(int64_t, num_threads) = 0;
+  /// Keep freed host memory for reuse (retain_freed_host_memory): saves a
+  /// page fault per touched page of every activation, every step.
+  TORCH_ARG(bool, retain_host_memory) = true;
   /// Write `checkpoints/last.ckpt` after every epoch.
   TORCH_ARG(bool, enable_checkpointing) = true;
   /// Print one line per epoch.
