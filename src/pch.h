@@ -5,4 +5,3 @@
 #include <torch/nn.h>
 #include <torch/optim.h>
 #include <torch/serialize.h>
-

@@ -13,7 +13,8 @@ namespace hotloop::testing {
 namespace fs = std::filesystem;
 
 TempDir::TempDir() {
-  std::string pattern = (fs::temp_directory_path() / "hotloop-test-XXXXXX").string();
+  std::string pattern =
+      (fs::temp_directory_path() / "hotloop-test-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw std::runtime_error("mkdtemp failed");
   }
@@ -29,10 +30,12 @@ std::string TempDir::file(const std::string& name) const {
   return path_ + "/" + name;
 }
 
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, bool gzip) {
+void write_bytes(
+    const std::string& path, const std::vector<uint8_t>& bytes, bool gzip) {
   if (gzip) {
     gzFile file = gzopen(path.c_str(), "wb");
-    if (file == nullptr || gzwrite(file, bytes.data(), bytes.size()) != static_cast<int>(bytes.size())) {
+    if (file == nullptr || gzwrite(file, bytes.data(), bytes.size()) !=
+                               static_cast<int>(bytes.size())) {
       throw std::runtime_error("gzwrite failed: " + path);
     }
     gzclose(file);
@@ -74,25 +77,36 @@ std::vector<uint8_t> idx_bytes(const at::Tensor& input) {
   return out;
 }
 
-std::pair<at::Tensor, at::Tensor> quadrant_images(int64_t n, int64_t size, uint64_t seed) {
+std::pair<at::Tensor, at::Tensor> quadrant_images(
+    int64_t n, int64_t size, uint64_t seed) {
   at::Tensor labels = at::arange(n, at::kLong).remainder(4);
   at::Tensor images = at::zeros({n, size, size}, at::kFloat);
   const int64_t half = size / 2;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = labels[i].item<int64_t>();
-    images[i].narrow(0, (k / 2) * half, half).narrow(1, (k % 2) * half, half).fill_(200);
+    images[i]
+        .narrow(0, (k / 2) * half, half)
+        .narrow(1, (k % 2) * half, half)
+        .fill_(200);
   }
-  const at::Tensor noise = at::arange(n * size * size, at::kFloat).view({n, size, size});
-  images = (images + (noise * static_cast<double>(seed + 7)).remainder(50)).clamp(0, 255);
+  const at::Tensor noise =
+      at::arange(n * size * size, at::kFloat).view({n, size, size});
+  images = (images + (noise * static_cast<double>(seed + 7)).remainder(50))
+               .clamp(0, 255);
   return {images.to(at::kByte), labels};
 }
 
-void write_fake_mnist(const std::string& root, int64_t n_train, int64_t n_test, int64_t size) {
+void write_fake_mnist(
+    const std::string& root, int64_t n_train, int64_t n_test, int64_t size) {
   fs::create_directories(root);
   auto make = [&](const std::string& prefix, int64_t n, uint64_t seed) {
     const auto [images, labels] = quadrant_images(n, size, seed);
-    write_bytes(root + "/" + prefix + "-images-idx3-ubyte.gz", idx_bytes(images), true);
-    write_bytes(root + "/" + prefix + "-labels-idx1-ubyte.gz", idx_bytes(labels.to(at::kByte)), true);
+    write_bytes(
+        root + "/" + prefix + "-images-idx3-ubyte.gz", idx_bytes(images), true);
+    write_bytes(
+        root + "/" + prefix + "-labels-idx1-ubyte.gz",
+        idx_bytes(labels.to(at::kByte)),
+        true);
   };
   make("train", n_train, 1);
   make("t10k", n_test, 2);

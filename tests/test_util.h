@@ -31,7 +31,10 @@ class TempDir {
 };
 
 /// Writes `bytes` to `path`, gzip-compressed when `gzip` is true.
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, bool gzip = false);
+void write_bytes(
+    const std::string& path,
+    const std::vector<uint8_t>& bytes,
+    bool gzip = false);
 
 /// The bytes of an IDX file holding `tensor` (uint8, int32 or float32).
 std::vector<uint8_t> idx_bytes(const at::Tensor& tensor);
@@ -39,10 +42,15 @@ std::vector<uint8_t> idx_bytes(const at::Tensor& tensor);
 /// n images [n, size, size] uint8 and labels [n] int64 in 4 classes: class
 /// k is bright in quadrant k, plus deterministic noise, so a small CNN
 /// learns it in a few steps.
-std::pair<at::Tensor, at::Tensor> quadrant_images(int64_t n, int64_t size, uint64_t seed);
+std::pair<at::Tensor, at::Tensor> quadrant_images(
+    int64_t n, int64_t size, uint64_t seed);
 
 /// Writes a small MNIST-format dataset (train: n_train, t10k: n_test
 /// quadrant images of size x size) into `root`, gzip-compressed.
-void write_fake_mnist(const std::string& root, int64_t n_train, int64_t n_test, int64_t size = 28);
+void write_fake_mnist(
+    const std::string& root,
+    int64_t n_train,
+    int64_t n_test,
+    int64_t size = 28);
 
 } // namespace hotloop::testing

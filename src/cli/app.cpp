@@ -46,15 +46,18 @@ Session build_session(const FitConfig& config, bool with_train) {
   eval_transform.mean = config.data.transform.mean;
   eval_transform.std = config.data.transform.std;
   if (with_train) {
-    session.train_set = data::load_mnist_split(config.data.root, true, config.data.transform);
+    session.train_set =
+        data::load_mnist_split(config.data.root, true, config.data.transform);
   }
-  session.val_set = data::load_mnist_split(config.data.root, false, eval_transform);
+  session.val_set =
+      data::load_mnist_split(config.data.root, false, eval_transform);
   models::FashionCnnOptions model = config.model;
   const auto& images = session.val_set->images();
   model.in_channels = images.size(1);
   model.image_size = images.size(2);
   session.module = std::make_shared<train::ImageClassifier>(
-      torch::nn::AnyModule(models::FashionCnn(model)), config.optimizer,
+      torch::nn::AnyModule(models::FashionCnn(model)),
+      config.optimizer,
       config.scheduler);
   return session;
 }
@@ -71,11 +74,13 @@ data::DataLoaderOptions loader_options(const FitConfig& config, bool train) {
 }
 
 // `last` means the newest run's last.ckpt under default_root_dir/name.
-std::string resolve_ckpt_path(const std::string& path, const FitConfig& config) {
+std::string resolve_ckpt_path(
+    const std::string& path, const FitConfig& config) {
   if (path != "last") {
     return path;
   }
-  const fs::path runs = fs::path(config.trainer.default_root_dir()) / config.trainer.name();
+  const fs::path runs =
+      fs::path(config.trainer.default_root_dir()) / config.trainer.name();
   int64_t best = -1;
   std::string found;
   std::error_code ec;
@@ -91,12 +96,15 @@ std::string resolve_ckpt_path(const std::string& path, const FitConfig& config) 
     }
   }
   HOTLOOP_CHECK(
-      !found.empty(), "--ckpt_path=last: no run under '", runs.string(),
+      !found.empty(),
+      "--ckpt_path=last: no run under '",
+      runs.string(),
       "' has checkpoints/last.ckpt");
   return found;
 }
 
-void print_metrics(std::ostream& out, const std::map<std::string, double>& metrics) {
+void print_metrics(
+    std::ostream& out, const std::map<std::string, double>& metrics) {
   out << std::fixed << std::setprecision(4);
   for (const auto& [name, value] : metrics) {
     out << name << " " << value << "\n";
@@ -107,12 +115,14 @@ void print_metrics(std::ostream& out, const std::map<std::string, double>& metri
 int run_fit(const ParsedArgs& args, std::ostream& out) {
   const FitConfig config = to_fit_config(args.config);
   Session session = build_session(config, /*with_train=*/true);
-  data::DataLoader train_loader(session.train_set, loader_options(config, true));
+  data::DataLoader train_loader(
+      session.train_set, loader_options(config, true));
   data::DataLoader val_loader(session.val_set, loader_options(config, false));
   train::Trainer trainer(config.trainer, out);
-  const std::string ckpt_path = args.extra.count("ckpt_path")
-      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
-      : "";
+  const std::string ckpt_path =
+      args.extra.count("ckpt_path")
+          ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+          : "";
   const std::string& run_dir = trainer.log_dir();
   if (!run_dir.empty()) {
     const std::string yaml = args.config.to_yaml();
@@ -135,16 +145,22 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
 
 int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   HOTLOOP_CHECK_AS(
-      ConfigError, args.extra.count("ckpt_path"), "hotloop ",
-      test ? "test" : "validate", " needs --ckpt_path PATH (or last)");
+      ConfigError,
+      args.extra.count("ckpt_path"),
+      "hotloop ",
+      test ? "test" : "validate",
+      " needs --ckpt_path PATH (or last)");
   FitConfig config = to_fit_config(args.config);
-  const std::string ckpt_path = resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  const std::string ckpt_path =
+      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
   Session session = build_session(config, /*with_train=*/false);
   data::DataLoader loader(session.val_set, loader_options(config, false));
   // Evaluation writes no run folder.
-  train::Trainer trainer(train::TrainerOptions(config.trainer).default_root_dir(""), out);
-  const auto metrics = test ? trainer.test(*session.module, loader, ckpt_path)
-                            : trainer.validate(*session.module, loader, ckpt_path);
+  train::Trainer trainer(
+      train::TrainerOptions(config.trainer).default_root_dir(""), out);
+  const auto metrics =
+      test ? trainer.test(*session.module, loader, ckpt_path)
+           : trainer.validate(*session.module, loader, ckpt_path);
   out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
   print_metrics(out, metrics);
   return 0;
@@ -156,28 +172,38 @@ std::string first_line(const std::string& text) {
 
 } // namespace
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int run(
+    const std::vector<std::string>& args,
+    std::ostream& out,
+    std::ostream& err) {
   std::string command = args.empty() ? "" : args[0];
   try {
-    if (command.empty() || command == "--help" || command == "-h" || command == "help") {
+    if (command.empty() || command == "--help" || command == "-h" ||
+        command == "help") {
       out << kUsage;
       return command.empty() ? 2 : 0;
     }
     if (command == "--version") {
-      out << "hotloop " << HOTLOOP_VERSION << " (LibTorch " << TORCH_VERSION_MAJOR
-          << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH << ")\n";
+      out << "hotloop " << HOTLOOP_VERSION << " (LibTorch "
+          << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "."
+          << TORCH_VERSION_PATCH << ")\n";
       return 0;
     }
     HOTLOOP_CHECK_AS(
-        ConfigError, command == "fit" || command == "validate" || command == "test",
-        "unknown command '", command, "' (expected fit, validate or test)");
+        ConfigError,
+        command == "fit" || command == "validate" || command == "test",
+        "unknown command '",
+        command,
+        "' (expected fit, validate or test)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    ParsedArgs parsed = parse_args(schema, rest, {"ckpt_path", "help", "print_config"});
+    ParsedArgs parsed =
+        parse_args(schema, rest, {"ckpt_path", "help", "print_config"});
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
-          << (command == "fit" ? " [--ckpt_path PATH|last]" : " --ckpt_path PATH|last")
+          << (command == "fit" ? " [--ckpt_path PATH|last]"
+                               : " --ckpt_path PATH|last")
           << " [--print_config]\n\noptions (default in the flag):\n"
           << help_text(schema);
       return 0;

@@ -28,7 +28,11 @@ OptionSpec choice(
     std::string default_value,
     std::vector<std::string> choices,
     std::string help) {
-  OptionSpec spec = opt(std::move(key), OptionType::kString, std::move(default_value), std::move(help));
+  OptionSpec spec =
+      opt(std::move(key),
+          OptionType::kString,
+          std::move(default_value),
+          std::move(help));
   spec.choices = std::move(choices);
   return spec;
 }
@@ -38,82 +42,367 @@ ConfigSchema make_schema() {
   ConfigSchema s;
   // trainer: Lightning's Trainer flags.
   s.add(opt("trainer.max_epochs", T::kInt, "15", "epochs to train", 1));
-  s.add(opt("trainer.max_steps", T::kInt, "-1", "stop after this many optimizer steps; -1: no limit", -1));
-  s.add(opt("trainer.limit_train_batches", T::kInt, "-1", "batches per training epoch; -1: all", -1));
-  s.add(opt("trainer.limit_val_batches", T::kInt, "-1", "batches per validation; -1: all, 0: no validation", -1));
-  s.add(opt("trainer.check_val_every_n_epoch", T::kInt, "1", "validate every n epochs (and after the last)", 1));
-  s.add(opt("trainer.accumulate_grad_batches", T::kInt, "1", "batches whose gradients are summed per optimizer step", 1));
-  s.add(opt("trainer.gradient_clip_val", T::kFloat, "0", "clip the global gradient norm to this; 0: off", 0));
-  s.add(opt("trainer.detect_anomaly", T::kBool, "false", "autograd anomaly detection (slow; for debugging NaNs)"));
-  s.add(opt("trainer.default_root_dir", T::kString, "runs", "runs go to <default_root_dir>/<name>/version_N; empty: no files"));
-  s.add(opt("trainer.name", T::kString, "fashion_mnist", "run name, the folder under default_root_dir"));
-  s.add(opt("trainer.seed", T::kInt, "0", "seed of model init, shuffling and augmentation", 0));
-  s.add(opt("trainer.num_threads", T::kInt, "0", "LibTorch intra-op threads; 0: auto (every core, less excess loader threads)", 0, 1024));
-  s.add(opt("trainer.retain_host_memory", T::kBool, "true", "keep freed host memory for reuse (no page faults on every step's activations)"));
-  s.add(opt("trainer.enable_checkpointing", T::kBool, "true", "write checkpoints/last.ckpt after every epoch"));
-  s.add(opt("trainer.enable_progress_bar", T::kBool, "true", "print one line per epoch"));
+  s.add(
+      opt("trainer.max_steps",
+          T::kInt,
+          "-1",
+          "stop after this many optimizer steps; -1: no limit",
+          -1));
+  s.add(
+      opt("trainer.limit_train_batches",
+          T::kInt,
+          "-1",
+          "batches per training epoch; -1: all",
+          -1));
+  s.add(
+      opt("trainer.limit_val_batches",
+          T::kInt,
+          "-1",
+          "batches per validation; -1: all, 0: no validation",
+          -1));
+  s.add(
+      opt("trainer.check_val_every_n_epoch",
+          T::kInt,
+          "1",
+          "validate every n epochs (and after the last)",
+          1));
+  s.add(
+      opt("trainer.accumulate_grad_batches",
+          T::kInt,
+          "1",
+          "batches whose gradients are summed per optimizer step",
+          1));
+  s.add(
+      opt("trainer.gradient_clip_val",
+          T::kFloat,
+          "0",
+          "clip the global gradient norm to this; 0: off",
+          0));
+  s.add(
+      opt("trainer.detect_anomaly",
+          T::kBool,
+          "false",
+          "autograd anomaly detection (slow; for debugging NaNs)"));
+  s.add(
+      opt("trainer.default_root_dir",
+          T::kString,
+          "runs",
+          "runs go to <default_root_dir>/<name>/version_N; \"\" (in YAML): no files"));
+  s.add(
+      opt("trainer.name",
+          T::kString,
+          "fashion_mnist",
+          "run name, the folder under default_root_dir"));
+  s.add(
+      opt("trainer.seed",
+          T::kInt,
+          "0",
+          "seed of model init, shuffling and augmentation",
+          0));
+  s.add(
+      opt("trainer.num_threads",
+          T::kInt,
+          "0",
+          "LibTorch intra-op threads; 0: auto (every core, less excess loader "
+          "threads)",
+          0,
+          1024));
+  s.add(
+      opt("trainer.retain_host_memory",
+          T::kBool,
+          "true",
+          "keep freed host memory for reuse (no page faults on every step's "
+          "activations)"));
+  s.add(
+      opt("trainer.enable_checkpointing",
+          T::kBool,
+          "true",
+          "write checkpoints/last.ckpt after every epoch"));
+  s.add(
+      opt("trainer.enable_progress_bar",
+          T::kBool,
+          "true",
+          "print one line per epoch"));
   // model
   s.add(choice("model.name", "fashion_cnn", {"fashion_cnn"}, "the network"));
-  s.add(opt("model.channels", T::kIntList, "[16, 32]", "output channels of each conv block (conv -> BatchNorm -> ReLU -> pool)", 1, 4096));
-  s.add(opt("model.hidden", T::kInt, "128", "hidden width of the MLP head; 0: linear head", 0));
-  s.add(opt("model.dropout", T::kFloat, "0", "dropout before the last layer", 0, 0.99));
+  s.add(opt(
+      "model.channels",
+      T::kIntList,
+      "[16, 32]",
+      "output channels of each conv block (conv -> BatchNorm -> ReLU -> pool)",
+      1,
+      4096));
+  s.add(
+      opt("model.hidden",
+          T::kInt,
+          "128",
+          "hidden width of the MLP head; 0: linear head",
+          0));
+  s.add(
+      opt("model.dropout",
+          T::kFloat,
+          "0",
+          "dropout before the last layer",
+          0,
+          0.99));
   s.add(opt("model.num_classes", T::kInt, "10", "number of classes", 2));
   // data
-  s.add(opt("data.root", T::kString, data::kFashionMnistDefaultRoot, "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"));
+  s.add(
+      opt("data.root",
+          T::kString,
+          data::kFashionMnistDefaultRoot,
+          "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"));
   s.add(opt("data.batch_size", T::kInt, "256", "training batch size", 1));
-  s.add(opt("data.val_batch_size", T::kInt, "1000", "validation/test batch size", 1));
-  s.add(opt("data.num_workers", T::kInt, "1", "loader threads; 0 loads in the training thread", 0, 256));
-  s.add(opt("data.prefetch_factor", T::kInt, "2", "batches each loader thread prepares ahead", 1));
-  s.add(opt("data.shuffle", T::kBool, "true", "reshuffle the training set every epoch"));
-  s.add(opt("data.drop_last", T::kBool, "false", "drop the last incomplete training batch"));
-  s.add(opt("data.timeout", T::kFloat, "0", "seconds to wait for a batch; 0: forever", 0));
-  s.add(opt("data.crop_padding", T::kInt, "2", "random crop after zero padding by this much; 0: off", 0));
-  s.add(opt("data.horizontal_flip", T::kBool, "true", "random horizontal flip of training images"));
-  s.add(opt("data.mean", T::kFloatList, "[0.286]", "per-channel mean for Normalize (pixels in [0, 1])"));
-  s.add(opt("data.std", T::kFloatList, "[0.353]", "per-channel std for Normalize"));
+  s.add(opt(
+      "data.val_batch_size", T::kInt, "1000", "validation/test batch size", 1));
+  s.add(
+      opt("data.num_workers",
+          T::kInt,
+          "1",
+          "loader threads; 0 loads in the training thread",
+          0,
+          256));
+  s.add(
+      opt("data.prefetch_factor",
+          T::kInt,
+          "2",
+          "batches each loader thread prepares ahead",
+          1));
+  s.add(
+      opt("data.shuffle",
+          T::kBool,
+          "true",
+          "reshuffle the training set every epoch"));
+  s.add(
+      opt("data.drop_last",
+          T::kBool,
+          "false",
+          "drop the last incomplete training batch"));
+  s.add(
+      opt("data.timeout",
+          T::kFloat,
+          "0",
+          "seconds to wait for a batch; 0: forever",
+          0));
+  s.add(
+      opt("data.crop_padding",
+          T::kInt,
+          "2",
+          "random crop after zero padding by this much; 0: off",
+          0));
+  s.add(
+      opt("data.horizontal_flip",
+          T::kBool,
+          "true",
+          "random horizontal flip of training images"));
+  s.add(
+      opt("data.mean",
+          T::kFloatList,
+          "[0.286]",
+          "per-channel mean for Normalize (pixels in [0, 1])"));
+  s.add(opt(
+      "data.std", T::kFloatList, "[0.353]", "per-channel std for Normalize"));
   // optimizer
-  s.add(choice("optimizer.name", "adamw", {"sgd", "adam", "adamw", "rmsprop", "adagrad"}, "the optimizer"));
-  s.add(opt("optimizer.lr", T::kFloat, "0.004", "learning rate (onecycle: the peak)", 0));
+  s.add(choice(
+      "optimizer.name",
+      "adamw",
+      {"sgd", "adam", "adamw", "rmsprop", "adagrad"},
+      "the optimizer"));
+  s.add(
+      opt("optimizer.lr",
+          T::kFloat,
+          "0.004",
+          "learning rate (onecycle: the peak)",
+          0));
   s.add(opt("optimizer.weight_decay", T::kFloat, "0.0001", "weight decay", 0));
-  s.add(opt("optimizer.momentum", T::kFloat, "0.9", "sgd/rmsprop momentum", 0, 1));
+  s.add(opt(
+      "optimizer.momentum", T::kFloat, "0.9", "sgd/rmsprop momentum", 0, 1));
   s.add(opt("optimizer.nesterov", T::kBool, "false", "sgd Nesterov momentum"));
   s.add(opt("optimizer.beta1", T::kFloat, "0.9", "adam/adamw beta1", 0, 1));
   s.add(opt("optimizer.beta2", T::kFloat, "0.999", "adam/adamw beta2", 0, 1));
-  s.add(opt("optimizer.eps", T::kFloat, "1e-08", "adam/adamw/rmsprop/adagrad eps", 0));
-  s.add(opt("optimizer.no_decay_norm_and_bias", T::kBool, "true", "no weight decay on normalization layers and biases"));
+  s.add(
+      opt("optimizer.eps",
+          T::kFloat,
+          "1e-08",
+          "adam/adamw/rmsprop/adagrad eps",
+          0));
+  s.add(
+      opt("optimizer.no_decay_norm_and_bias",
+          T::kBool,
+          "true",
+          "no weight decay on normalization layers and biases"));
   // lr_scheduler
-  s.add(choice("lr_scheduler.name", "onecycle",
-      {"none", "step", "multistep", "exponential", "cosine", "cosine_restarts", "onecycle", "polynomial", "plateau"},
+  s.add(choice(
+      "lr_scheduler.name",
+      "onecycle",
+      {"none",
+       "step",
+       "multistep",
+       "exponential",
+       "cosine",
+       "cosine_restarts",
+       "onecycle",
+       "polynomial",
+       "plateau"},
       "the learning-rate schedule"));
-  s.add(choice("lr_scheduler.interval", "step", {"step", "epoch"}, "step the schedule after every optimizer step or every epoch"));
-  s.add(opt("lr_scheduler.warmup_steps", T::kInt, "0", "linear warmup steps in front of the schedule", 0));
-  s.add(opt("lr_scheduler.warmup_start_factor", T::kFloat, "0.333333", "warmup starts at this fraction of the rate", 0, 1));
-  s.add(opt("lr_scheduler.step_size", T::kInt, "30", "step: decay every step_size steps", 1));
-  s.add(opt("lr_scheduler.gamma", T::kFloat, "0.1", "step/multistep/exponential: decay factor", 0));
-  s.add(opt("lr_scheduler.milestones", T::kIntList, "[]", "multistep: steps at which to decay", 1));
-  s.add(opt("lr_scheduler.t_max", T::kInt, "0", "cosine: half-period; 0: the whole run", 0));
-  s.add(opt("lr_scheduler.eta_min", T::kFloat, "0", "cosine/cosine_restarts: lowest rate", 0));
-  s.add(opt("lr_scheduler.t_0", T::kInt, "10", "cosine_restarts: first period", 1));
-  s.add(opt("lr_scheduler.t_mult", T::kInt, "1", "cosine_restarts: period growth factor", 1));
-  s.add(opt("lr_scheduler.max_lr", T::kFloat, "0", "onecycle: peak rate; 0: optimizer.lr", 0));
-  s.add(opt("lr_scheduler.pct_start", T::kFloat, "0.3", "onecycle: fraction of steps spent rising", 0, 1));
-  s.add(choice("lr_scheduler.anneal_strategy", "cos", {"cos", "linear"}, "onecycle: annealing shape"));
-  s.add(opt("lr_scheduler.div_factor", T::kFloat, "25", "onecycle: initial rate = max_lr / div_factor", 0));
-  s.add(opt("lr_scheduler.final_div_factor", T::kFloat, "10000", "onecycle: final rate = initial / final_div_factor", 0));
-  s.add(opt("lr_scheduler.three_phase", T::kBool, "false", "onecycle: three-phase variant"));
-  s.add(opt("lr_scheduler.cycle_momentum", T::kBool, "true", "onecycle: cycle momentum (adam: beta1) inversely to the rate"));
-  s.add(opt("lr_scheduler.base_momentum", T::kFloat, "0.85", "onecycle: lowest momentum", 0, 1));
-  s.add(opt("lr_scheduler.max_momentum", T::kFloat, "0.95", "onecycle: highest momentum", 0, 1));
-  s.add(opt("lr_scheduler.total_iters", T::kInt, "0", "polynomial: steps to reach 0; 0: the whole run", 0));
+  s.add(choice(
+      "lr_scheduler.interval",
+      "step",
+      {"step", "epoch"},
+      "step the schedule after every optimizer step or every epoch"));
+  s.add(
+      opt("lr_scheduler.warmup_steps",
+          T::kInt,
+          "0",
+          "linear warmup steps in front of the schedule",
+          0));
+  s.add(
+      opt("lr_scheduler.warmup_start_factor",
+          T::kFloat,
+          "0.333333",
+          "warmup starts at this fraction of the rate",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.step_size",
+          T::kInt,
+          "30",
+          "step: decay every step_size steps",
+          1));
+  s.add(
+      opt("lr_scheduler.gamma",
+          T::kFloat,
+          "0.1",
+          "step/multistep/exponential: decay factor",
+          0));
+  s.add(
+      opt("lr_scheduler.milestones",
+          T::kIntList,
+          "[]",
+          "multistep: steps at which to decay",
+          1));
+  s.add(
+      opt("lr_scheduler.t_max",
+          T::kInt,
+          "0",
+          "cosine: half-period; 0: the whole run",
+          0));
+  s.add(
+      opt("lr_scheduler.eta_min",
+          T::kFloat,
+          "0",
+          "cosine/cosine_restarts: lowest rate",
+          0));
+  s.add(opt(
+      "lr_scheduler.t_0", T::kInt, "10", "cosine_restarts: first period", 1));
+  s.add(
+      opt("lr_scheduler.t_mult",
+          T::kInt,
+          "1",
+          "cosine_restarts: period growth factor",
+          1));
+  s.add(
+      opt("lr_scheduler.max_lr",
+          T::kFloat,
+          "0",
+          "onecycle: peak rate; 0: optimizer.lr",
+          0));
+  s.add(
+      opt("lr_scheduler.pct_start",
+          T::kFloat,
+          "0.3",
+          "onecycle: fraction of steps spent rising",
+          0,
+          1));
+  s.add(choice(
+      "lr_scheduler.anneal_strategy",
+      "cos",
+      {"cos", "linear"},
+      "onecycle: annealing shape"));
+  s.add(
+      opt("lr_scheduler.div_factor",
+          T::kFloat,
+          "25",
+          "onecycle: initial rate = max_lr / div_factor",
+          0));
+  s.add(
+      opt("lr_scheduler.final_div_factor",
+          T::kFloat,
+          "10000",
+          "onecycle: final rate = initial / final_div_factor",
+          0));
+  s.add(
+      opt("lr_scheduler.three_phase",
+          T::kBool,
+          "false",
+          "onecycle: three-phase variant"));
+  s.add(
+      opt("lr_scheduler.cycle_momentum",
+          T::kBool,
+          "true",
+          "onecycle: cycle momentum (adam: beta1) inversely to the rate"));
+  s.add(
+      opt("lr_scheduler.base_momentum",
+          T::kFloat,
+          "0.85",
+          "onecycle: lowest momentum",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.max_momentum",
+          T::kFloat,
+          "0.95",
+          "onecycle: highest momentum",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.total_iters",
+          T::kInt,
+          "0",
+          "polynomial: steps to reach 0; 0: the whole run",
+          0));
   s.add(opt("lr_scheduler.power", T::kFloat, "1", "polynomial: exponent", 0));
-  s.add(choice("lr_scheduler.mode", "min", {"min", "max"}, "plateau: whether the monitored metric should fall or rise"));
-  s.add(opt("lr_scheduler.factor", T::kFloat, "0.1", "plateau: rate multiplier on a plateau", 0, 1));
-  s.add(opt("lr_scheduler.patience", T::kInt, "10", "plateau: epochs without improvement before decaying", 0));
-  s.add(opt("lr_scheduler.threshold", T::kFloat, "0.0001", "plateau: least change that counts as improvement", 0));
-  s.add(choice("lr_scheduler.threshold_mode", "rel", {"rel", "abs"}, "plateau: threshold relative or absolute"));
-  s.add(opt("lr_scheduler.cooldown", T::kInt, "0", "plateau: epochs to wait after a decay", 0));
+  s.add(choice(
+      "lr_scheduler.mode",
+      "min",
+      {"min", "max"},
+      "plateau: whether the monitored metric should fall or rise"));
+  s.add(
+      opt("lr_scheduler.factor",
+          T::kFloat,
+          "0.1",
+          "plateau: rate multiplier on a plateau",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.patience",
+          T::kInt,
+          "10",
+          "plateau: epochs without improvement before decaying",
+          0));
+  s.add(
+      opt("lr_scheduler.threshold",
+          T::kFloat,
+          "0.0001",
+          "plateau: least change that counts as improvement",
+          0));
+  s.add(choice(
+      "lr_scheduler.threshold_mode",
+      "rel",
+      {"rel", "abs"},
+      "plateau: threshold relative or absolute"));
+  s.add(
+      opt("lr_scheduler.cooldown",
+          T::kInt,
+          "0",
+          "plateau: epochs to wait after a decay",
+          0));
   s.add(opt("lr_scheduler.min_lr", T::kFloat, "0", "plateau: lowest rate", 0));
-  s.add(opt("lr_scheduler.monitor", T::kString, "val_loss", "plateau: the logged metric to watch"));
+  s.add(
+      opt("lr_scheduler.monitor",
+          T::kString,
+          "val_loss",
+          "plateau: the logged metric to watch"));
   return s;
 }
 
@@ -142,18 +431,28 @@ FitConfig to_fit_config(const Config& c) {
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
       .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"));
   HOTLOOP_CHECK_AS(
-      ConfigError, !f.trainer.name().empty() && f.trainer.name().find('/') == std::string::npos,
-      "trainer.name must be a non-empty folder name without '/', got '", f.trainer.name(), "'");
+      ConfigError,
+      !f.trainer.name().empty() &&
+          f.trainer.name().find('/') == std::string::npos,
+      "trainer.name must be a non-empty folder name without '/', got '",
+      f.trainer.name(),
+      "'");
   // A run of max_steps=0 would be a no-op; -1 or positive only.
   HOTLOOP_CHECK_AS(
-      ConfigError, f.trainer.max_steps() != 0, "trainer.max_steps must be positive or -1, got 0");
+      ConfigError,
+      f.trainer.max_steps() != 0,
+      "trainer.max_steps must be positive or -1, got 0");
   HOTLOOP_CHECK_AS(
-      ConfigError, f.trainer.limit_train_batches() != 0,
+      ConfigError,
+      f.trainer.limit_train_batches() != 0,
       "trainer.limit_train_batches must be positive or -1, got 0");
 
   f.model_name = c.get_string("model.name");
   f.model.channels = c.get_int_list("model.channels");
-  HOTLOOP_CHECK_AS(ConfigError, !f.model.channels.empty(), "model.channels must name at least one conv block, got []");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !f.model.channels.empty(),
+      "model.channels must name at least one conv block, got []");
   f.model.hidden = c.get_int("model.hidden");
   f.model.dropout = c.get_float("model.dropout");
   f.model.num_classes = c.get_int("model.num_classes");

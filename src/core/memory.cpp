@@ -16,7 +16,7 @@ bool retain_freed_host_memory() {
   // Never trim the top of the heap back to the kernel during training.
   constexpr int kTrimThreshold = INT32_MAX;
   return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
-      mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+         mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
 #else
   return false;
 #endif

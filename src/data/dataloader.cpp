@@ -10,21 +10,29 @@
 namespace hotloop::data {
 
 DataLoader::DataLoader(
-    std::shared_ptr<const Dataset> dataset,
-    DataLoaderOptions options)
+    std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
-  HOTLOOP_CHECK_AS(ConfigError, dataset_ != nullptr, "DataLoader needs a dataset");
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.batch_size() > 0,
-      "batch_size must be positive, got ", options_.batch_size());
+      ConfigError, dataset_ != nullptr, "DataLoader needs a dataset");
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.num_workers() >= 0,
-      "num_workers must be >= 0, got ", options_.num_workers());
+      ConfigError,
+      options_.batch_size() > 0,
+      "batch_size must be positive, got ",
+      options_.batch_size());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.prefetch_factor() > 0,
-      "prefetch_factor must be positive, got ", options_.prefetch_factor());
+      ConfigError,
+      options_.num_workers() >= 0,
+      "num_workers must be >= 0, got ",
+      options_.num_workers());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.timeout() >= 0, "timeout must be >= 0, got ",
+      ConfigError,
+      options_.prefetch_factor() > 0,
+      "prefetch_factor must be positive, got ",
+      options_.prefetch_factor());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.timeout() >= 0,
+      "timeout must be >= 0, got ",
       options_.timeout());
   spec_ = dataset_->spec();
   for (int64_t i = 0; i < options_.num_workers(); ++i) {
@@ -45,8 +53,9 @@ DataLoader::~DataLoader() {
 
 int64_t DataLoader::num_batches() const {
   const int64_t n = dataset_->size();
-  return options_.drop_last() ? n / options_.batch_size()
-                            : (n + options_.batch_size() - 1) / options_.batch_size();
+  return options_.drop_last()
+             ? n / options_.batch_size()
+             : (n + options_.batch_size() - 1) / options_.batch_size();
 }
 
 DataLoader::Iterator DataLoader::begin() {
@@ -110,9 +119,8 @@ void DataLoader::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_cv_.wait(lock, [&] {
-      return stop_ ||
-          (next_to_schedule_ < batches_ &&
-           next_to_schedule_ < next_to_consume_ + capacity);
+      return stop_ || (next_to_schedule_ < batches_ &&
+                       next_to_schedule_ < next_to_consume_ + capacity);
     });
     if (stop_) {
       return;
@@ -155,8 +163,11 @@ bool DataLoader::next(Batch& out) {
     const auto limit = std::chrono::duration<double>(options_.timeout());
     HOTLOOP_CHECK(
         ready_cv_.wait_for(lock, limit, is_ready),
-        "DataLoader timed out after ", options_.timeout(),
-        " s waiting for batch ", index, " (data.timeout)");
+        "DataLoader timed out after ",
+        options_.timeout(),
+        " s waiting for batch ",
+        index,
+        " (data.timeout)");
   } else {
     ready_cv_.wait(lock, is_ready);
   }

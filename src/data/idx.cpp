@@ -25,7 +25,10 @@ class Reader {
   explicit Reader(const std::string& path) : path_(path) {
     file_ = gzopen(path.c_str(), "rb");
     HOTLOOP_CHECK_AS(
-        DataError, file_ != nullptr, path, ": cannot open: ",
+        DataError,
+        file_ != nullptr,
+        path,
+        ": cannot open: ",
         std::strerror(errno));
     gzbuffer(file_, 1 << 17);
     gzip_ = gzdirect(file_) == 0;
@@ -47,8 +50,8 @@ class Reader {
       if (got < 0) {
         int code = 0;
         const char* message = gzerror(file_, &code);
-        throw DataError(detail::str_cat(
-            path_, ": corrupt gzip data (", message, ")"));
+        throw DataError(
+            detail::str_cat(path_, ": corrupt gzip data (", message, ")"));
       }
       if (got == 0) {
         break;
@@ -61,8 +64,16 @@ class Reader {
   void read_exact(void* dst, size_t size, const char* what) {
     const size_t got = read(dst, size);
     HOTLOOP_CHECK_AS(
-        DataError, got == size, path_, ": truncated ", what, ": expected ",
-        size, " bytes, got ", got, gzip_ ? " (after decompression)" : "");
+        DataError,
+        got == size,
+        path_,
+        ": truncated ",
+        what,
+        ": expected ",
+        size,
+        " bytes, got ",
+        got,
+        gzip_ ? " (after decompression)" : "");
   }
 
   bool at_end() {
@@ -92,7 +103,10 @@ at::ScalarType idx_type(uint8_t code, const std::string& path) {
       return at::kDouble;
     default:
       throw DataError(detail::str_cat(
-          path, ": unknown IDX element type 0x", std::hex, int(code),
+          path,
+          ": unknown IDX element type 0x",
+          std::hex,
+          int(code),
           " (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)"));
   }
 }
@@ -114,39 +128,57 @@ void byteswap_in_place(at::Tensor& tensor) {
 at::Tensor read_idx(const std::string& path) {
   std::error_code ec;
   HOTLOOP_CHECK_AS(
-      DataError, std::filesystem::is_regular_file(path, ec), path,
+      DataError,
+      std::filesystem::is_regular_file(path, ec),
+      path,
       ": no such file");
   Reader reader(path);
 
   std::array<uint8_t, 4> magic{};
   reader.read_exact(magic.data(), magic.size(), "header");
   HOTLOOP_CHECK_AS(
-      DataError, magic[0] == 0 && magic[1] == 0, path,
+      DataError,
+      magic[0] == 0 && magic[1] == 0,
+      path,
       ": not an IDX file (bad magic: the first two bytes must be zero)");
   const at::ScalarType dtype = idx_type(magic[2], path);
   const int ndim = magic[3];
   HOTLOOP_CHECK_AS(
-      DataError, ndim >= 1 && ndim <= kMaxDims, path,
-      ": IDX header declares ", ndim, " dimensions (expected 1 to ",
-      kMaxDims, ")");
+      DataError,
+      ndim >= 1 && ndim <= kMaxDims,
+      path,
+      ": IDX header declares ",
+      ndim,
+      " dimensions (expected 1 to ",
+      kMaxDims,
+      ")");
 
   std::vector<int64_t> sizes(ndim);
   for (int d = 0; d < ndim; ++d) {
     std::array<uint8_t, 4> be{};
     reader.read_exact(be.data(), be.size(), "header");
     const uint32_t size = (uint32_t(be[0]) << 24) | (uint32_t(be[1]) << 16) |
-        (uint32_t(be[2]) << 8) | uint32_t(be[3]);
+                          (uint32_t(be[2]) << 8) | uint32_t(be[3]);
     HOTLOOP_CHECK_AS(
-        DataError, size > 0 && size <= (1u << 31), path, ": dimension ", d,
-        " has size ", size, " (expected 1 to 2^31)");
+        DataError,
+        size > 0 && size <= (1u << 31),
+        path,
+        ": dimension ",
+        d,
+        " has size ",
+        size,
+        " (expected 1 to 2^31)");
     sizes[d] = size;
   }
 
   at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(dtype));
   reader.read_exact(tensor.data_ptr(), tensor.nbytes(), "data");
   HOTLOOP_CHECK_AS(
-      DataError, reader.at_end(), path,
-      ": has more data than its header declares (", tensor.nbytes(),
+      DataError,
+      reader.at_end(),
+      path,
+      ": has more data than its header declares (",
+      tensor.nbytes(),
       " bytes)");
   byteswap_in_place(tensor);
   return tensor;

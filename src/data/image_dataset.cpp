@@ -9,11 +9,15 @@ namespace {
 
 at::Tensor with_channels(at::Tensor images) {
   HOTLOOP_CHECK_AS(
-      DataError, images.dim() == 3 || images.dim() == 4,
-      "images must be [N, H, W] or [N, C, H, W], got ", images.sizes());
+      DataError,
+      images.dim() == 3 || images.dim() == 4,
+      "images must be [N, H, W] or [N, C, H, W], got ",
+      images.sizes());
   HOTLOOP_CHECK_AS(
-      DataError, images.scalar_type() == at::kByte,
-      "images must be uint8, got ", images.scalar_type());
+      DataError,
+      images.scalar_type() == at::kByte,
+      "images must be uint8, got ",
+      images.scalar_type());
   return (images.dim() == 3 ? images.unsqueeze(1) : images).contiguous();
 }
 
@@ -31,15 +35,21 @@ ImageClassificationDataset::ImageClassificationDataset(
           images_.size(2),
           images_.size(3)) {
   HOTLOOP_CHECK_AS(
-      DataError, labels_.dim() == 1, "labels must be [N], got ",
+      DataError,
+      labels_.dim() == 1,
+      "labels must be [N], got ",
       labels_.sizes());
   HOTLOOP_CHECK_AS(
-      DataError, labels_.size(0) == images_.size(0), "there are ",
-      images_.size(0), " images but ", labels_.size(0), " labels");
+      DataError,
+      labels_.size(0) == images_.size(0),
+      "there are ",
+      images_.size(0),
+      " images but ",
+      labels_.size(0),
+      " labels");
   if (labels_.numel() > 0) {
     const int64_t min = labels_.min().item<int64_t>();
-    HOTLOOP_CHECK_AS(
-        DataError, min >= 0, "labels must be >= 0, found ", min);
+    HOTLOOP_CHECK_AS(DataError, min >= 0, "labels must be >= 0, found ", min);
     num_classes_ = labels_.max().item<int64_t>() + 1;
   }
 }

@@ -8,15 +8,18 @@ namespace hotloop::data {
 namespace {
 
 void check_per_channel(
-    const std::vector<double>& values,
-    const char* name,
-    int64_t channels) {
+    const std::vector<double>& values, const char* name, int64_t channels) {
   HOTLOOP_CHECK_AS(
       ConfigError,
       values.empty() || values.size() == 1 ||
           static_cast<int64_t>(values.size()) == channels,
-      "data.", name, " has ", values.size(), " values; expected 1 or ",
-      channels, " (one per channel)");
+      "data.",
+      name,
+      " has ",
+      values.size(),
+      " values; expected 1 or ",
+      channels,
+      " (one per channel)");
 }
 
 double per_channel(const std::vector<double>& values, int64_t c) {
@@ -35,10 +38,13 @@ ImageTransform::ImageTransform(
       height_(height),
       width_(width) {
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.crop_padding >= 0,
-      "data.crop_padding must be >= 0, got ", options_.crop_padding);
+      ConfigError,
+      options_.crop_padding >= 0,
+      "data.crop_padding must be >= 0, got ",
+      options_.crop_padding);
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.mean.empty() == options_.std.empty(),
+      ConfigError,
+      options_.mean.empty() == options_.std.empty(),
       "data.mean and data.std must be given together");
   check_per_channel(options_.mean, "mean", channels);
   check_per_channel(options_.std, "std", channels);
@@ -48,7 +54,8 @@ ImageTransform::ImageTransform(
   }
   lut_.resize(channels);
   for (int64_t c = 0; c < channels; ++c) {
-    const double mean = options_.mean.empty() ? 0 : per_channel(options_.mean, c);
+    const double mean =
+        options_.mean.empty() ? 0 : per_channel(options_.mean, c);
     const double std = options_.std.empty() ? 1 : per_channel(options_.std, c);
     for (int v = 0; v < 256; ++v) {
       lut_[c][v] = static_cast<float>((v / 255.0 - mean) / std);
@@ -56,15 +63,17 @@ ImageTransform::ImageTransform(
   }
 }
 
-void ImageTransform::apply(const uint8_t* src, float* dst, SampleRng& rng)
-    const {
+void ImageTransform::apply(
+    const uint8_t* src, float* dst, SampleRng& rng) const {
   const int64_t pad = options_.crop_padding;
   // Offsets into the padded image; the same draws torchvision makes (top,
   // left, then the flip coin), though from a different generator.
-  const int64_t top = pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
-  const int64_t left = pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
+  const int64_t top =
+      pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
+  const int64_t left =
+      pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
   const bool flip = options_.horizontal_flip && (rng.next() >> 63);
-  const int64_t dy = top - pad; // source row = y + dy
+  const int64_t dy = top - pad;  // source row = y + dy
   const int64_t dx = left - pad; // source col = x + dx (before the flip)
 
   for (int64_t c = 0; c < channels_; ++c) {

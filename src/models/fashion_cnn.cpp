@@ -15,17 +15,24 @@ FashionCnnImpl::FashionCnnImpl(FashionCnnOptions options)
     : options_(std::move(options)) {
   namespace nn = torch::nn;
   HOTLOOP_CHECK_AS(
-      ConfigError, !options_.channels.empty(),
+      ConfigError,
+      !options_.channels.empty(),
       "model.channels must name at least one conv block");
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.num_classes > 1,
-      "model.num_classes must be > 1, got ", options_.num_classes);
+      ConfigError,
+      options_.num_classes > 1,
+      "model.num_classes must be > 1, got ",
+      options_.num_classes);
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.hidden >= 0, "model.hidden must be >= 0, got ",
+      ConfigError,
+      options_.hidden >= 0,
+      "model.hidden must be >= 0, got ",
       options_.hidden);
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.dropout >= 0 && options_.dropout < 1,
-      "model.dropout must be in [0, 1), got ", options_.dropout);
+      ConfigError,
+      options_.dropout >= 0 && options_.dropout < 1,
+      "model.dropout must be in [0, 1), got ",
+      options_.dropout);
 
   features_ = nn::Sequential();
   int64_t in = options_.in_channels;
@@ -34,9 +41,15 @@ FashionCnnImpl::FashionCnnImpl(FashionCnnOptions options)
     HOTLOOP_CHECK_AS(
         ConfigError, out > 0, "model.channels must be positive, got ", out);
     HOTLOOP_CHECK_AS(
-        ConfigError, size >= 2, "model.channels has ",
-        options_.channels.size(), " blocks, too many for ",
-        options_.image_size, "x", options_.image_size, " images");
+        ConfigError,
+        size >= 2,
+        "model.channels has ",
+        options_.channels.size(),
+        " blocks, too many for ",
+        options_.image_size,
+        "x",
+        options_.image_size,
+        " images");
     features_->push_back(
         nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
     features_->push_back(nn::BatchNorm2d(out));

@@ -37,7 +37,8 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
 }
 
 void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  const int fd =
+      ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
@@ -51,8 +52,7 @@ at::Tensor scalar(int64_t value) {
 } // namespace
 
 void write_file_atomically(
-    const std::string& path,
-    const std::function<void(std::ostream&)>& write) {
+    const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::ostringstream buffer;
   write(buffer);
   const std::string bytes = std::move(buffer).str();
@@ -60,11 +60,17 @@ void write_file_atomically(
   const fs::path target(path);
   std::string temp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp.data());
-  HOTLOOP_CHECK(fd >= 0, path, ": cannot create a temporary file next to it: ", std::strerror(errno));
+  HOTLOOP_CHECK(
+      fd >= 0,
+      path,
+      ": cannot create a temporary file next to it: ",
+      std::strerror(errno));
   try {
     write_all(fd, bytes, temp);
-    HOTLOOP_CHECK(::fsync(fd) == 0, temp, ": fsync failed: ", std::strerror(errno));
-    HOTLOOP_CHECK(::close(fd) == 0, temp, ": close failed: ", std::strerror(errno));
+    HOTLOOP_CHECK(
+        ::fsync(fd) == 0, temp, ": fsync failed: ", std::strerror(errno));
+    HOTLOOP_CHECK(
+        ::close(fd) == 0, temp, ": close failed: ", std::strerror(errno));
   } catch (...) {
     ::close(fd);
     ::unlink(temp.c_str());
@@ -73,7 +79,8 @@ void write_file_atomically(
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temp.c_str());
-    throw Error(detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
+    throw Error(
+        detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
   }
   fsync_dir(target.parent_path());
 }
@@ -115,7 +122,8 @@ TrainingProgress load_checkpoint(
     torch::optim::Optimizer* optimizer,
     optim::LRScheduler* scheduler) {
   std::error_code ec;
-  HOTLOOP_CHECK(fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
+  HOTLOOP_CHECK(
+      fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
   TrainingProgress progress;
   try {
     torch::serialize::InputArchive archive;
@@ -130,22 +138,29 @@ TrainingProgress load_checkpoint(
     at::Tensor version;
     HOTLOOP_CHECK(
         archive.try_read("hotloop_checkpoint_version", version),
-        path, ": not a hotloop checkpoint");
+        path,
+        ": not a hotloop checkpoint");
     HOTLOOP_CHECK(
-        version.item<int64_t>() == kFormatVersion, path,
-        ": checkpoint format version ", version.item<int64_t>(),
-        " is not supported (expected ", kFormatVersion, ")");
+        version.item<int64_t>() == kFormatVersion,
+        path,
+        ": checkpoint format version ",
+        version.item<int64_t>(),
+        " is not supported (expected ",
+        kFormatVersion,
+        ")");
     progress.epoch = read_int("epoch");
     progress.global_step = read_int("global_step");
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
     torch::serialize::InputArchive optimizer_archive;
-    if (optimizer != nullptr && archive.try_read("optimizer", optimizer_archive)) {
+    if (optimizer != nullptr &&
+        archive.try_read("optimizer", optimizer_archive)) {
       optimizer->load(optimizer_archive);
     }
     torch::serialize::InputArchive scheduler_archive;
-    if (scheduler != nullptr && archive.try_read("scheduler", scheduler_archive)) {
+    if (scheduler != nullptr &&
+        archive.try_read("scheduler", scheduler_archive)) {
       scheduler->load(scheduler_archive);
     }
     at::Tensor rng_state;

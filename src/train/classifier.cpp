@@ -21,9 +21,7 @@ at::Tensor ImageClassifier::forward(const at::Tensor& input) {
 }
 
 at::Tensor ImageClassifier::training_step(
-    const data::Batch& batch,
-    int64_t batch_idx,
-    MetricCollection& metrics) {
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   at::Tensor loss = at::cross_entropy_loss(forward(batch.input), batch.target);
   metrics.log("train_loss", loss, static_cast<double>(batch.size()));
   return loss;
@@ -35,22 +33,21 @@ void ImageClassifier::evaluate(
     MetricCollection& metrics) {
   const at::Tensor logits = forward(batch.input);
   const auto n = static_cast<double>(batch.size());
-  metrics.log(prefix + "_loss", at::cross_entropy_loss(logits, batch.target), n);
   metrics.log(
-      prefix + "_acc", static_cast<double>(count_correct(logits, batch.target)) / n, n);
+      prefix + "_loss", at::cross_entropy_loss(logits, batch.target), n);
+  metrics.log(
+      prefix + "_acc",
+      static_cast<double>(count_correct(logits, batch.target)) / n,
+      n);
 }
 
 void ImageClassifier::validation_step(
-    const data::Batch& batch,
-    int64_t batch_idx,
-    MetricCollection& metrics) {
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   evaluate(batch, "val", metrics);
 }
 
 void ImageClassifier::test_step(
-    const data::Batch& batch,
-    int64_t batch_idx,
-    MetricCollection& metrics) {
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   evaluate(batch, "test", metrics);
 }
 
@@ -58,11 +55,11 @@ OptimizerSetup ImageClassifier::configure_optimizers(const FitPlan& plan) {
   OptimizerSetup setup;
   setup.optimizer = optim::make_optimizer(*this, optimizer_options_);
   setup.interval = scheduler_options_.interval == "epoch"
-      ? ScheduleInterval::kEpoch
-      : ScheduleInterval::kStep;
+                       ? ScheduleInterval::kEpoch
+                       : ScheduleInterval::kStep;
   const int64_t horizon = setup.interval == ScheduleInterval::kEpoch
-      ? plan.max_epochs
-      : plan.total_steps;
+                              ? plan.max_epochs
+                              : plan.total_steps;
   setup.scheduler =
       optim::make_scheduler(*setup.optimizer, scheduler_options_, horizon);
   setup.monitor = scheduler_options_.monitor;

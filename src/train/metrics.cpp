@@ -7,17 +7,17 @@
 namespace hotloop::train {
 
 double MeanMetric::compute() const {
-  return weight_ > 0 ? sum_ / weight_ : std::numeric_limits<double>::quiet_NaN();
+  return weight_ > 0 ? sum_ / weight_
+                     : std::numeric_limits<double>::quiet_NaN();
 }
 
-void MetricCollection::log(const std::string& name, double value, double weight) {
+void MetricCollection::log(
+    const std::string& name, double value, double weight) {
   metrics_[name].update(value, weight);
 }
 
 void MetricCollection::log(
-    const std::string& name,
-    const at::Tensor& value,
-    double weight) {
+    const std::string& name, const at::Tensor& value, double weight) {
   log(name, value.detach().item<double>(), weight);
 }
 
@@ -35,11 +35,15 @@ double MetricCollection::get(const std::string& name) const {
                               : it->second.compute();
 }
 
-int64_t count_correct(const at::Tensor& logits, const at::Tensor& target, int64_t k) {
+int64_t count_correct(
+    const at::Tensor& logits, const at::Tensor& target, int64_t k) {
   TORCH_CHECK(logits.dim() == 2, "logits must be [N, C], got ", logits.sizes());
   TORCH_CHECK(
-      k >= 1 && k <= logits.size(1), "k must be in [1, ", logits.size(1),
-      "], got ", k);
+      k >= 1 && k <= logits.size(1),
+      "k must be in [1, ",
+      logits.size(1),
+      "], got ",
+      k);
   const at::Tensor top = std::get<1>(logits.detach().topk(k, /*dim=*/1));
   return top.eq(target.view({-1, 1})).any(/*dim=*/1).sum().item<int64_t>();
 }

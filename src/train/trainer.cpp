@@ -52,32 +52,46 @@ void seed_everything(uint64_t seed) {
 Trainer::Trainer(TrainerOptions options, std::ostream& out)
     : options_(std::move(options)), out_(out) {
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.max_epochs() > 0,
-      "trainer.max_epochs must be positive, got ", options_.max_epochs());
+      ConfigError,
+      options_.max_epochs() > 0,
+      "trainer.max_epochs must be positive, got ",
+      options_.max_epochs());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.max_steps() == -1 || options_.max_steps() > 0,
-      "trainer.max_steps must be positive or -1, got ", options_.max_steps());
+      ConfigError,
+      options_.max_steps() == -1 || options_.max_steps() > 0,
+      "trainer.max_steps must be positive or -1, got ",
+      options_.max_steps());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.limit_train_batches() == -1 || options_.limit_train_batches() > 0,
+      ConfigError,
+      options_.limit_train_batches() == -1 ||
+          options_.limit_train_batches() > 0,
       "trainer.limit_train_batches must be positive or -1, got ",
       options_.limit_train_batches());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.limit_val_batches() >= -1,
-      "trainer.limit_val_batches must be >= -1, got ", options_.limit_val_batches());
+      ConfigError,
+      options_.limit_val_batches() >= -1,
+      "trainer.limit_val_batches must be >= -1, got ",
+      options_.limit_val_batches());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.check_val_every_n_epoch() > 0,
+      ConfigError,
+      options_.check_val_every_n_epoch() > 0,
       "trainer.check_val_every_n_epoch must be positive, got ",
       options_.check_val_every_n_epoch());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.accumulate_grad_batches() > 0,
+      ConfigError,
+      options_.accumulate_grad_batches() > 0,
       "trainer.accumulate_grad_batches must be positive, got ",
       options_.accumulate_grad_batches());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.gradient_clip_val() >= 0,
-      "trainer.gradient_clip_val must be >= 0, got ", options_.gradient_clip_val());
+      ConfigError,
+      options_.gradient_clip_val() >= 0,
+      "trainer.gradient_clip_val must be >= 0, got ",
+      options_.gradient_clip_val());
   HOTLOOP_CHECK_AS(
-      ConfigError, options_.num_threads() >= 0,
-      "trainer.num_threads must be >= 0, got ", options_.num_threads());
+      ConfigError,
+      options_.num_threads() >= 0,
+      "trainer.num_threads must be >= 0, got ",
+      options_.num_threads());
 }
 
 const std::string& Trainer::log_dir() {
@@ -104,10 +118,15 @@ FitResult Trainer::fit(
   const int64_t batches_per_epoch =
       limited(train.num_batches(), options_.limit_train_batches());
   HOTLOOP_CHECK_AS(
-      ConfigError, batches_per_epoch > 0,
-      "the training set gives no batch (", train.dataset().size(),
-      " samples, batch_size ", train.options().batch_size(), ", drop_last ",
-      train.options().drop_last() ? "true" : "false", ")");
+      ConfigError,
+      batches_per_epoch > 0,
+      "the training set gives no batch (",
+      train.dataset().size(),
+      " samples, batch_size ",
+      train.options().batch_size(),
+      ", drop_last ",
+      train.options().drop_last() ? "true" : "false",
+      ")");
   const int64_t accumulate = options_.accumulate_grad_batches();
   FitPlan plan;
   plan.steps_per_epoch = (batches_per_epoch + accumulate - 1) / accumulate;
@@ -117,14 +136,16 @@ FitResult Trainer::fit(
     plan.total_steps = std::min(plan.total_steps, options_.max_steps());
   }
   OptimizerSetup setup = module.configure_optimizers(plan);
-  HOTLOOP_CHECK(setup.optimizer != nullptr, "configure_optimizers returned no optimizer");
+  HOTLOOP_CHECK(
+      setup.optimizer != nullptr, "configure_optimizers returned no optimizer");
   torch::optim::Optimizer& optimizer = *setup.optimizer;
   optim::LRScheduler* scheduler = setup.scheduler.get();
   HOTLOOP_CHECK_AS(
       ConfigError,
       scheduler == nullptr || !scheduler->needs_metric() ||
           setup.interval == ScheduleInterval::kEpoch,
-      "a schedule that watches '", setup.monitor,
+      "a schedule that watches '",
+      setup.monitor,
       "' steps once per epoch: set lr_scheduler.interval=epoch");
 
   TrainingProgress progress;
@@ -153,7 +174,8 @@ FitResult Trainer::fit(
   const std::vector<at::Tensor> parameters = module.parameters();
   compat::zero_grad_set_to_none(optimizer);
   bool stop = false;
-  for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop; ++epoch) {
+  for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop;
+       ++epoch) {
     const auto epoch_start = Clock::now();
     module.train();
     MetricCollection metrics;
@@ -162,21 +184,28 @@ FitResult Trainer::fit(
     int64_t batch_idx = 0;
     train.set_epoch(epoch);
     auto wait_start = Clock::now();
-    for (auto it = train.begin(); it != train.end() && batch_idx < batches_per_epoch; ++it) {
+    for (auto it = train.begin();
+         it != train.end() && batch_idx < batches_per_epoch;
+         ++it) {
       // One straight line: batch -> forward -> loss / accumulation ->
       // backward -> on the last micro-batch: clip, step, zero (set to none).
       const data::Batch& batch = *it;
       const auto compute_start = Clock::now();
-      phases.data += std::chrono::duration<double>(compute_start - wait_start).count();
+      phases.data +=
+          std::chrono::duration<double>(compute_start - wait_start).count();
       at::Tensor loss = module.training_step(batch, batch_idx, metrics);
-      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss)
+          .backward();
       const auto optimizer_start = Clock::now();
-      phases.compute += std::chrono::duration<double>(optimizer_start - compute_start).count();
+      phases.compute +=
+          std::chrono::duration<double>(optimizer_start - compute_start)
+              .count();
       samples += batch.size();
       ++batch_idx;
       if (batch_idx % accumulate == 0 || batch_idx == batches_per_epoch) {
         if (options_.gradient_clip_val() > 0) {
-          torch::nn::utils::clip_grad_norm_(parameters, options_.gradient_clip_val());
+          torch::nn::utils::clip_grad_norm_(
+              parameters, options_.gradient_clip_val());
         }
         optimizer.step();
         compat::zero_grad_set_to_none(optimizer);
@@ -184,12 +213,14 @@ FitResult Trainer::fit(
           scheduler->step();
         }
         ++progress.global_step;
-        if (options_.max_steps() > 0 && progress.global_step >= options_.max_steps()) {
+        if (options_.max_steps() > 0 &&
+            progress.global_step >= options_.max_steps()) {
           stop = true;
         }
       }
       wait_start = Clock::now();
-      phases.optimizer += std::chrono::duration<double>(wait_start - optimizer_start).count();
+      phases.optimizer +=
+          std::chrono::duration<double>(wait_start - optimizer_start).count();
       if (stop) {
         break;
       }
@@ -202,7 +233,8 @@ FitResult Trainer::fit(
     const bool last = stop || progress.epoch == options_.max_epochs();
     if (val != nullptr && options_.limit_val_batches() != 0 &&
         (progress.epoch % options_.check_val_every_n_epoch() == 0 || last)) {
-      for (const auto& [name, value] : evaluate(module, *val, Stage::kValidate)) {
+      for (const auto& [name, value] :
+           evaluate(module, *val, Stage::kValidate)) {
         result.metrics[name] = value;
       }
     }
@@ -210,8 +242,11 @@ FitResult Trainer::fit(
       if (scheduler->needs_metric()) {
         const auto it = result.metrics.find(setup.monitor);
         HOTLOOP_CHECK_AS(
-            ConfigError, it != result.metrics.end(), "the lr schedule watches '",
-            setup.monitor, "', which no step logged this epoch (is validation off?)");
+            ConfigError,
+            it != result.metrics.end(),
+            "the lr schedule watches '",
+            setup.monitor,
+            "', which no step logged this epoch (is validation off?)");
         scheduler->step(it->second);
       } else {
         scheduler->step();
@@ -219,7 +254,8 @@ FitResult Trainer::fit(
     }
     if (!checkpoint_dir.empty()) {
       result.checkpoint_path = checkpoint_dir + "/last.ckpt";
-      save_checkpoint(result.checkpoint_path, module, &optimizer, scheduler, progress);
+      save_checkpoint(
+          result.checkpoint_path, module, &optimizer, scheduler, progress);
     }
     if (options_.enable_progress_bar()) {
       const double epoch_seconds = seconds_since(epoch_start);
@@ -228,9 +264,10 @@ FitResult Trainer::fit(
       for (const auto& [name, value] : result.metrics) {
         out_ << "  " << name << " " << value;
       }
-      out_ << std::setprecision(0) << "  " << samples / std::max(phases.total(), 1e-9)
-           << " samples/s" << std::setprecision(1) << "  " << epoch_seconds
-           << "s (data " << std::setprecision(0)
+      out_ << std::setprecision(0) << "  "
+           << samples / std::max(phases.total(), 1e-9) << " samples/s"
+           << std::setprecision(1) << "  " << epoch_seconds << "s (data "
+           << std::setprecision(0)
            << 100 * phases.data / std::max(phases.total(), 1e-9) << "%)"
            << std::defaultfloat << "\n";
       out_.flush();
@@ -238,26 +275,27 @@ FitResult Trainer::fit(
   }
   result.epochs = progress.epoch;
   result.steps = progress.global_step;
-  result.train_samples_per_s = train_seconds > 0 ? train_samples / train_seconds : 0;
+  result.train_samples_per_s =
+      train_seconds > 0 ? train_samples / train_seconds : 0;
   result.wall_s = seconds_since(fit_start);
   write_summary(result);
   return result;
 }
 
 std::map<std::string, double> Trainer::evaluate(
-    Module& module,
-    data::DataLoader& loader,
-    Stage stage) {
+    Module& module, data::DataLoader& loader, Stage stage) {
   const bool was_training = module.is_training();
   module.eval();
   MetricCollection metrics;
   {
     // Inference mode: no graph, no version counters, for the whole loop.
     c10::InferenceMode guard;
-    const int64_t limit = limited(loader.num_batches(), options_.limit_val_batches());
+    const int64_t limit =
+        limited(loader.num_batches(), options_.limit_val_batches());
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time
-    for (auto it = loader.begin(); it != loader.end() && batch_idx < limit; ++it, ++batch_idx) {
+    for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;
+         ++it, ++batch_idx) {
       if (stage == Stage::kValidate) {
         module.validation_step(*it, batch_idx, metrics);
       } else {
@@ -270,9 +308,7 @@ std::map<std::string, double> Trainer::evaluate(
 }
 
 std::map<std::string, double> Trainer::validate(
-    Module& module,
-    data::DataLoader& loader,
-    const std::string& ckpt_path) {
+    Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   if (!ckpt_path.empty()) {
     load_checkpoint(ckpt_path, module, nullptr, nullptr);
   }
@@ -280,9 +316,7 @@ std::map<std::string, double> Trainer::validate(
 }
 
 std::map<std::string, double> Trainer::test(
-    Module& module,
-    data::DataLoader& loader,
-    const std::string& ckpt_path) {
+    Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   if (!ckpt_path.empty()) {
     load_checkpoint(ckpt_path, module, nullptr, nullptr);
   }

@@ -31,7 +31,8 @@ Result run_cli(std::vector<std::string> args) {
 }
 
 // A tiny model and a few epochs, so a CLI run takes a second.
-std::vector<std::string> small_fit(const TempDir& dir, std::vector<std::string> extra = {}) {
+std::vector<std::string> small_fit(
+    const TempDir& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {
       "fit",
       "--data.root=" + dir.file("data"),
@@ -49,7 +50,9 @@ std::vector<std::string> small_fit(const TempDir& dir, std::vector<std::string> 
 TEST(Cli, VersionNamesHotloopAndLibTorch) {
   const Result r = run_cli({"--version"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_THAT(r.out, HasSubstr(std::string("hotloop ") + HOTLOOP_VERSION + " (LibTorch "));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(std::string("hotloop ") + HOTLOOP_VERSION + " (LibTorch "));
 }
 
 TEST(Cli, NoCommandPrintsUsageAndFails) {
@@ -61,7 +64,10 @@ TEST(Cli, NoCommandPrintsUsageAndFails) {
 TEST(Cli, UnknownCommandIsAnError) {
   const Result r = run_cli({"fitt"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, validate or test)"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
+                "validate or test)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -81,13 +87,15 @@ TEST(Cli, UnknownOptionSuggestsTheClosestOne) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("'--trainer.max_epoch'"));
   EXPECT_THAT(r.err, HasSubstr("did you mean '--trainer.max_epochs'?"));
-  EXPECT_THAT(r.err, HasSubstr("hint: 'hotloop fit --help' lists every option"));
+  EXPECT_THAT(
+      r.err, HasSubstr("hint: 'hotloop fit --help' lists every option"));
 }
 
 TEST(Cli, BadValuesAreConfigErrors) {
   Result r = run_cli({"fit", "--data.batch_size=big"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("data.batch_size: expected an integer, got 'big'"));
+  EXPECT_THAT(
+      r.err, HasSubstr("data.batch_size: expected an integer, got 'big'"));
   r = run_cli({"fit", "--data.batch_size=0"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("data.batch_size: must be >= 1, got 0"));
@@ -107,17 +115,23 @@ TEST(Cli, MissingDatasetFolderIsNamed) {
   TempDir dir;
   const Result r = run_cli(small_fit(dir));
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("dataset folder '" + dir.file("data") + "' does not exist"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("dataset folder '" + dir.file("data") + "' does not exist"));
   EXPECT_FALSE(fs::exists(dir.file("runs")));
 }
 
 TEST(Cli, CorruptDatasetFileIsNamed) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 32);
-  hotloop::testing::write_bytes(dir.file("data/train-images-idx3-ubyte.gz"), {1, 2, 3, 4, 5});
+  hotloop::testing::write_bytes(
+      dir.file("data/train-images-idx3-ubyte.gz"), {1, 2, 3, 4, 5});
   const Result r = run_cli(small_fit(dir));
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, HasSubstr(dir.file("data/train-images-idx3-ubyte.gz") + ": not an IDX file"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(
+          dir.file("data/train-images-idx3-ubyte.gz") + ": not an IDX file"));
 }
 
 TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
@@ -127,7 +141,8 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("epoch 2/2  train_loss "));
   EXPECT_THAT(r.out, HasSubstr("done: 2 epochs, 16 steps"));
-  const fs::path run = fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  const fs::path run =
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
   EXPECT_TRUE(fs::is_regular_file(run / "summary.json"));
   EXPECT_TRUE(fs::is_regular_file(run / "checkpoints" / "last.ckpt"));
 
@@ -141,16 +156,24 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   r = run_cli({"validate", config, "--ckpt_path", "last"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("val_acc "));
-  r = run_cli({"test", config, "--ckpt_path", (run / "checkpoints" / "last.ckpt").string()});
+  r = run_cli(
+      {"test",
+       config,
+       "--ckpt_path",
+       (run / "checkpoints" / "last.ckpt").string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("test_acc "));
   r = run_cli({"validate", config});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("hotloop validate needs --ckpt_path PATH (or last)"));
+  EXPECT_THAT(
+      r.err, HasSubstr("hotloop validate needs --ckpt_path PATH (or last)"));
 
   r = run_cli(small_fit(dir, {"--trainer.max_epochs=3", "--ckpt_path=last"}));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("resumed from " + (run / "checkpoints" / "last.ckpt").string()));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "resumed from " + (run / "checkpoints" / "last.ckpt").string()));
   EXPECT_THAT(r.out, HasSubstr("epoch 3/3"));
   EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/3")));
 }

@@ -31,7 +31,7 @@ TEST(RetainFreedHostMemory, LargeBlocksComeFromTheHeapAndStayMappedAfterFree) {
   std::free(block);
   const struct mallinfo2 after = mallinfo2();
   EXPECT_EQ(after.arena, held.arena); // the heap was not trimmed
-  EXPECT_GE(after.fordblks, kSize); // and the block is free for reuse
+  EXPECT_GE(after.fordblks, kSize);   // and the block is free for reuse
 }
 #endif
 

@@ -1,5 +1,5 @@
-#include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
+#include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
 
 #include <ATen/ATen.h>
@@ -25,7 +25,10 @@ class IndexDataset : public Dataset {
   SampleSpec spec() const override {
     return SampleSpec{{1}, at::kFloat, {}, at::kLong};
   }
-  void get_batch(c10::ArrayRef<int64_t> indices, const SampleContext&, Batch& out) const override {
+  void get_batch(
+      c10::ArrayRef<int64_t> indices,
+      const SampleContext&,
+      Batch& out) const override {
     if (sleep_ms_ > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
     }
@@ -62,13 +65,15 @@ TEST(DataLoader, SequentialBatchesCoverTheDatasetInOrderWithASmallerLastBatch) {
 }
 
 TEST(DataLoader, DropLastDropsTheIncompleteBatch) {
-  DataLoader loader(std::make_shared<IndexDataset>(10), DataLoaderOptions(4).drop_last(true));
+  DataLoader loader(
+      std::make_shared<IndexDataset>(10), DataLoaderOptions(4).drop_last(true));
   EXPECT_EQ(loader.num_batches(), 2);
   EXPECT_EQ(epoch_targets(loader).size(), 2u);
 }
 
 TEST(DataLoader, ShuffleGivesAPermutationThatChangesEveryEpoch) {
-  DataLoader loader(std::make_shared<IndexDataset>(100), DataLoaderOptions(7).shuffle(true));
+  DataLoader loader(
+      std::make_shared<IndexDataset>(100), DataLoaderOptions(7).shuffle(true));
   auto flatten = [](const std::vector<std::vector<int64_t>>& batches) {
     std::vector<int64_t> all;
     for (const auto& b : batches) {
@@ -97,11 +102,16 @@ TEST(DataLoader, SameSeedGivesBitwiseIdenticalEpochsForAnyWorkerCount) {
   transform.horizontal_flip = true;
   transform.mean = {0.5};
   transform.std = {0.25};
-  auto dataset = std::make_shared<ImageClassificationDataset>(images, labels, transform);
+  auto dataset =
+      std::make_shared<ImageClassificationDataset>(images, labels, transform);
   auto collect = [&](int64_t workers, int64_t prefetch) {
     DataLoader loader(
         dataset,
-        DataLoaderOptions(32).shuffle(true).seed(42).num_workers(workers).prefetch_factor(prefetch));
+        DataLoaderOptions(32)
+            .shuffle(true)
+            .seed(42)
+            .num_workers(workers)
+            .prefetch_factor(prefetch));
     std::vector<at::Tensor> out;
     for (int epoch = 0; epoch < 2; ++epoch) {
       for (auto& batch : loader) {
@@ -116,13 +126,15 @@ TEST(DataLoader, SameSeedGivesBitwiseIdenticalEpochsForAnyWorkerCount) {
     const auto other = collect(workers, prefetch);
     ASSERT_EQ(other.size(), reference.size());
     for (size_t i = 0; i < reference.size(); ++i) {
-      ASSERT_TRUE(other[i].equal(reference[i])) << workers << " workers, tensor " << i;
+      ASSERT_TRUE(other[i].equal(reference[i]))
+          << workers << " workers, tensor " << i;
     }
   }
 }
 
 TEST(DataLoader, LeavingAnEpochEarlyThenStartingAnotherGivesTheFullEpoch) {
-  DataLoader loader(std::make_shared<IndexDataset>(50), DataLoaderOptions(5).num_workers(2));
+  DataLoader loader(
+      std::make_shared<IndexDataset>(50), DataLoaderOptions(5).num_workers(2));
   for (auto& batch : loader) {
     (void)batch;
     break;
@@ -132,7 +144,8 @@ TEST(DataLoader, LeavingAnEpochEarlyThenStartingAnotherGivesTheFullEpoch) {
 
 TEST(DataLoader, DestroyingALoaderMidEpochDoesNotHang) {
   auto loader = std::make_unique<DataLoader>(
-      std::make_shared<IndexDataset>(1000, -1, 2), DataLoaderOptions(1).num_workers(3));
+      std::make_shared<IndexDataset>(1000, -1, 2),
+      DataLoaderOptions(1).num_workers(3));
   auto it = loader->begin();
   ++it;
   loader.reset();
@@ -142,7 +155,8 @@ TEST(DataLoader, DestroyingALoaderMidEpochDoesNotHang) {
 TEST(DataLoader, WorkerErrorsReachTheConsumerWithTheirMessage) {
   for (int64_t workers : {0, 2}) {
     DataLoader loader(
-        std::make_shared<IndexDataset>(20, /*fail_at=*/13), DataLoaderOptions(4).num_workers(workers));
+        std::make_shared<IndexDataset>(20, /*fail_at=*/13),
+        DataLoaderOptions(4).num_workers(workers));
     EXPECT_THAT(
         [&] { epoch_targets(loader); },
         ::testing::ThrowsMessage<DataError>(HasSubstr("sample 13 is broken")))
@@ -157,28 +171,34 @@ TEST(DataLoader, TimeoutRaisesAClearError) {
   EXPECT_THAT(
       [&] { epoch_targets(loader); },
       ::testing::ThrowsMessage<Error>(
-          HasSubstr("DataLoader timed out after 0.02 s waiting for batch 0 (data.timeout)")));
+          HasSubstr("DataLoader timed out after 0.02 s waiting for batch 0 "
+                    "(data.timeout)")));
 }
 
 TEST(DataLoader, InvalidOptionsNameTheOption) {
   auto dataset = std::make_shared<IndexDataset>(4);
   EXPECT_THAT(
       [&] { DataLoader(dataset, DataLoaderOptions(0)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("batch_size must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("batch_size must be positive, got 0")));
   EXPECT_THAT(
       [&] { DataLoader(dataset, DataLoaderOptions(1).num_workers(-1)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("num_workers must be >= 0, got -1")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("num_workers must be >= 0, got -1")));
   EXPECT_THAT(
       [&] { DataLoader(dataset, DataLoaderOptions(1).prefetch_factor(0)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("prefetch_factor must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("prefetch_factor must be positive, got 0")));
 }
 
 TEST(ImageClassificationDataset, MismatchedCountsAreRejected) {
   EXPECT_THAT(
       [&] {
-        ImageClassificationDataset(at::zeros({3, 2, 2}, at::kByte), at::zeros({2}, at::kLong));
+        ImageClassificationDataset(
+            at::zeros({3, 2, 2}, at::kByte), at::zeros({2}, at::kLong));
       },
-      ::testing::ThrowsMessage<DataError>(HasSubstr("there are 3 images but 2 labels")));
+      ::testing::ThrowsMessage<DataError>(
+          HasSubstr("there are 3 images but 2 labels")));
 }
 
 } // namespace

@@ -1,6 +1,6 @@
+#include "hotloop/data/idx.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
-#include "hotloop/data/idx.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -19,9 +19,9 @@ using ::hotloop::testing::write_bytes;
 using ::testing::HasSubstr;
 
 // Expects `statement` to throw DataError whose message contains `text`.
-#define EXPECT_DATA_ERROR(statement, text)                    \
-  EXPECT_THAT(                                                \
-      [&] { statement; },                                     \
+#define EXPECT_DATA_ERROR(statement, text) \
+  EXPECT_THAT(                             \
+      [&] { statement; },                  \
       ::testing::ThrowsMessage<::hotloop::DataError>(HasSubstr(text)))
 
 std::vector<uint8_t> ubyte_file(std::vector<uint32_t> dims, size_t data_bytes) {
@@ -64,7 +64,8 @@ TEST(ReadIdx, ConvertsBigEndianInt32AndFloat32) {
 }
 
 TEST(ReadIdx, MissingFileIsNamed) {
-  EXPECT_DATA_ERROR(read_idx("/nonexistent/x.idx"), "/nonexistent/x.idx: no such file");
+  EXPECT_DATA_ERROR(
+      read_idx("/nonexistent/x.idx"), "/nonexistent/x.idx: no such file");
 }
 
 TEST(ReadIdx, BadMagicIsRejected) {
@@ -72,7 +73,9 @@ TEST(ReadIdx, BadMagicIsRejected) {
   auto bytes = ubyte_file({4}, 4);
   bytes[0] = 0x1F;
   write_bytes(dir.file("bad"), bytes);
-  EXPECT_DATA_ERROR(read_idx(dir.file("bad")), dir.file("bad") + ": not an IDX file (bad magic");
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("bad")),
+      dir.file("bad") + ": not an IDX file (bad magic");
 }
 
 TEST(ReadIdx, UnknownElementTypeIsRejected) {
@@ -86,7 +89,9 @@ TEST(ReadIdx, UnknownElementTypeIsRejected) {
 TEST(ReadIdx, WrongDimensionsAreRejected) {
   TempDir dir;
   write_bytes(dir.file("zero_dims"), ubyte_file({}, 0));
-  EXPECT_DATA_ERROR(read_idx(dir.file("zero_dims")), "declares 0 dimensions (expected 1 to 8)");
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("zero_dims")),
+      "declares 0 dimensions (expected 1 to 8)");
   write_bytes(dir.file("zero_size"), ubyte_file({3, 0}, 0));
   EXPECT_DATA_ERROR(read_idx(dir.file("zero_size")), "dimension 1 has size 0");
 }
@@ -94,9 +99,13 @@ TEST(ReadIdx, WrongDimensionsAreRejected) {
 TEST(ReadIdx, ShortReadsAreReportedWithByteCounts) {
   TempDir dir;
   write_bytes(dir.file("short_header"), {0, 0, 8, 2, 0, 0});
-  EXPECT_DATA_ERROR(read_idx(dir.file("short_header")), "truncated header: expected 4 bytes, got 2");
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("short_header")),
+      "truncated header: expected 4 bytes, got 2");
   write_bytes(dir.file("short_data"), ubyte_file({4, 6}, 20));
-  EXPECT_DATA_ERROR(read_idx(dir.file("short_data")), "truncated data: expected 24 bytes, got 20");
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("short_data")),
+      "truncated data: expected 24 bytes, got 20");
   write_bytes(dir.file("short_gz"), ubyte_file({4, 6}, 20), true);
   EXPECT_DATA_ERROR(
       read_idx(dir.file("short_gz")),
@@ -106,14 +115,20 @@ TEST(ReadIdx, ShortReadsAreReportedWithByteCounts) {
 TEST(ReadIdx, TrailingBytesAreRejected) {
   TempDir dir;
   write_bytes(dir.file("long"), ubyte_file({4}, 5));
-  EXPECT_DATA_ERROR(read_idx(dir.file("long")), "has more data than its header declares (4 bytes)");
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("long")),
+      "has more data than its header declares (4 bytes)");
 }
 
 TEST(ReadIdx, CorruptGzipIsReported) {
   TempDir dir;
   // A valid gzip header followed by garbage deflate data.
-  write_bytes(dir.file("corrupt.gz"), {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0xff, 0x12, 0x34});
-  EXPECT_DATA_ERROR(read_idx(dir.file("corrupt.gz")), dir.file("corrupt.gz") + ": corrupt gzip data");
+  write_bytes(
+      dir.file("corrupt.gz"),
+      {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0xff, 0x12, 0x34});
+  EXPECT_DATA_ERROR(
+      read_idx(dir.file("corrupt.gz")),
+      dir.file("corrupt.gz") + ": corrupt gzip data");
 }
 
 TEST(ReadIdx, GzipCutShortIsReported) {
@@ -135,7 +150,9 @@ class FakeMnist : public ::testing::Test {
 };
 
 TEST_F(FakeMnist, LoadsImagesWithAChannelDimensionAndLongLabels) {
-  write("train-images-idx3-ubyte.gz", at::arange(3 * 4 * 5).to(at::kByte).view({3, 4, 5}));
+  write(
+      "train-images-idx3-ubyte.gz",
+      at::arange(3 * 4 * 5).to(at::kByte).view({3, 4, 5}));
   write("train-labels-idx1-ubyte.gz", at::tensor({2, 0, 1}, at::kByte));
   const auto ds = load_mnist_split(dir_.path(), /*train=*/true);
   EXPECT_EQ(ds->size(), 3);
@@ -145,8 +162,12 @@ TEST_F(FakeMnist, LoadsImagesWithAChannelDimensionAndLongLabels) {
 }
 
 TEST_F(FakeMnist, ReadsUncompressedFilesToo) {
-  write_bytes(dir_.file("t10k-images-idx3-ubyte"), idx_bytes(at::zeros({2, 3, 3}, at::kByte)));
-  write_bytes(dir_.file("t10k-labels-idx1-ubyte"), idx_bytes(at::zeros({2}, at::kByte)));
+  write_bytes(
+      dir_.file("t10k-images-idx3-ubyte"),
+      idx_bytes(at::zeros({2, 3, 3}, at::kByte)));
+  write_bytes(
+      dir_.file("t10k-labels-idx1-ubyte"),
+      idx_bytes(at::zeros({2}, at::kByte)));
   EXPECT_EQ(load_mnist_split(dir_.path(), /*train=*/false)->size(), 2);
 }
 
@@ -157,7 +178,8 @@ TEST_F(FakeMnist, MissingFolderAndFilesAreNamed) {
   write("train-images-idx3-ubyte.gz", at::zeros({2, 3, 3}, at::kByte));
   EXPECT_DATA_ERROR(
       load_mnist_split(dir_.path(), true),
-      dir_.path() + ": missing train-labels-idx1-ubyte.gz (or train-labels-idx1-ubyte)");
+      dir_.path() +
+          ": missing train-labels-idx1-ubyte.gz (or train-labels-idx1-ubyte)");
 }
 
 TEST_F(FakeMnist, CountMismatchNamesBothFiles) {
@@ -165,17 +187,21 @@ TEST_F(FakeMnist, CountMismatchNamesBothFiles) {
   write("train-labels-idx1-ubyte.gz", at::zeros({2}, at::kByte));
   EXPECT_DATA_ERROR(
       load_mnist_split(dir_.path(), true),
-      "train-images-idx3-ubyte.gz has 3 images but " + dir_.file("train-labels-idx1-ubyte.gz") +
-          " has 2 labels");
+      "train-images-idx3-ubyte.gz has 3 images but " +
+          dir_.file("train-labels-idx1-ubyte.gz") + " has 2 labels");
 }
 
 TEST_F(FakeMnist, WrongShapesOrTypesAreRejected) {
   write("train-images-idx3-ubyte.gz", at::zeros({6}, at::kByte));
   write("train-labels-idx1-ubyte.gz", at::zeros({6}, at::kByte));
-  EXPECT_DATA_ERROR(load_mnist_split(dir_.path(), true), "expected uint8 images of shape [N, H, W], got Byte [6]");
+  EXPECT_DATA_ERROR(
+      load_mnist_split(dir_.path(), true),
+      "expected uint8 images of shape [N, H, W], got Byte [6]");
   write("train-images-idx3-ubyte.gz", at::zeros({6, 2, 2}, at::kByte));
   write("train-labels-idx1-ubyte.gz", at::zeros({6}, at::kInt));
-  EXPECT_DATA_ERROR(load_mnist_split(dir_.path(), true), "expected uint8 labels of shape [N], got Int [6]");
+  EXPECT_DATA_ERROR(
+      load_mnist_split(dir_.path(), true),
+      "expected uint8 labels of shape [N], got Int [6]");
 }
 
 // The real files from Debian's dataset-fashion-mnist (installed by setup.sh).
@@ -187,12 +213,15 @@ TEST(FashionMnist, RealFilesHaveTheKnownShapesAndValues) {
   EXPECT_EQ(train->images().sizes(), at::IntArrayRef({60000, 1, 28, 28}));
   EXPECT_EQ(test->images().sizes(), at::IntArrayRef({10000, 1, 28, 28}));
   // Reference values from Python/numpy on the same files.
-  EXPECT_TRUE(train->labels().slice(0, 0, 5).equal(at::tensor({9, 0, 0, 3, 0}, at::kLong)));
-  EXPECT_TRUE(test->labels().slice(0, 0, 5).equal(at::tensor({9, 2, 1, 1, 6}, at::kLong)));
+  EXPECT_TRUE(train->labels().slice(0, 0, 5).equal(
+      at::tensor({9, 0, 0, 3, 0}, at::kLong)));
+  EXPECT_TRUE(test->labels().slice(0, 0, 5).equal(
+      at::tensor({9, 2, 1, 1, 6}, at::kLong)));
   EXPECT_EQ(train->images()[0].sum().item<int64_t>(), 76247);
   EXPECT_EQ(test->images()[0].sum().item<int64_t>(), 33456);
   EXPECT_EQ(train->images().sum().item<int64_t>(), 3431114169LL);
-  EXPECT_TRUE(train->labels().bincount().equal(at::full({10}, 6000, at::kLong)));
+  EXPECT_TRUE(
+      train->labels().bincount().equal(at::full({10}, 6000, at::kLong)));
 }
 
 } // namespace

@@ -1,5 +1,5 @@
-#include "hotloop/core/error.h"
 #include "hotloop/data/transforms.h"
+#include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -16,10 +16,12 @@ constexpr int64_t kH = 6;
 constexpr int64_t kW = 5;
 
 at::Tensor random_image(int64_t channels = 1) {
-  return at::randint(1, 256, {channels, kH, kW}, at::TensorOptions().dtype(at::kByte));
+  return at::randint(
+      1, 256, {channels, kH, kW}, at::TensorOptions().dtype(at::kByte));
 }
 
-at::Tensor run(const ImageTransform& transform, const at::Tensor& image, uint64_t seed) {
+at::Tensor run(
+    const ImageTransform& transform, const at::Tensor& image, uint64_t seed) {
   at::Tensor out = at::empty(image.sizes(), at::kFloat);
   SampleRng rng(seed);
   transform.apply(image.data_ptr<uint8_t>(), out.data_ptr<float>(), rng);
@@ -30,7 +32,8 @@ TEST(ImageTransform, ScalesToUnitRangeWithoutOptions) {
   const at::Tensor image = random_image();
   const ImageTransform transform({}, 1, kH, kW);
   // The lookup table holds float(v / 255.0) computed in double.
-  EXPECT_TRUE(run(transform, image, 1).equal((image.to(at::kDouble) / 255.0).to(at::kFloat)));
+  EXPECT_TRUE(run(transform, image, 1)
+                  .equal((image.to(at::kDouble) / 255.0).to(at::kFloat)));
 }
 
 TEST(ImageTransform, NormalizesEachChannelWithItsMeanAndStd) {
@@ -39,9 +42,12 @@ TEST(ImageTransform, NormalizesEachChannelWithItsMeanAndStd) {
   options.mean = {0.1, 0.5, 0.9};
   options.std = {0.2, 0.3, 0.4};
   const ImageTransform transform(options, 3, kH, kW);
-  const at::Tensor mean = at::tensor({0.1, 0.5, 0.9}, at::kDouble).view({3, 1, 1});
-  const at::Tensor std = at::tensor({0.2, 0.3, 0.4}, at::kDouble).view({3, 1, 1});
-  const at::Tensor expected = ((image.to(at::kDouble) / 255.0 - mean) / std).to(at::kFloat);
+  const at::Tensor mean =
+      at::tensor({0.1, 0.5, 0.9}, at::kDouble).view({3, 1, 1});
+  const at::Tensor std =
+      at::tensor({0.2, 0.3, 0.4}, at::kDouble).view({3, 1, 1});
+  const at::Tensor expected =
+      ((image.to(at::kDouble) / 255.0 - mean) / std).to(at::kFloat);
   EXPECT_TRUE(run(transform, image, 1).allclose(expected, 0, 1e-6));
 }
 
@@ -71,7 +77,8 @@ TEST(ImageTransform, RandomCropIsAShiftWithinThePaddingAndCoversEveryOffset) {
     int matches = 0;
     for (int64_t dy = -2; dy <= 2; ++dy) {
       for (int64_t dx = -2; dx <= 2; ++dx) {
-        if (out.equal((shifted(image, dy, dx).to(at::kDouble) / 255.0).to(at::kFloat))) {
+        if (out.equal((shifted(image, dy, dx).to(at::kDouble) / 255.0)
+                          .to(at::kFloat))) {
           seen.insert({dy, dx});
           ++matches;
         }
@@ -119,23 +126,26 @@ TEST(ImageTransform, InvalidOptionsNameTheOption) {
   options.crop_padding = -1;
   EXPECT_THAT(
       [&] { ImageTransform(options, 1, kH, kW); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("data.crop_padding must be >= 0, got -1")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("data.crop_padding must be >= 0, got -1")));
   options = {};
   options.mean = {0.5, 0.5};
   options.std = {0.5, 0.5};
   EXPECT_THAT(
       [&] { ImageTransform(options, 3, kH, kW); },
-      ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("data.mean has 2 values; expected 1 or 3 (one per channel)")));
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "data.mean has 2 values; expected 1 or 3 (one per channel)")));
   options.mean = {0.5};
   options.std = {0.0};
   EXPECT_THAT(
       [&] { ImageTransform(options, 1, kH, kW); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("data.std values must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("data.std values must be positive, got 0")));
   options.std = {};
   EXPECT_THAT(
       [&] { ImageTransform(options, 1, kH, kW); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("data.mean and data.std must be given together")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("data.mean and data.std must be given together")));
 }
 
 } // namespace

@@ -1,5 +1,5 @@
-#include "hotloop/core/error.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -23,7 +23,9 @@ TEST(FashionCnn, MapsImagesToLogitsPerClass) {
   FashionCnnOptions options;
   options.channels = {16, 32};
   FashionCnn model(options);
-  EXPECT_EQ(model->forward(at::randn({3, 1, 28, 28})).sizes(), at::IntArrayRef({3, 10}));
+  EXPECT_EQ(
+      model->forward(at::randn({3, 1, 28, 28})).sizes(),
+      at::IntArrayRef({3, 10}));
 }
 
 TEST(FashionCnn, HasThePyTorchReferenceParameterCount) {
@@ -52,12 +54,14 @@ TEST(FashionCnn, InvalidShapesNameTheOption) {
   options.channels = {8, 8, 8, 8, 8, 8};
   EXPECT_THAT(
       [&] { FashionCnn{options}; },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("model.channels has 6 blocks, too many for 28x28 images")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("model.channels has 6 blocks, too many for 28x28 images")));
   options = {};
   options.dropout = 1.0;
   EXPECT_THAT(
       [&] { FashionCnn{options}; },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("model.dropout must be in [0, 1), got 1")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("model.dropout must be in [0, 1), got 1")));
 }
 
 } // namespace

@@ -1,5 +1,5 @@
-#include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
+#include "hotloop/core/error.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -32,7 +32,8 @@ struct Net : torch::nn::Module {
 };
 
 void train_step(Net& net, torch::optim::Optimizer& optimizer, int64_t seed) {
-  const at::Tensor x = at::arange(8 * 4, at::kFloat).view({8, 4}).sin() * static_cast<double>(seed);
+  const at::Tensor x = at::arange(8 * 4, at::kFloat).view({8, 4}).sin() *
+                       static_cast<double>(seed);
   optimizer.zero_grad();
   net.forward(x).pow(2).mean().backward();
   optimizer.step();
@@ -54,12 +55,14 @@ TEST(Checkpoint, ResumedOptimizerContinuesBitForBit) {
   torch::optim::Adam adam_a(a.parameters(), torch::optim::AdamOptions(0.1));
   train_step(a, adam_a, 1);
   train_step(a, adam_a, 2);
-  save_checkpoint(dir.file("c.ckpt"), a, &adam_a, nullptr, TrainingProgress{3, 17});
+  save_checkpoint(
+      dir.file("c.ckpt"), a, &adam_a, nullptr, TrainingProgress{3, 17});
 
   at::manual_seed(2); // different init, overwritten by the load
   Net b;
   torch::optim::Adam adam_b(b.parameters(), torch::optim::AdamOptions(0.1));
-  const TrainingProgress progress = load_checkpoint(dir.file("c.ckpt"), b, &adam_b, nullptr);
+  const TrainingProgress progress =
+      load_checkpoint(dir.file("c.ckpt"), b, &adam_b, nullptr);
   EXPECT_EQ(progress.epoch, 3);
   EXPECT_EQ(progress.global_step, 17);
   EXPECT_TRUE(b.norm->running_mean.equal(a.norm->running_mean));
@@ -98,17 +101,22 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
   const std::string path = dir.file("f.txt");
   write_file_atomically(path, [](std::ostream& out) { out << "good"; });
   EXPECT_THROW(
-      write_file_atomically(path, [](std::ostream& out) {
-        out << "partial";
-        throw std::runtime_error("disk on fire");
-      }),
+      write_file_atomically(
+          path,
+          [](std::ostream& out) {
+            out << "partial";
+            throw std::runtime_error("disk on fire");
+          }),
       std::runtime_error);
   std::ifstream in(path);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "good");
   EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"f.txt"});
   EXPECT_THAT(
-      [&] { write_file_atomically(dir.file("no/such/dir/f"), [](std::ostream&) {}); },
-      ::testing::ThrowsMessage<Error>(HasSubstr("cannot create a temporary file next to it")));
+      [&] {
+        write_file_atomically(dir.file("no/such/dir/f"), [](std::ostream&) {});
+      },
+      ::testing::ThrowsMessage<Error>(
+          HasSubstr("cannot create a temporary file next to it")));
 }
 
 TEST(Checkpoint, LoadErrorsNameTheFile) {
@@ -116,17 +124,20 @@ TEST(Checkpoint, LoadErrorsNameTheFile) {
   Net net;
   EXPECT_THAT(
       [&] { load_checkpoint(dir.file("missing.ckpt"), net, nullptr, nullptr); },
-      ::testing::ThrowsMessage<Error>(HasSubstr("checkpoint '" + dir.file("missing.ckpt") + "' does not exist")));
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          "checkpoint '" + dir.file("missing.ckpt") + "' does not exist")));
   hotloop::testing::write_bytes(dir.file("garbage.ckpt"), {1, 2, 3, 4, 5});
   EXPECT_THAT(
       [&] { load_checkpoint(dir.file("garbage.ckpt"), net, nullptr, nullptr); },
-      ::testing::ThrowsMessage<Error>(HasSubstr(dir.file("garbage.ckpt") + ": cannot load checkpoint")));
+      ::testing::ThrowsMessage<Error>(
+          HasSubstr(dir.file("garbage.ckpt") + ": cannot load checkpoint")));
   torch::serialize::OutputArchive other;
   net.save(other);
   other.save_to(dir.file("plain.pt"));
   EXPECT_THAT(
       [&] { load_checkpoint(dir.file("plain.pt"), net, nullptr, nullptr); },
-      ::testing::ThrowsMessage<Error>(HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
+      ::testing::ThrowsMessage<Error>(
+          HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
 }
 
 } // namespace

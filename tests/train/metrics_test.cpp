@@ -31,7 +31,9 @@ TEST(MetricCollection, LogsDetachedTensorsAsPlainNumbers) {
 }
 
 TEST(CountCorrect, CountsTopKHitsOverUnevenBatches) {
-  const at::Tensor logits = at::tensor({0.1f, 0.7f, 0.2f, 0.5f, 0.3f, 0.2f, 0.2f, 0.3f, 0.5f}).view({3, 3});
+  const at::Tensor logits =
+      at::tensor({0.1f, 0.7f, 0.2f, 0.5f, 0.3f, 0.2f, 0.2f, 0.3f, 0.5f})
+          .view({3, 3});
   const at::Tensor target = at::tensor({1, 1, 0}, at::kLong);
   EXPECT_EQ(count_correct(logits, target, 1), 1);
   EXPECT_EQ(count_correct(logits, target, 2), 2);

@@ -1,8 +1,8 @@
+#include "hotloop/train/trainer.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/classifier.h"
-#include "hotloop/train/trainer.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -23,12 +23,14 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kSize = 12;
 
-std::shared_ptr<data::ImageClassificationDataset> quadrants(int64_t n, uint64_t seed) {
+std::shared_ptr<data::ImageClassificationDataset> quadrants(
+    int64_t n, uint64_t seed) {
   auto [images, labels] = hotloop::testing::quadrant_images(n, kSize, seed);
   data::ImageTransformOptions transform;
   transform.mean = {0.3};
   transform.std = {0.3};
-  return std::make_shared<data::ImageClassificationDataset>(images, labels, transform);
+  return std::make_shared<data::ImageClassificationDataset>(
+      images, labels, transform);
 }
 
 // A small classifier with a horizon-independent schedule (halve the LR
@@ -54,13 +56,19 @@ std::shared_ptr<ImageClassifier> make_module(uint64_t seed) {
 class TrainerTest : public ::testing::Test {
  protected:
   TrainerOptions options() {
-    return TrainerOptions().default_root_dir(dir_.path()).name("t").enable_progress_bar(false);
+    return TrainerOptions()
+        .default_root_dir(dir_.path())
+        .name("t")
+        .enable_progress_bar(false);
   }
   data::DataLoader train_loader(int64_t workers = 0) {
-    return data::DataLoader(train_set_, data::DataLoaderOptions(32).shuffle(true).seed(3).num_workers(workers));
+    return data::DataLoader(
+        train_set_,
+        data::DataLoaderOptions(32).shuffle(true).seed(3).num_workers(workers));
   }
   TempDir dir_;
-  std::shared_ptr<data::ImageClassificationDataset> train_set_ = quadrants(256, 1);
+  std::shared_ptr<data::ImageClassificationDataset> train_set_ =
+      quadrants(256, 1);
   std::shared_ptr<data::ImageClassificationDataset> val_set_ = quadrants(64, 2);
   data::DataLoader val_loader_{val_set_, data::DataLoaderOptions(40)};
 };
@@ -80,21 +88,25 @@ TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
 
   const fs::path run = fs::path(dir_.path()) / "t" / "version_0";
   EXPECT_EQ(trainer.log_dir(), run.string());
-  EXPECT_EQ(result.checkpoint_path, (run / "checkpoints" / "last.ckpt").string());
+  EXPECT_EQ(
+      result.checkpoint_path, (run / "checkpoints" / "last.ckpt").string());
   EXPECT_TRUE(fs::is_regular_file(result.checkpoint_path));
   std::ifstream in(run / "summary.json");
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary.at("epochs"), 3);
   EXPECT_EQ(summary.at("steps"), 24);
-  EXPECT_DOUBLE_EQ(summary.at("val_acc").get<double>(), result.metrics.at("val_acc"));
-  for (const char* key : {"val_loss", "train_loss", "train_samples_per_s", "wall_s"}) {
+  EXPECT_DOUBLE_EQ(
+      summary.at("val_acc").get<double>(), result.metrics.at("val_acc"));
+  for (const char* key :
+       {"val_loss", "train_loss", "train_samples_per_s", "wall_s"}) {
     EXPECT_TRUE(summary.contains(key)) << key;
   }
 
   Trainer second(options().max_epochs(1));
   auto module2 = make_module(0);
   second.fit(*module2, train, &val_loader_);
-  EXPECT_EQ(second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
+  EXPECT_EQ(
+      second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
 }
 
 TEST_F(TrainerTest, ResumingFromACheckpointMatchesAnUninterruptedRunBitForBit) {
@@ -103,12 +115,15 @@ TEST_F(TrainerTest, ResumingFromACheckpointMatchesAnUninterruptedRunBitForBit) {
   Trainer(options().max_epochs(4)).fit(*straight, train, &val_loader_);
 
   auto first_half = make_module(0);
-  const FitResult half = Trainer(options().max_epochs(2)).fit(*first_half, train, &val_loader_);
+  const FitResult half =
+      Trainer(options().max_epochs(2)).fit(*first_half, train, &val_loader_);
 
-  auto resumed = make_module(99); // other init: everything must come from the checkpoint
+  auto resumed =
+      make_module(99); // other init: everything must come from the checkpoint
   at::manual_seed(12345); // and so must the RNG state
   const FitResult rest =
-      Trainer(options().max_epochs(4)).fit(*resumed, train, &val_loader_, half.checkpoint_path);
+      Trainer(options().max_epochs(4))
+          .fit(*resumed, train, &val_loader_, half.checkpoint_path);
   EXPECT_EQ(rest.epochs, 4);
   EXPECT_EQ(rest.steps, 32);
   const auto a = straight->parameters();
@@ -127,10 +142,12 @@ TEST_F(TrainerTest, ResumingFromACheckpointMatchesAnUninterruptedRunBitForBit) {
 TEST_F(TrainerTest, ValidateFromTheCheckpointReproducesTheFitMetrics) {
   auto module = make_module(0);
   auto train = train_loader();
-  const FitResult result = Trainer(options().max_epochs(2)).fit(*module, train, &val_loader_);
+  const FitResult result =
+      Trainer(options().max_epochs(2)).fit(*module, train, &val_loader_);
   auto fresh = make_module(7);
   Trainer evaluator(options().default_root_dir(""));
-  const auto metrics = evaluator.validate(*fresh, val_loader_, result.checkpoint_path);
+  const auto metrics =
+      evaluator.validate(*fresh, val_loader_, result.checkpoint_path);
   EXPECT_DOUBLE_EQ(metrics.at("val_acc"), result.metrics.at("val_acc"));
   EXPECT_DOUBLE_EQ(metrics.at("val_loss"), result.metrics.at("val_loss"));
   const auto test = evaluator.test(*fresh, val_loader_);
@@ -141,13 +158,16 @@ TEST_F(TrainerTest, ValidateFromTheCheckpointReproducesTheFitMetrics) {
 TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   auto train = train_loader();
   auto module = make_module(0);
-  const auto capped = Trainer(options().max_epochs(5).max_steps(5)).fit(*module, train);
+  const auto capped =
+      Trainer(options().max_epochs(5).max_steps(5)).fit(*module, train);
   EXPECT_EQ(capped.steps, 5);
   EXPECT_EQ(capped.epochs, 1);
   const auto accumulated =
-      Trainer(options().max_epochs(2).accumulate_grad_batches(3)).fit(*make_module(0), train);
+      Trainer(options().max_epochs(2).accumulate_grad_batches(3))
+          .fit(*make_module(0), train);
   EXPECT_EQ(accumulated.steps, 6); // ceil(8 / 3) per epoch
-  const auto limited = Trainer(options().max_epochs(2).limit_train_batches(2)).fit(*make_module(0), train);
+  const auto limited = Trainer(options().max_epochs(2).limit_train_batches(2))
+                           .fit(*make_module(0), train);
   EXPECT_EQ(limited.steps, 4);
 }
 
@@ -163,14 +183,16 @@ TEST_F(TrainerTest, NoRunFolderWithoutARootDir) {
 TEST(Trainer, InvalidOptionsNameTheOption) {
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().max_epochs(0)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("trainer.max_epochs must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.max_epochs must be positive, got 0")));
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().accumulate_grad_batches(0)); },
-      ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("trainer.accumulate_grad_batches must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "trainer.accumulate_grad_batches must be positive, got 0")));
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().gradient_clip_val(-1)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr("trainer.gradient_clip_val must be >= 0, got -1")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.gradient_clip_val must be >= 0, got -1")));
 }
 
 } // namespace

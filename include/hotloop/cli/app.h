@@ -12,6 +12,7 @@ namespace hotloop::cli {
 ///
 /// Returns 0 on success, 2 for a usage or config error, 1 for any other
 /// failure (missing data, unreadable checkpoint, ...).
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int run(
+    const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 } // namespace hotloop::cli

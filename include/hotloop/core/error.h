@@ -40,11 +40,11 @@ std::string str_cat(Args&&... args) {
 
 /// Throws `ErrorType` with the concatenated message when `cond` is false:
 /// `HOTLOOP_CHECK_AS(DataError, n > 0, path, ": expected ...")`.
-#define HOTLOOP_CHECK_AS(ErrorType, cond, ...)                      \
-  do {                                                              \
-    if (!(cond)) {                                                  \
+#define HOTLOOP_CHECK_AS(ErrorType, cond, ...)                             \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
       throw ::hotloop::ErrorType(::hotloop::detail::str_cat(__VA_ARGS__)); \
-    }                                                               \
+    }                                                                      \
   } while (false)
 
 /// `HOTLOOP_CHECK_AS(Error, ...)`.

@@ -22,7 +22,8 @@ namespace hotloop::data {
 /// Validated when the DataLoader is built.
 struct DataLoaderOptions {
   DataLoaderOptions() = default;
-  /* implicit */ DataLoaderOptions(int64_t batch_size) : batch_size_(batch_size) {}
+  /* implicit */ DataLoaderOptions(int64_t batch_size)
+      : batch_size_(batch_size) {}
 
   /// Samples per batch; > 0.
   TORCH_ARG(int64_t, batch_size) = 1;

@@ -27,8 +27,7 @@ struct TrainingProgress {
 /// same folder, is flushed to disk (fsync), then renamed over `path`.
 /// Throws Error naming the path when a step fails.
 void write_file_atomically(
-    const std::string& path,
-    const std::function<void(std::ostream&)>& write);
+    const std::string& path, const std::function<void(std::ostream&)>& write);
 
 /// Saves model parameters and buffers, optimizer and schedule state (either
 /// may be null), progress and the CPU RNG state to `path`, atomically.

@@ -36,7 +36,10 @@ class ImageClassifier : public Module {
   OptimizerSetup configure_optimizers(const FitPlan& plan) override;
 
  private:
-  void evaluate(const data::Batch& batch, const std::string& prefix, MetricCollection& metrics);
+  void evaluate(
+      const data::Batch& batch,
+      const std::string& prefix,
+      MetricCollection& metrics);
 
   torch::nn::AnyModule network_;
   optim::OptimizerOptions optimizer_options_;

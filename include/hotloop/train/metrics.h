@@ -39,7 +39,8 @@ class MetricCollection {
   /// Adds `value` (a batch mean) with `weight` (its sample count) to `name`.
   void log(const std::string& name, double value, double weight = 1.0);
   /// Logs a 0-dim tensor: detached and read as a double.
-  void log(const std::string& name, const at::Tensor& value, double weight = 1.0);
+  void log(
+      const std::string& name, const at::Tensor& value, double weight = 1.0);
   /// Every metric's mean.
   std::map<std::string, double> compute() const;
   /// The mean of `name`; NaN when it was never logged.
@@ -54,6 +55,7 @@ class MetricCollection {
 
 /// Number of rows of `logits` [N, C] whose target [N] is among the top `k`
 /// scores: the count, not a mean, so uneven batches add up exactly.
-int64_t count_correct(const at::Tensor& logits, const at::Tensor& target, int64_t k = 1);
+int64_t count_correct(
+    const at::Tensor& logits, const at::Tensor& target, int64_t k = 1);
 
 } // namespace hotloop::train

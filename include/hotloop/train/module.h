@@ -58,9 +58,7 @@ class Module : public torch::nn::Module {
 
   /// Like validation_step for the test split; defaults to validation_step.
   virtual void test_step(
-      const data::Batch& batch,
-      int64_t batch_idx,
-      MetricCollection& metrics) {
+      const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
     validation_step(batch, batch_idx, metrics);
   }
 

@@ -104,7 +104,8 @@ class Trainer {
 
  private:
   enum class Stage { kValidate, kTest };
-  std::map<std::string, double> evaluate(Module& module, data::DataLoader& loader, Stage stage);
+  std::map<std::string, double> evaluate(
+      Module& module, data::DataLoader& loader, Stage stage);
   void write_summary(const FitResult& result);
 
   TrainerOptions options_;

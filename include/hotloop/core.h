@@ -1,0 +1,8 @@
+#pragma once
+
+// Every public header of hotloop::core.
+
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
+#include "hotloop/core/memory.h"
+#include "hotloop/core/threads.h"

@@ -1,0 +1,6 @@
+#pragma once
+
+// Every public header of hotloop::optim.
+
+#include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/optim/optimizer_factory.h"
