@@ -9,4 +9,5 @@
 #include "hotloop/data/idx.h"
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/data/random.h"
+#include "hotloop/data/sampler.h"
 #include "hotloop/data/transforms.h"

@@ -45,6 +45,7 @@ Session build_session(const FitConfig& config, bool with_train) {
   data::ImageTransformOptions eval_transform;
   eval_transform.mean = config.data.transform.mean;
   eval_transform.std = config.data.transform.std;
+  eval_transform.dtype = config.data.transform.dtype;
   if (with_train) {
     session.train_set =
         data::load_mnist_split(config.data.root, true, config.data.transform);
@@ -64,13 +65,21 @@ Session build_session(const FitConfig& config, bool with_train) {
 
 data::DataLoaderOptions loader_options(const FitConfig& config, bool train) {
   const auto& d = config.data;
-  return data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
-      .shuffle(train && d.shuffle)
-      .drop_last(train && d.drop_last)
-      .num_workers(d.num_workers)
-      .prefetch_factor(d.prefetch_factor)
-      .timeout(d.timeout)
-      .seed(config.seed);
+  auto options =
+      data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
+          .shuffle(train && d.shuffle)
+          .drop_last(train && d.drop_last)
+          .num_workers(d.num_workers)
+          .pin_memory(d.pin_memory)
+          .timeout(d.timeout)
+          .seed(config.seed);
+  if (d.num_workers > 0) {
+    // Both only mean something with loader threads (PyTorch rejects them
+    // otherwise), so the config's values apply only then.
+    options.prefetch_factor(d.prefetch_factor)
+        .persistent_workers(d.persistent_workers);
+  }
+  return options;
 }
 
 // `last` means the newest run's last.ckpt under default_root_dir/name.

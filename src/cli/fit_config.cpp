@@ -87,7 +87,8 @@ ConfigSchema make_schema() {
       opt("trainer.default_root_dir",
           T::kString,
           "runs",
-          "runs go to <default_root_dir>/<name>/version_N; \"\" (in YAML): no files"));
+          "runs go to <default_root_dir>/<name>/version_N; \"\" (in YAML): no "
+          "files"));
   s.add(
       opt("trainer.name",
           T::kString,
@@ -168,6 +169,16 @@ ConfigSchema make_schema() {
           "2",
           "batches each loader thread prepares ahead",
           1));
+  s.add(
+      opt("data.persistent_workers",
+          T::kBool,
+          "true",
+          "keep loader threads between epochs (with num_workers > 0)"));
+  s.add(
+      opt("data.pin_memory",
+          T::kBool,
+          "false",
+          "page-locked batches for asynchronous device copies (CUDA builds)"));
   s.add(
       opt("data.shuffle",
           T::kBool,
@@ -462,6 +473,8 @@ FitConfig to_fit_config(const Config& c) {
   f.data.val_batch_size = c.get_int("data.val_batch_size");
   f.data.num_workers = c.get_int("data.num_workers");
   f.data.prefetch_factor = c.get_int("data.prefetch_factor");
+  f.data.persistent_workers = c.get_bool("data.persistent_workers");
+  f.data.pin_memory = c.get_bool("data.pin_memory");
   f.data.shuffle = c.get_bool("data.shuffle");
   f.data.drop_last = c.get_bool("data.drop_last");
   f.data.timeout = c.get_float("data.timeout");

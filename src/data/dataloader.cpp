@@ -1,61 +1,166 @@
 #include "hotloop/data/dataloader.h"
 
 #include "hotloop/core/error.h"
-#include "hotloop/data/random.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
 
-#include <numeric>
+#include <chrono>
 
 namespace hotloop::data {
+namespace {
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    const std::string text = e.what_without_backtrace();
+    return text.substr(0, text.find('\n'));
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::vector<int64_t> with_rows(
+    int64_t rows, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> sizes{rows};
+  sizes.insert(sizes.end(), shape.begin(), shape.end());
+  return sizes;
+}
+
+} // namespace
 
 DataLoader::DataLoader(
     std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), options_(options) {
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  const auto& o = options_;
   HOTLOOP_CHECK_AS(
       ConfigError, dataset_ != nullptr, "DataLoader needs a dataset");
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.batch_size() > 0,
-      "batch_size must be positive, got ",
-      options_.batch_size());
+      o.num_workers() >= 0,
+      "num_workers option should be non-negative, got ",
+      o.num_workers(),
+      "; use num_workers=0 to load in the calling thread");
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.num_workers() >= 0,
-      "num_workers must be >= 0, got ",
-      options_.num_workers());
+      o.timeout() >= 0,
+      "timeout option should be non-negative, got ",
+      o.timeout());
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.prefetch_factor() > 0,
-      "prefetch_factor must be positive, got ",
-      options_.prefetch_factor());
+      !o.prefetch_factor() || o.num_workers() > 0,
+      "prefetch_factor option needs num_workers > 0 (it counts batches each "
+      "worker prepares ahead)");
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.timeout() >= 0,
-      "timeout must be >= 0, got ",
-      options_.timeout());
+      !o.prefetch_factor() || *o.prefetch_factor() > 0,
+      "prefetch_factor option should be positive, got ",
+      o.prefetch_factor().value_or(0));
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !o.persistent_workers() || o.num_workers() > 0,
+      "persistent_workers option needs num_workers > 0");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !(o.sampler() && o.shuffle()),
+      "sampler option is mutually exclusive with shuffle");
+  if (o.batch_sampler()) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.batch_size() == 1 && !o.shuffle() && !o.sampler() && !o.drop_last(),
+        "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+        "sampler, and drop_last");
+    batch_sampler_ = o.batch_sampler();
+  } else {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.batch_size() || !o.drop_last(),
+        "batch_size=None option disables auto-batching and is mutually "
+        "exclusive with drop_last");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.batch_size().value_or(1) > 0,
+        "batch_size should be a positive integer value, but got batch_size=",
+        o.batch_size().value_or(0));
+    const int64_t n = dataset_->size();
+    std::shared_ptr<const Sampler> sampler = o.sampler();
+    if (!sampler) {
+      sampler =
+          o.shuffle()
+              ? std::shared_ptr<const Sampler>(std::make_shared<RandomSampler>(
+                    n, /*replacement=*/false, std::nullopt, o.seed()))
+              : std::make_shared<SequentialSampler>(n);
+    }
+    batch_sampler_ = std::make_shared<BatchSampler>(
+        std::move(sampler), o.batch_size().value_or(1), o.drop_last());
+  }
   spec_ = dataset_->spec();
-  for (int64_t i = 0; i < options_.num_workers(); ++i) {
-    workers_.emplace_back([this] { worker_loop(); });
+  prefetch_factor_ = o.prefetch_factor().value_or(2);
+  pin_ = o.pin_memory() && at::hasCUDA();
+  if (o.pin_memory() && !pin_) {
+    TORCH_WARN_ONCE(
+        "pin_memory is set but this LibTorch has no CUDA; batches stay in "
+        "pageable memory");
   }
 }
 
 DataLoader::~DataLoader() {
+  stop_workers();
+}
+
+void DataLoader::start_workers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_ = false;
+  for (int64_t id = 0; id < options_.num_workers(); ++id) {
+    workers_.emplace_back([this, id] { worker_loop(id); });
+  }
+}
+
+void DataLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    ++generation_; // batches still being built are dropped
   }
   work_cv_.notify_all();
   for (auto& worker : workers_) {
     worker.join();
   }
+  workers_.clear();
 }
 
 int64_t DataLoader::num_batches() const {
-  const int64_t n = dataset_->size();
-  return options_.drop_last()
-             ? n / options_.batch_size()
-             : (n + options_.batch_size() - 1) / options_.batch_size();
+  return batch_sampler_->size();
+}
+
+void DataLoader::set_epoch(int64_t epoch) {
+  next_epoch_ = epoch;
+  start_position_ = 0;
+}
+
+DataLoaderState DataLoader::state_dict() const {
+  if (epoch_active_) {
+    return {epoch_, next_to_consume_};
+  }
+  return {next_epoch_, start_position_};
+}
+
+void DataLoader::load_state_dict(const DataLoaderState& state) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      state.batches_consumed >= 0 && state.batches_consumed <= num_batches(),
+      "loader state says ",
+      state.batches_consumed,
+      " batches of epoch ",
+      state.epoch,
+      " were consumed, but an epoch has ",
+      num_batches());
+  next_epoch_ = state.epoch;
+  start_position_ = state.batches_consumed;
 }
 
 DataLoader::Iterator DataLoader::begin() {
@@ -68,73 +173,173 @@ DataLoader::Iterator DataLoader::end() {
 }
 
 void DataLoader::start_epoch() {
-  const int64_t n = dataset_->size();
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  if (options_.shuffle()) {
-    // Fisher-Yates from a stream seeded by (seed, epoch) alone.
-    SampleRng rng(SampleRng::mix(options_.seed(), next_epoch_, ~0ull));
-    for (int64_t i = n - 1; i > 0; --i) {
-      std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
-    }
+  auto batches = std::make_shared<const IndexBatches>(
+      batch_sampler_->batches(next_epoch_));
+  const bool restart_workers =
+      !options_.persistent_workers() || workers_.empty();
+  if (restart_workers) {
+    stop_workers();
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
     epoch_ = next_epoch_++;
-    order_ = std::make_shared<const std::vector<int64_t>>(std::move(order));
-    batches_ = num_batches();
-    next_to_schedule_ = 0;
-    next_to_consume_ = 0;
+    batches_ = std::move(batches);
+    next_to_schedule_ = start_position_;
+    next_to_consume_ = start_position_;
+    start_position_ = 0;
     ready_.clear();
+    epoch_active_ = true;
+  }
+  if (restart_workers && options_.num_workers() > 0) {
+    start_workers();
   }
   work_cv_.notify_all();
 }
 
-Batch DataLoader::make_batch(
-    const std::vector<int64_t>& order,
-    int64_t epoch,
-    int64_t batch_index) const {
-  const int64_t begin = batch_index * options_.batch_size();
-  const int64_t count = std::min<int64_t>(
-      options_.batch_size(), static_cast<int64_t>(order.size()) - begin);
-  std::vector<int64_t> input_shape{count};
-  input_shape.insert(
-      input_shape.end(), spec_.input_shape.begin(), spec_.input_shape.end());
-  std::vector<int64_t> target_shape{count};
-  target_shape.insert(
-      target_shape.end(), spec_.target_shape.begin(), spec_.target_shape.end());
-  Batch batch{
-      at::empty(input_shape, at::TensorOptions().dtype(spec_.input_dtype)),
-      at::empty(target_shape, at::TensorOptions().dtype(spec_.target_dtype))};
-  dataset_->get_batch(
-      c10::ArrayRef<int64_t>(order.data() + begin, count),
-      SampleContext{options_.seed(), epoch},
-      batch);
-  return batch;
+at::Tensor DataLoader::take_buffer(
+    int64_t rows, const std::vector<int64_t>& shape, c10::ScalarType dtype) {
+  const std::vector<int64_t> sizes = with_rows(rows, shape);
+  if (pin_) {
+    // LibTorch's caching host allocator reuses pinned blocks and knows when
+    // an asynchronous copy from one has finished; pooling them here would not.
+    return at::empty(
+        sizes, at::TensorOptions().dtype(dtype).pinned_memory(true));
+  }
+  // Enough for every batch in flight (input and target each) plus the few
+  // the caller typically still holds; buffers the caller keeps longer are
+  // forgotten rather than waited for.
+  const size_t capacity =
+      static_cast<size_t>(2 * (options_.num_workers() * prefetch_factor_ + 3));
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  for (const at::Tensor& buffer : pool_) {
+    // Free when the pool holds the only reference to the tensor and its
+    // storage (no batch, view or alias left with the caller).
+    if (buffer.use_count() == 1 && buffer.storage().use_count() == 1 &&
+        buffer.scalar_type() == dtype && buffer.sizes() == sizes) {
+      return buffer;
+    }
+  }
+  at::Tensor buffer = at::empty(sizes, at::TensorOptions().dtype(dtype));
+  if (pool_.size() >= capacity) {
+    pool_.erase(pool_.begin()); // the oldest, still held by the caller
+  }
+  pool_.push_back(buffer);
+  return buffer;
 }
 
-void DataLoader::worker_loop() {
-  const int64_t capacity = options_.num_workers() * options_.prefetch_factor();
+Batch DataLoader::collate(
+    const std::vector<int64_t>& indices, int64_t epoch) const {
+  const SampleContext context{options_.seed(), epoch};
+  std::vector<Example> samples;
+  samples.reserve(indices.size());
+  for (int64_t index : indices) {
+    samples.push_back(dataset_->get(index, context));
+  }
+  if (options_.collate()) {
+    return options_.collate()(std::move(samples));
+  }
+  // batch_size=None: the sample itself, without a batch dimension.
+  TORCH_INTERNAL_ASSERT(samples.size() == 1);
+  return Batch{std::move(samples[0].input), std::move(samples[0].target)};
+}
+
+Batch DataLoader::make_batch(
+    const std::vector<int64_t>& indices, int64_t epoch, int64_t batch_index) {
+  const int64_t n = dataset_->size();
+  for (int64_t index : indices) {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        index >= 0 && index < n,
+        "the sampler gave index ",
+        index,
+        " for a dataset of ",
+        n,
+        " samples");
+  }
+  try {
+    if (options_.collate() ||
+        (!options_.batch_size() && !options_.batch_sampler())) {
+      return collate(indices, epoch);
+    }
+    const auto rows = static_cast<int64_t>(indices.size());
+    Batch batch{
+        take_buffer(rows, spec_.input_shape, spec_.input_dtype),
+        take_buffer(rows, spec_.target_shape, spec_.target_dtype)};
+    dataset_->get_batch(indices, SampleContext{options_.seed(), epoch}, batch);
+    return batch;
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    // Find the sample at fault: the batched path does not say which it was.
+    for (int64_t index : indices) {
+      try {
+        dataset_->get(index, SampleContext{options_.seed(), epoch});
+      } catch (...) {
+        throw DataError(detail::str_cat(
+            "sample ",
+            index,
+            " (batch ",
+            batch_index,
+            " of epoch ",
+            epoch,
+            "): ",
+            message_of(std::current_exception())));
+      }
+    }
+    throw DataError(detail::str_cat(
+        "batch ", batch_index, " of epoch ", epoch, ": ", message_of(error)));
+  }
+}
+
+Batch DataLoader::to_device(Batch batch) const {
+  if (!options_.device()) {
+    return batch;
+  }
+  const c10::Device device = *options_.device();
+  // From pinned memory the copy is asynchronous and overlaps the host's work.
+  return Batch{
+      batch.input.to(device, /*non_blocking=*/true),
+      batch.target.to(device, /*non_blocking=*/true)};
+}
+
+void DataLoader::worker_loop(int64_t worker_id) {
+  std::exception_ptr init_error;
+  if (options_.worker_init_fn()) {
+    try {
+      options_.worker_init_fn()(worker_id);
+    } catch (...) {
+      init_error = std::current_exception();
+    }
+  }
+  const int64_t capacity = options_.num_workers() * prefetch_factor_;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_cv_.wait(lock, [&] {
-      return stop_ || (next_to_schedule_ < batches_ &&
-                       next_to_schedule_ < next_to_consume_ + capacity);
+      return stop_ ||
+             (next_to_schedule_ < static_cast<int64_t>(batches_->size()) &&
+              next_to_schedule_ < next_to_consume_ + capacity);
     });
     if (stop_) {
       return;
     }
     const int64_t index = next_to_schedule_++;
     const uint64_t generation = generation_;
-    const auto order = order_;
+    const auto batches = batches_;
     const int64_t epoch = epoch_;
     lock.unlock();
     Ready ready;
-    try {
-      ready.batch = make_batch(*order, epoch, index);
-    } catch (...) {
-      ready.error = std::current_exception();
+    if (init_error) {
+      ready.error = std::make_exception_ptr(DataError(detail::str_cat(
+          "worker_init_fn failed in worker ",
+          worker_id,
+          ": ",
+          message_of(init_error))));
+    } else {
+      try {
+        ready.batch = make_batch((*batches)[index], epoch, index);
+      } catch (...) {
+        ready.error = std::current_exception();
+      }
     }
     lock.lock();
     // A batch of an epoch that start_epoch has since replaced is dropped.
@@ -146,17 +351,22 @@ void DataLoader::worker_loop() {
 }
 
 bool DataLoader::next(Batch& out) {
-  if (workers_.empty()) {
-    if (next_to_consume_ >= batches_) {
-      return false;
+  if (!epoch_active_) {
+    return false;
+  }
+  if (next_to_consume_ >= static_cast<int64_t>(batches_->size())) {
+    epoch_active_ = false;
+    if (!options_.persistent_workers()) {
+      stop_workers();
     }
-    out = make_batch(*order_, epoch_, next_to_consume_++);
+    return false;
+  }
+  if (workers_.empty()) {
+    const int64_t index = next_to_consume_++;
+    out = to_device(make_batch((*batches_)[index], epoch_, index));
     return true;
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (next_to_consume_ >= batches_) {
-    return false;
-  }
   const int64_t index = next_to_consume_;
   auto is_ready = [&] { return ready_.count(index) > 0; };
   if (options_.timeout() > 0) {
@@ -167,7 +377,7 @@ bool DataLoader::next(Batch& out) {
         options_.timeout(),
         " s waiting for batch ",
         index,
-        " (data.timeout)");
+        " (timeout option)");
   } else {
     ready_cv_.wait(lock, is_ready);
   }
@@ -178,7 +388,7 @@ bool DataLoader::next(Batch& out) {
   if (node.mapped().error) {
     std::rethrow_exception(node.mapped().error);
   }
-  out = std::move(node.mapped().batch);
+  out = to_device(std::move(node.mapped().batch));
   return true;
 }
 

@@ -61,9 +61,30 @@ int64_t ImageClassificationDataset::size() const {
 SampleSpec ImageClassificationDataset::spec() const {
   return SampleSpec{
       {images_.size(1), images_.size(2), images_.size(3)},
-      at::kFloat,
+      transform_.options().dtype,
       {},
       at::kLong};
+}
+
+Example ImageClassificationDataset::get(
+    int64_t index, const SampleContext& context) const {
+  HOTLOOP_CHECK(
+      index >= 0 && index < size(),
+      "sample index ",
+      index,
+      " is out of range for a dataset of ",
+      size());
+  Example example{
+      at::empty(
+          {images_.size(1), images_.size(2), images_.size(3)},
+          at::TensorOptions().dtype(transform_.options().dtype)),
+      labels_[index].clone()};
+  SampleRng rng(SampleRng::mix(context.seed, context.epoch, index));
+  transform_.apply(
+      images_.data_ptr<uint8_t>() + index * images_[0].numel(),
+      example.input.data_ptr(),
+      rng);
+  return example;
 }
 
 void ImageClassificationDataset::get_batch(
@@ -73,14 +94,15 @@ void ImageClassificationDataset::get_batch(
   const int64_t sample_numel = images_[0].numel();
   const auto* images = images_.data_ptr<uint8_t>();
   const auto* labels = labels_.data_ptr<int64_t>();
-  auto* input = out.input.data_ptr<float>();
+  auto* input = static_cast<char*>(out.input.data_ptr());
+  const int64_t row_bytes = sample_numel * out.input.element_size();
   auto* target = out.target.data_ptr<int64_t>();
   const int64_t n = size();
   for (size_t k = 0; k < indices.size(); ++k) {
     const int64_t i = indices[k];
     TORCH_INTERNAL_ASSERT(i >= 0 && i < n, "sample index ", i, " out of range");
     SampleRng rng(SampleRng::mix(context.seed, context.epoch, i));
-    transform_.apply(images + i * sample_numel, input + k * sample_numel, rng);
+    transform_.apply(images + i * sample_numel, input + k * row_bytes, rng);
     target[k] = labels[i];
   }
 }

@@ -52,47 +52,97 @@ ImageTransform::ImageTransform(
     HOTLOOP_CHECK_AS(
         ConfigError, s > 0, "data.std values must be positive, got ", s);
   }
-  lut_.resize(channels);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.dtype == c10::kFloat || options_.dtype == c10::kBFloat16 ||
+          options_.dtype == c10::kHalf,
+      "data.dtype must be float32, bfloat16 or float16, got ",
+      options_.dtype);
   for (int64_t c = 0; c < channels; ++c) {
     const double mean =
         options_.mean.empty() ? 0 : per_channel(options_.mean, c);
     const double std = options_.std.empty() ? 1 : per_channel(options_.std, c);
+    std::array<double, 256> values{};
     for (int v = 0; v < 256; ++v) {
-      lut_[c][v] = static_cast<float>((v / 255.0 - mean) / std);
+      values[v] = (v / 255.0 - mean) / std;
+    }
+    auto fill = [&](auto& lut) {
+      using T = typename std::decay_t<decltype(lut)>::value_type::value_type;
+      auto& table = lut.emplace_back();
+      for (int v = 0; v < 256; ++v) {
+        table[v] = static_cast<T>(static_cast<float>(values[v]));
+      }
+    };
+    if (options_.dtype == c10::kFloat) {
+      fill(lut_float_);
+    } else if (options_.dtype == c10::kBFloat16) {
+      fill(lut_bfloat16_);
+    } else {
+      fill(lut_half_);
     }
   }
 }
 
 void ImageTransform::apply(
-    const uint8_t* src, float* dst, SampleRng& rng) const {
+    const uint8_t* src, void* dst, SampleRng& rng) const {
+  switch (options_.dtype) {
+    case c10::kBFloat16:
+      apply_to(src, static_cast<c10::BFloat16*>(dst), lut_bfloat16_, rng);
+      break;
+    case c10::kHalf:
+      apply_to(src, static_cast<c10::Half*>(dst), lut_half_, rng);
+      break;
+    default:
+      apply_to(src, static_cast<float*>(dst), lut_float_, rng);
+  }
+}
+
+template <typename T>
+void ImageTransform::apply_to(
+    const uint8_t* src, T* dst, const Lut<T>& luts, SampleRng& rng) const {
   const int64_t pad = options_.crop_padding;
-  // Offsets into the padded image; the same draws torchvision makes (top,
-  // left, then the flip coin), though from a different generator.
+  // Offsets into the padded image, drawn in torchvision's order (top, left,
+  // then the flip coin), though from a different generator.
   const int64_t top =
       pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
   const int64_t left =
       pad > 0 ? static_cast<int64_t>(rng.below(2 * pad + 1)) : 0;
   const bool flip = options_.horizontal_flip && (rng.next() >> 63);
   const int64_t dy = top - pad;  // source row = y + dy
-  const int64_t dx = left - pad; // source col = x + dx (before the flip)
+  const int64_t dx = left - pad; // source column before the flip = x + dx
+  const int64_t w = width_;
+  // Output columns [x0, x1) read inside the source row; the rest is padding.
+  // Without flip column x reads x + dx; with flip it reads w - 1 - x + dx.
+  const int64_t x0 = std::min<int64_t>(
+      w, flip ? std::max<int64_t>(0, dx) : std::max<int64_t>(0, -dx));
+  const int64_t x1 = std::max<int64_t>(
+      x0, flip ? std::min<int64_t>(w, w + dx) : std::min<int64_t>(w, w - dx));
 
   for (int64_t c = 0; c < channels_; ++c) {
-    const float* lut = lut_[c].data();
-    const float fill = lut[0];
-    const uint8_t* plane = src + c * height_ * width_;
-    float* out_plane = dst + c * height_ * width_;
+    const T* lut = luts[c].data();
+    const T fill = lut[0];
+    const uint8_t* plane = src + c * height_ * w;
+    T* out_plane = dst + c * height_ * w;
     for (int64_t y = 0; y < height_; ++y) {
-      float* out = out_plane + y * width_;
+      T* out = out_plane + y * w;
       const int64_t sy = y + dy;
       if (sy < 0 || sy >= height_) {
-        std::fill(out, out + width_, fill);
+        std::fill(out, out + w, fill);
         continue;
       }
-      const uint8_t* row = plane + sy * width_;
-      // Output column x reads cropped column (flip ? W-1-x : x).
-      for (int64_t x = 0; x < width_; ++x) {
-        const int64_t sx = (flip ? width_ - 1 - x : x) + dx;
-        out[x] = (sx >= 0 && sx < width_) ? lut[row[sx]] : fill;
+      std::fill(out, out + x0, fill);
+      std::fill(out + x1, out + w, fill);
+      const uint8_t* row = plane + sy * w;
+      if (flip) {
+        const uint8_t* from = row + (w - 1 + dx);
+        for (int64_t x = x0; x < x1; ++x) {
+          out[x] = lut[from[-x]];
+        }
+      } else {
+        const uint8_t* from = row + dx;
+        for (int64_t x = x0; x < x1; ++x) {
+          out[x] = lut[from[x]];
+        }
       }
     }
   }

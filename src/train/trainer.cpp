@@ -122,11 +122,9 @@ FitResult Trainer::fit(
       batches_per_epoch > 0,
       "the training set gives no batch (",
       train.dataset().size(),
-      " samples, batch_size ",
-      train.options().batch_size(),
-      ", drop_last ",
-      train.options().drop_last() ? "true" : "false",
-      ")");
+      " samples, ",
+      train.num_batches(),
+      " batches per epoch)");
   const int64_t accumulate = options_.accumulate_grad_batches();
   FitPlan plan;
   plan.steps_per_epoch = (batches_per_epoch + accumulate - 1) / accumulate;

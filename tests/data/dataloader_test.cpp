@@ -6,7 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <chrono>
+#include <numeric>
+#include <set>
 #include <thread>
 
 namespace hotloop::data {
@@ -24,6 +28,14 @@ class IndexDataset : public Dataset {
   }
   SampleSpec spec() const override {
     return SampleSpec{{1}, at::kFloat, {}, at::kLong};
+  }
+  Example get(int64_t index, const SampleContext&) const override {
+    if (index == fail_at_) {
+      throw DataError("sample " + std::to_string(index) + " is broken");
+    }
+    return Example{
+        at::full({1}, static_cast<float>(index)),
+        at::scalar_tensor(index, at::kLong)};
   }
   void get_batch(
       c10::ArrayRef<int64_t> indices,
@@ -105,13 +117,11 @@ TEST(DataLoader, SameSeedGivesBitwiseIdenticalEpochsForAnyWorkerCount) {
   auto dataset =
       std::make_shared<ImageClassificationDataset>(images, labels, transform);
   auto collect = [&](int64_t workers, int64_t prefetch) {
-    DataLoader loader(
-        dataset,
-        DataLoaderOptions(32)
-            .shuffle(true)
-            .seed(42)
-            .num_workers(workers)
-            .prefetch_factor(prefetch));
+    auto options = DataLoaderOptions(32).shuffle(true).seed(42);
+    if (workers > 0) {
+      options.num_workers(workers).prefetch_factor(prefetch);
+    }
+    DataLoader loader(dataset, options);
     std::vector<at::Tensor> out;
     for (int epoch = 0; epoch < 2; ++epoch) {
       for (auto& batch : loader) {
@@ -121,7 +131,7 @@ TEST(DataLoader, SameSeedGivesBitwiseIdenticalEpochsForAnyWorkerCount) {
     }
     return out;
   };
-  const auto reference = collect(0, 2);
+  const auto reference = collect(0, 0);
   for (auto [workers, prefetch] : {std::pair{1, 1}, {2, 2}, {4, 3}}) {
     const auto other = collect(workers, prefetch);
     ASSERT_EQ(other.size(), reference.size());
@@ -152,14 +162,15 @@ TEST(DataLoader, DestroyingALoaderMidEpochDoesNotHang) {
   SUCCEED();
 }
 
-TEST(DataLoader, WorkerErrorsReachTheConsumerWithTheirMessage) {
+TEST(DataLoader, WorkerErrorsReachTheConsumerNamingTheSample) {
   for (int64_t workers : {0, 2}) {
     DataLoader loader(
         std::make_shared<IndexDataset>(20, /*fail_at=*/13),
         DataLoaderOptions(4).num_workers(workers));
     EXPECT_THAT(
         [&] { epoch_targets(loader); },
-        ::testing::ThrowsMessage<DataError>(HasSubstr("sample 13 is broken")))
+        ::testing::ThrowsMessage<DataError>(::testing::StrEq(
+            "sample 13 (batch 3 of epoch 0): sample 13 is broken")))
         << workers << " workers";
   }
 }
@@ -172,23 +183,55 @@ TEST(DataLoader, TimeoutRaisesAClearError) {
       [&] { epoch_targets(loader); },
       ::testing::ThrowsMessage<Error>(
           HasSubstr("DataLoader timed out after 0.02 s waiting for batch 0 "
-                    "(data.timeout)")));
+                    "(timeout option)")));
 }
 
-TEST(DataLoader, InvalidOptionsNameTheOption) {
+TEST(DataLoader, InvalidOptionsAreRejectedAsPyTorchRejectsThem) {
   auto dataset = std::make_shared<IndexDataset>(4);
-  EXPECT_THAT(
-      [&] { DataLoader(dataset, DataLoaderOptions(0)); },
-      ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("batch_size must be positive, got 0")));
-  EXPECT_THAT(
-      [&] { DataLoader(dataset, DataLoaderOptions(1).num_workers(-1)); },
-      ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("num_workers must be >= 0, got -1")));
-  EXPECT_THAT(
-      [&] { DataLoader(dataset, DataLoaderOptions(1).prefetch_factor(0)); },
-      ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("prefetch_factor must be positive, got 0")));
+  auto rejects = [&](DataLoaderOptions options, const std::string& message) {
+    EXPECT_THAT(
+        [&] { DataLoader(dataset, options); },
+        ::testing::ThrowsMessage<ConfigError>(::testing::StrEq(message)));
+  };
+  rejects(
+      DataLoaderOptions(0),
+      "batch_size should be a positive integer value, but got batch_size=0");
+  rejects(
+      DataLoaderOptions(1).num_workers(-1),
+      "num_workers option should be non-negative, got -1; use num_workers=0 "
+      "to load in the calling thread");
+  rejects(
+      DataLoaderOptions(1).timeout(-1),
+      "timeout option should be non-negative, got -1");
+  rejects(
+      DataLoaderOptions(1).prefetch_factor(2),
+      "prefetch_factor option needs num_workers > 0 (it counts batches each "
+      "worker prepares ahead)");
+  rejects(
+      DataLoaderOptions(1).num_workers(1).prefetch_factor(0),
+      "prefetch_factor option should be positive, got 0");
+  rejects(
+      DataLoaderOptions(1).persistent_workers(true),
+      "persistent_workers option needs num_workers > 0");
+  auto sampler = std::make_shared<SequentialSampler>(4);
+  rejects(
+      DataLoaderOptions(1).sampler(sampler).shuffle(true),
+      "sampler option is mutually exclusive with shuffle");
+  auto batches = std::make_shared<BatchSampler>(sampler, 2, false);
+  for (const auto& bad :
+       {DataLoaderOptions(2).batch_sampler(batches),
+        DataLoaderOptions(1).batch_sampler(batches).shuffle(true),
+        DataLoaderOptions(1).batch_sampler(batches).sampler(sampler),
+        DataLoaderOptions(1).batch_sampler(batches).drop_last(true)}) {
+    rejects(
+        bad,
+        "batch_sampler option is mutually exclusive with batch_size, "
+        "shuffle, sampler, and drop_last");
+  }
+  rejects(
+      DataLoaderOptions().batch_size(std::nullopt).drop_last(true),
+      "batch_size=None option disables auto-batching and is mutually "
+      "exclusive with drop_last");
 }
 
 TEST(ImageClassificationDataset, MismatchedCountsAreRejected) {
@@ -199,6 +242,281 @@ TEST(ImageClassificationDataset, MismatchedCountsAreRejected) {
       },
       ::testing::ThrowsMessage<DataError>(
           HasSubstr("there are 3 images but 2 labels")));
+}
+
+} // namespace
+} // namespace hotloop::data
+
+namespace hotloop::data {
+namespace {
+
+TEST(ImageClassificationDataset, GetAndGetBatchGiveTheSameValuesInEveryDtype) {
+  const at::Tensor images = at::randint(0, 256, {10, 3, 6, 6}).to(at::kByte);
+  const at::Tensor labels = at::arange(10) % 3;
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    ImageTransformOptions transform;
+    transform.crop_padding = 2;
+    transform.horizontal_flip = true;
+    transform.mean = {0.5};
+    transform.std = {0.25};
+    transform.dtype = dtype;
+    ImageClassificationDataset dataset(images, labels, transform);
+    EXPECT_EQ(dataset.spec().input_dtype, dtype);
+    const std::vector<int64_t> indices = {7, 2, 9};
+    const SampleContext context{11, 4};
+    Batch batch{at::empty({3, 3, 6, 6}, dtype), at::empty({3}, at::kLong)};
+    dataset.get_batch(indices, context, batch);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const Example example = dataset.get(indices[k], context);
+      EXPECT_TRUE(batch.input[k].equal(example.input)) << dtype << " row " << k;
+      EXPECT_EQ(
+          batch.target[k].item<int64_t>(), example.target.item<int64_t>());
+    }
+  }
+}
+
+} // namespace
+} // namespace hotloop::data
+
+namespace hotloop::data {
+namespace {
+
+std::vector<std::vector<int64_t>> targets_of(DataLoader& loader) {
+  std::vector<std::vector<int64_t>> out;
+  for (auto& batch : loader) {
+    const at::Tensor t = batch.target.reshape({-1});
+    out.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  }
+  return out;
+}
+
+// Sample i is the value i.
+class Indices : public Dataset {
+ public:
+  explicit Indices(int64_t n) : n_(n) {}
+  int64_t size() const override {
+    return n_;
+  }
+  SampleSpec spec() const override {
+    return SampleSpec{{1}, at::kFloat, {}, at::kLong};
+  }
+  Example get(int64_t index, const SampleContext&) const override {
+    return Example{
+        at::full({1}, static_cast<float>(index)),
+        at::scalar_tensor(index, at::kLong)};
+  }
+
+ private:
+  int64_t n_;
+};
+
+TEST(DataLoader, ShuffleFollowsTorchRandpermSeededWithSeedPlusEpoch) {
+  DataLoader loader(
+      std::make_shared<Indices>(50),
+      DataLoaderOptions(50).shuffle(true).seed(7));
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    at::Generator generator =
+        at::make_generator<at::CPUGeneratorImpl>(7 + epoch);
+    const at::Tensor expected = at::randperm(50, generator, at::kLong);
+    const auto batches = targets_of(loader);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_TRUE(at::tensor(batches[0], at::kLong).equal(expected))
+        << "epoch " << epoch;
+  }
+}
+
+// Visits the dataset backwards.
+class ReverseSampler : public Sampler {
+ public:
+  explicit ReverseSampler(int64_t n) : n_(n) {}
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> out(n_);
+    std::iota(out.rbegin(), out.rend(), 0);
+    return out;
+  }
+  int64_t size() const override {
+    return n_;
+  }
+
+ private:
+  int64_t n_;
+};
+
+TEST(DataLoader, ASamplerOrBatchSamplerSetsTheOrder) {
+  auto sampler = std::make_shared<ReverseSampler>(5);
+  DataLoader by_sampler(
+      std::make_shared<Indices>(5), DataLoaderOptions(2).sampler(sampler));
+  EXPECT_EQ(
+      targets_of(by_sampler),
+      (std::vector<std::vector<int64_t>>{{4, 3}, {2, 1}, {0}}));
+  DataLoader by_batches(
+      std::make_shared<Indices>(5),
+      DataLoaderOptions().batch_sampler(
+          std::make_shared<BatchSampler>(sampler, 3, /*drop_last=*/true)));
+  EXPECT_EQ(by_batches.num_batches(), 1);
+  EXPECT_EQ(
+      targets_of(by_batches), (std::vector<std::vector<int64_t>>{{4, 3, 2}}));
+}
+
+TEST(DataLoader, AnIndexOutsideTheDatasetIsNamed) {
+  DataLoader loader(
+      std::make_shared<Indices>(3),
+      DataLoaderOptions(2).sampler(std::make_shared<ReverseSampler>(4)));
+  EXPECT_THAT(
+      [&] { targets_of(loader); },
+      ::testing::ThrowsMessage<DataError>(::testing::HasSubstr(
+          "the sampler gave index 3 for a dataset of 3 samples")));
+}
+
+TEST(DataLoader, TheDefaultGetBatchStacksSamples) {
+  DataLoader loader(std::make_shared<Indices>(5), DataLoaderOptions(2));
+  std::vector<at::Tensor> inputs;
+  for (auto& batch : loader) {
+    inputs.push_back(batch.input.clone());
+  }
+  ASSERT_EQ(inputs.size(), 3u);
+  EXPECT_TRUE(inputs[1].equal(at::tensor({2.0f, 3.0f}).view({2, 1})));
+}
+
+TEST(DataLoader, BatchSizeNoneYieldsSamplesWithoutABatchDimension) {
+  DataLoader loader(
+      std::make_shared<Indices>(3),
+      DataLoaderOptions().batch_size(std::nullopt).num_workers(2));
+  EXPECT_EQ(loader.num_batches(), 3);
+  int64_t expected = 0;
+  for (auto& sample : loader) {
+    EXPECT_EQ(sample.input.sizes(), at::IntArrayRef({1}));
+    EXPECT_EQ(sample.target.dim(), 0);
+    EXPECT_EQ(sample.target.item<int64_t>(), expected++);
+  }
+  EXPECT_EQ(expected, 3);
+}
+
+TEST(DataLoader, ACustomCollateBuildsBatchesFromSamples) {
+  DataLoader loader(
+      std::make_shared<Indices>(5),
+      DataLoaderOptions(2).collate([](std::vector<Example> samples) {
+        std::vector<at::Tensor> inputs, targets;
+        for (auto& s : samples) {
+          inputs.push_back(s.input);
+          targets.push_back(s.target + 100);
+        }
+        return Batch{at::stack(inputs), at::stack(targets)};
+      }));
+  EXPECT_EQ(
+      targets_of(loader),
+      (std::vector<std::vector<int64_t>>{{100, 101}, {102, 103}, {104}}));
+}
+
+TEST(DataLoader, WorkerInitFnRunsInEachWorkerEachTimeWorkersStart) {
+  for (bool persistent : {false, true}) {
+    std::mutex mutex;
+    std::multiset<int64_t> ids;
+    std::set<std::thread::id> threads;
+    DataLoader loader(
+        std::make_shared<Indices>(12),
+        DataLoaderOptions(2)
+            .num_workers(3)
+            .persistent_workers(persistent)
+            .worker_init_fn([&](int64_t id) {
+              std::lock_guard<std::mutex> lock(mutex);
+              ids.insert(id);
+              threads.insert(std::this_thread::get_id());
+            }));
+    targets_of(loader);
+    targets_of(loader);
+    const size_t starts = persistent ? 1 : 2;
+    EXPECT_EQ(ids.size(), 3 * starts) << "persistent " << persistent;
+    for (int64_t id = 0; id < 3; ++id) {
+      EXPECT_EQ(ids.count(id), starts);
+    }
+    EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+  }
+}
+
+TEST(DataLoader, AFailingWorkerInitFnReachesTheConsumer) {
+  DataLoader loader(
+      std::make_shared<Indices>(4),
+      DataLoaderOptions(2).num_workers(1).worker_init_fn(
+          [](int64_t) { throw std::runtime_error("no GPU for you"); }));
+  EXPECT_THAT(
+      [&] { targets_of(loader); },
+      ::testing::ThrowsMessage<DataError>(::testing::HasSubstr(
+          "worker_init_fn failed in worker 0: no GPU for you")));
+}
+
+TEST(DataLoader, AResumedStateGivesTheSameRemainingBatches) {
+  auto dataset = std::make_shared<Indices>(40);
+  const auto options =
+      DataLoaderOptions(6).shuffle(true).seed(5).num_workers(2);
+  DataLoader straight(dataset, options);
+  targets_of(straight);
+  const auto epoch1 = targets_of(straight);
+
+  DataLoader interrupted(dataset, options);
+  interrupted.set_epoch(1);
+  int64_t taken = 0;
+  for (auto& batch : interrupted) {
+    (void)batch;
+    if (++taken == 3) {
+      break;
+    }
+  }
+  const DataLoaderState state = interrupted.state_dict();
+  EXPECT_EQ(state.epoch, 1);
+  EXPECT_EQ(state.batches_consumed, 3);
+
+  DataLoader resumed(dataset, options);
+  resumed.load_state_dict(state);
+  EXPECT_EQ(resumed.state_dict().batches_consumed, 3);
+  const auto rest = targets_of(resumed);
+  EXPECT_EQ(
+      rest,
+      std::vector<std::vector<int64_t>>(epoch1.begin() + 3, epoch1.end()));
+  EXPECT_EQ(resumed.state_dict().epoch, 2);
+  EXPECT_EQ(resumed.state_dict().batches_consumed, 0);
+  EXPECT_THAT(
+      [&] {
+        resumed.load_state_dict({0, 8});
+      },
+      ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
+          "loader state says 8 batches of epoch 0 were consumed, but an "
+          "epoch has 7")));
+}
+
+TEST(DataLoader, BatchBuffersAreReusedOnlyOnceTheCallerDropsThem) {
+  auto images = at::zeros({40, 1, 2, 2}, at::kByte);
+  auto dataset = std::make_shared<ImageClassificationDataset>(
+      images, at::zeros({40}, at::kLong));
+  DataLoader loader(dataset, DataLoaderOptions(4));
+  std::vector<at::Tensor> held;
+  std::set<const void*> seen;
+  for (auto& batch : loader) {
+    for (const auto& h : held) {
+      EXPECT_NE(batch.input.data_ptr(), h.data_ptr());
+    }
+    seen.insert(batch.input.data_ptr());
+    if (held.size() < 3) {
+      held.push_back(batch.input);
+    }
+  }
+  // Three held buffers, plus two taking turns for the other seven batches:
+  // the batch the iterator still points to is in use while the next loads.
+  EXPECT_EQ(seen.size(), 5u);
+  const at::Tensor view = held[0].view({-1});
+  held.clear();
+  for (auto& batch : loader) {
+    EXPECT_NE(batch.input.data_ptr(), view.data_ptr());
+  }
+}
+
+TEST(DataLoader, DeviceCpuAndPinMemoryWithoutCudaStillLoad) {
+  DataLoader loader(
+      std::make_shared<Indices>(6),
+      DataLoaderOptions(4).pin_memory(true).device(c10::Device(c10::kCPU)));
+  EXPECT_EQ(
+      targets_of(loader),
+      (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5}}));
 }
 
 } // namespace

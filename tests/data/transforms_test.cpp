@@ -150,3 +150,50 @@ TEST(ImageTransform, InvalidOptionsNameTheOption) {
 
 } // namespace
 } // namespace hotloop::data
+
+namespace hotloop::data {
+namespace {
+
+TEST(ImageTransform, HalfPrecisionOutputsAreTheFloatValuesRoundedOnce) {
+  const at::Tensor image = at::randint(0, 256, {2, 7, 9}).to(at::kByte);
+  ImageTransformOptions options;
+  options.crop_padding = 3;
+  options.horizontal_flip = true;
+  options.mean = {0.3, 0.6};
+  options.std = {0.2, 0.4};
+  const ImageTransform as_float(options, 2, 7, 9);
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    options.dtype = dtype;
+    const ImageTransform as_half(options, 2, 7, 9);
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      at::Tensor expected = at::empty({2, 7, 9}, at::kFloat);
+      at::Tensor got = at::empty({2, 7, 9}, dtype);
+      SampleRng a(seed), b(seed);
+      as_float.apply(image.data_ptr<uint8_t>(), expected.data_ptr(), a);
+      as_half.apply(image.data_ptr<uint8_t>(), got.data_ptr(), b);
+      ASSERT_TRUE(got.equal(expected.to(dtype))) << dtype << " seed " << seed;
+    }
+  }
+  options.dtype = at::kDouble;
+  EXPECT_THAT(
+      [&] { ImageTransform(options, 2, 7, 9); },
+      ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
+          "data.dtype must be float32, bfloat16 or float16, got Double")));
+}
+
+TEST(ImageTransform, PaddingWiderThanTheImageGivesFillOrAShiftedImage) {
+  const at::Tensor image = at::randint(1, 256, {1, 3, 3}).to(at::kByte);
+  ImageTransformOptions options;
+  options.crop_padding = 5;
+  options.horizontal_flip = true;
+  const ImageTransform transform(options, 1, 3, 3);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    at::Tensor out = at::empty({1, 3, 3}, at::kFloat);
+    SampleRng rng(seed);
+    transform.apply(image.data_ptr<uint8_t>(), out.data_ptr(), rng);
+    ASSERT_TRUE(out.ge(0).all().item<bool>() && out.le(1).all().item<bool>());
+  }
+}
+
+} // namespace
+} // namespace hotloop::data

@@ -17,6 +17,8 @@ struct DataConfig {
   int64_t val_batch_size = 1000;
   int64_t num_workers = 1;
   int64_t prefetch_factor = 2;
+  bool persistent_workers = true;
+  bool pin_memory = false;
   bool shuffle = true;
   bool drop_last = false;
   double timeout = 0;

@@ -2,44 +2,89 @@
 
 #include "hotloop/data/batch.h"
 #include "hotloop/data/dataset.h"
+#include "hotloop/data/sampler.h"
 
+#include <c10/core/Device.h>
 #include <torch/arg.h>
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 namespace hotloop::data {
 
-/// Options of a DataLoader, named as in `torch.utils.data.DataLoader`.
-/// Validated when the DataLoader is built.
+/// Builds a batch from samples (PyTorch's `collate_fn`).
+using CollateFn = std::function<Batch(std::vector<Example> samples)>;
+/// Called once in each worker thread as it starts, with its id in
+/// [0, num_workers) (PyTorch's `worker_init_fn`).
+using WorkerInitFn = std::function<void(int64_t worker_id)>;
+
+/// Options of a DataLoader, with `torch.utils.data.DataLoader`'s names and
+/// meaning. Validated when the DataLoader is built, with PyTorch's rules:
+/// batch_sampler excludes batch_size, shuffle, sampler and drop_last;
+/// sampler excludes shuffle; prefetch_factor and persistent_workers need
+/// num_workers > 0.
+///
+/// Differences from PyTorch: workers are threads, not processes (no pickling,
+/// no copies); `seed` replaces `generator` (the shuffle of epoch e is
+/// `torch.randperm(n, generator=torch.Generator().manual_seed(seed + e))`,
+/// and augmentation draws from (seed, epoch, sample index)); `device` is an
+/// addition: batches are moved there by the loader, non_blocking from pinned
+/// memory.
 struct DataLoaderOptions {
   DataLoaderOptions() = default;
   /* implicit */ DataLoaderOptions(int64_t batch_size)
       : batch_size_(batch_size) {}
 
-  /// Samples per batch; > 0.
-  TORCH_ARG(int64_t, batch_size) = 1;
+  /// Samples per batch; nullopt yields single samples with no batch
+  /// dimension (PyTorch's batch_size=None).
+  TORCH_ARG(std::optional<int64_t>, batch_size) = 1;
   /// Reshuffle the sample order every epoch.
   TORCH_ARG(bool, shuffle) = false;
+  /// Where sample indices come from; null: sequential, or random with
+  /// shuffle.
+  TORCH_ARG(std::shared_ptr<const Sampler>, sampler);
+  /// Where whole batches of indices come from.
+  TORCH_ARG(std::shared_ptr<const BatchSampler>, batch_sampler);
+  /// Threads that build batches; 0 builds them in the caller's thread.
+  TORCH_ARG(int64_t, num_workers) = 0;
+  /// Builds batches from `Dataset::get` samples instead of the dataset's
+  /// batched fast path.
+  TORCH_ARG(CollateFn, collate);
+  /// Put batches in page-locked memory (needs a CUDA build; ignored with a
+  /// warning otherwise) so device copies can be asynchronous.
+  TORCH_ARG(bool, pin_memory) = false;
   /// Drop the last batch when it is smaller than batch_size.
   TORCH_ARG(bool, drop_last) = false;
-  /// Background threads that build batches; 0 builds them in the caller's
-  /// thread when it asks for the next batch.
-  TORCH_ARG(int64_t, num_workers) = 0;
-  /// Batches each worker may have ready ahead of the consumer.
-  TORCH_ARG(int64_t, prefetch_factor) = 2;
-  /// Seed of the shuffle and of every sample's augmentation.
-  TORCH_ARG(uint64_t, seed) = 0;
   /// Seconds to wait for a batch before failing; 0 waits forever.
   TORCH_ARG(double, timeout) = 0;
+  TORCH_ARG(WorkerInitFn, worker_init_fn);
+  /// Seed of the shuffle and of every sample's augmentation.
+  TORCH_ARG(uint64_t, seed) = 0;
+  /// Batches each worker may have ready ahead of the consumer; default 2
+  /// with workers.
+  TORCH_ARG(std::optional<int64_t>, prefetch_factor);
+  /// Keep worker threads between epochs instead of starting them anew.
+  TORCH_ARG(bool, persistent_workers) = false;
+  /// Move every batch to this device (non_blocking) before handing it out.
+  TORCH_ARG(std::optional<c10::Device>, device);
+};
+
+/// Where a loader stands in its epochs, for checkpoints: resuming from it
+/// yields exactly the batches the interrupted run would have seen next.
+struct DataLoaderState {
+  /// The epoch in progress (or the next one when none is).
+  int64_t epoch = 0;
+  /// Batches of that epoch already handed out.
+  int64_t batches_consumed = 0;
 };
 
 /// Loads batches from a Dataset in sampler order, on threads.
@@ -47,36 +92,49 @@ struct DataLoaderOptions {
 /// The epoch's order and each sample's augmentation are pure functions of
 /// (seed, epoch, index), so an epoch is bitwise identical for any
 /// num_workers and prefetch_factor. Iterating starts the next epoch: the
-/// first `begin()` runs epoch 0, the next epoch 1, unless `set_epoch` says
-/// otherwise. Breaking out of an epoch early is fine.
+/// first `begin()` runs epoch 0, the next epoch 1, unless `set_epoch` or
+/// `load_state_dict` says otherwise. Leaving an epoch early is fine.
+///
+/// Without a collate function or batch_sampler, batches are written in
+/// place by `Dataset::get_batch` into buffers the loader reuses once the
+/// caller has dropped every reference to them.
+///
+/// An exception in a worker reaches the consumer as `DataError` naming the
+/// sample index and the original message.
 ///
 /// Not thread-safe: one consumer thread iterates. Owns its threads, so it
-/// cannot be copied; the destructor stops and joins them.
+/// cannot be copied; the destructor stops and joins them, mid-epoch too.
 class DataLoader {
  public:
   class Iterator;
 
-  /// Throws ConfigError naming the option when an option is invalid.
+  /// Throws ConfigError naming the options when they are invalid or
+  /// incompatible.
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
   /// Starts the next epoch and returns an iterator to its first batch.
-  /// Any batches left from an unfinished epoch are discarded.
+  /// Batches left from an unfinished epoch are discarded.
   Iterator begin();
   Iterator end();
 
-  /// Batches in one epoch.
+  /// Batches in one epoch (`len(dataloader)`).
   int64_t num_batches() const;
   /// The epoch the next `begin()` starts.
   int64_t epoch() const {
     return next_epoch_;
   }
-  /// Makes the next `begin()` start `epoch`.
-  void set_epoch(int64_t epoch) {
-    next_epoch_ = epoch;
-  }
+  /// Makes the next `begin()` start `epoch` from its first batch.
+  void set_epoch(int64_t epoch);
+
+  /// The position to save in a checkpoint.
+  DataLoaderState state_dict() const;
+  /// Makes the next `begin()` continue `state.epoch` after
+  /// `state.batches_consumed` batches (no sample of those is loaded).
+  /// Throws ConfigError when the position is past the epoch's end.
+  void load_state_dict(const DataLoaderState& state);
 
   const DataLoaderOptions& options() const {
     return options_;
@@ -121,24 +179,33 @@ class DataLoader {
   };
 
  private:
+  using IndexBatches = std::vector<std::vector<int64_t>>;
   struct Ready {
     Batch batch;
     std::exception_ptr error;
   };
 
   void start_epoch();
+  void start_workers();
+  void stop_workers();
   // Next batch of the epoch in order; false at the end.
   bool next(Batch& out);
   Batch make_batch(
-      const std::vector<int64_t>& order,
-      int64_t epoch,
-      int64_t batch_index) const;
-  void worker_loop();
+      const std::vector<int64_t>& indices, int64_t epoch, int64_t batch_index);
+  Batch collate(const std::vector<int64_t>& indices, int64_t epoch) const;
+  at::Tensor take_buffer(
+      int64_t rows, const std::vector<int64_t>& shape, c10::ScalarType dtype);
+  Batch to_device(Batch batch) const;
+  void worker_loop(int64_t worker_id);
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  std::shared_ptr<const BatchSampler> batch_sampler_;
   SampleSpec spec_;
+  int64_t prefetch_factor_ = 0;
+  bool pin_ = false;
   int64_t next_epoch_ = 0;
+  int64_t start_position_ = 0;
 
   // Epoch state, guarded by mutex_ while workers run.
   std::mutex mutex_;
@@ -147,14 +214,18 @@ class DataLoader {
   uint64_t generation_ = 0;
   int64_t epoch_ = 0;
   // Shared so a worker still building a batch of an abandoned epoch keeps
-  // reading the order it started with.
-  std::shared_ptr<const std::vector<int64_t>> order_;
-  int64_t batches_ = 0;
+  // reading the list it started with.
+  std::shared_ptr<const IndexBatches> batches_;
   int64_t next_to_schedule_ = 0;
   int64_t next_to_consume_ = 0;
+  bool epoch_active_ = false;
   std::map<int64_t, Ready> ready_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
+
+  // Batch buffers the loader hands out and takes back once unreferenced.
+  std::mutex pool_mutex_;
+  std::vector<at::Tensor> pool_;
 };
 
 } // namespace hotloop::data

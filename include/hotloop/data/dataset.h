@@ -2,6 +2,8 @@
 
 #include "hotloop/data/batch.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
@@ -28,11 +30,22 @@ struct SampleContext {
   int64_t epoch = 0;
 };
 
-/// A map-style dataset with a batched fast path.
+/// One sample, as `Dataset::get` returns it.
+struct Example {
+  /// input: the shape and dtype of `SampleSpec::input_shape/input_dtype`
+  at::Tensor input;
+  /// target: the shape and dtype of `SampleSpec::target_shape/target_dtype`
+  at::Tensor target;
+};
+
+/// A map-style dataset (PyTorch's `__getitem__` + `__len__`) with a batched
+/// fast path.
 ///
-/// `get_batch` writes samples straight into rows of a preallocated batch, so
-/// no per-sample tensors are made and no stacking copy follows. It must be
-/// safe to call concurrently for different output batches.
+/// `get` returns one sample; `get_batch` writes samples straight into rows
+/// of a preallocated batch, so no per-sample tensors are made and no
+/// stacking copy follows. Both must be safe to call concurrently from loader
+/// threads (for different output batches), and both must give the same
+/// values for the same index and context.
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -40,16 +53,21 @@ class Dataset {
   /// Number of samples.
   virtual int64_t size() const = 0;
 
-  /// Shape and dtype of one sample.
+  /// Shape and dtype of one sample; every sample has them.
   virtual SampleSpec spec() const = 0;
 
+  /// Sample `index` in [0, size()). Randomness (augmentation) must derive
+  /// from `context` and `index` only.
+  virtual Example get(int64_t index, const SampleContext& context) const = 0;
+
   /// Writes sample `indices[k]` into row k of `out.input` and `out.target`,
-  /// which have leading dimension `indices.size()` and the shapes of
-  /// `spec()`. Indices are in [0, size()).
+  /// which are contiguous, have leading dimension `indices.size()` and the
+  /// shapes and dtypes of `spec()`. The default copies `get()` of each
+  /// index; datasets override it to write in place.
   virtual void get_batch(
       c10::ArrayRef<int64_t> indices,
       const SampleContext& context,
-      Batch& out) const = 0;
+      Batch& out) const;
 };
 
 } // namespace hotloop::data

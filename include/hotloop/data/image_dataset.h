@@ -24,6 +24,8 @@ class ImageClassificationDataset : public Dataset {
 
   int64_t size() const override;
   SampleSpec spec() const override;
+  /// input: [C, H, W] float32, transformed; target: [] int64.
+  Example get(int64_t index, const SampleContext& context) const override;
   void get_batch(
       c10::ArrayRef<int64_t> indices,
       const SampleContext& context,

@@ -2,6 +2,10 @@
 
 #include "hotloop/data/random.h"
 
+#include <c10/core/ScalarType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -21,6 +25,9 @@ struct ImageTransformOptions {
   /// no normalization. One value applies to every channel.
   std::vector<double> mean;
   std::vector<double> std;
+  /// Output element type: float32, bfloat16 or float16 (the conversion is
+  /// part of the same pass).
+  c10::ScalarType dtype = c10::kFloat;
 };
 
 /// The fused image transform: crop, flip, scale and normalize in one pass
@@ -29,16 +36,16 @@ struct ImageTransformOptions {
 class ImageTransform {
  public:
   /// Throws ConfigError for a negative padding, a mean/std size that matches
-  /// neither 1 nor `channels`, or a non-positive std.
+  /// neither 1 nor `channels`, a non-positive std, or another dtype.
   ImageTransform(
       ImageTransformOptions options,
       int64_t channels,
       int64_t height,
       int64_t width);
 
-  /// src: [C, H, W] uint8; dst: [C, H, W] float32. `rng` supplies this
-  /// sample's crop offset and flip.
-  void apply(const uint8_t* src, float* dst, SampleRng& rng) const;
+  /// src: [C, H, W] uint8; dst: [C, H, W] of `options().dtype`. `rng`
+  /// supplies this sample's crop offset and flip.
+  void apply(const uint8_t* src, void* dst, SampleRng& rng) const;
 
   const ImageTransformOptions& options() const {
     return options_;
@@ -47,7 +54,17 @@ class ImageTransform {
  private:
   ImageTransformOptions options_;
   int64_t channels_, height_, width_;
-  std::vector<std::array<float, 256>> lut_;
+  template <typename T>
+  using Lut = std::vector<std::array<T, 256>>;
+  template <typename T>
+  void apply_to(
+      const uint8_t* src, T* dst, const Lut<T>& lut, SampleRng& rng) const;
+
+  // Value of each pixel byte after scaling and normalization, per channel,
+  // computed in double and rounded once to the output type.
+  Lut<float> lut_float_;
+  Lut<c10::BFloat16> lut_bfloat16_;
+  Lut<c10::Half> lut_half_;
 };
 
 } // namespace hotloop::data

@@ -1,0 +1,196 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace hotloop::data {
+
+/// Produces the sample indices of one epoch, like the samplers of
+/// `torch.utils.data`.
+///
+/// Stateless across epochs: the indices of epoch e depend only on the
+/// constructor arguments and e, so a loader can resume any epoch at any
+/// position without replaying earlier ones. Random samplers draw epoch e from
+/// a fresh CPU generator seeded with `seed + e` (modulo 2^64) using the same
+/// ATen ops as PyTorch's Python samplers, so their indices equal Python's
+/// with `generator=torch.Generator().manual_seed(seed + e)`. As in PyTorch,
+/// the generator (mt19937) keeps only the low 32 bits of that seed.
+///
+/// Difference from PyTorch: a PyTorch RandomSampler (or SubsetRandomSampler,
+/// WeightedRandomSampler) given a generator continues one random stream
+/// across epochs; hotloop reseeds every epoch with `seed + epoch`, as
+/// DistributedSampler does. With no generator PyTorch draws a fresh seed;
+/// hotloop is always deterministic.
+///
+/// Implementations are immutable after construction: `indices` and `size`
+/// may be called from any number of threads at once.
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+
+  /// The indices of epoch `epoch` (any value; 0 is the first epoch), in
+  /// order; `size()` of them.
+  virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
+
+  /// Indices per epoch (`len(sampler)`).
+  virtual int64_t size() const = 0;
+};
+
+/// 0, 1, ..., n - 1 every epoch (`SequentialSampler`).
+class SequentialSampler final : public Sampler {
+ public:
+  /// `n`: the dataset size; requires n >= 0 (else `hotloop::ConfigError`).
+  explicit SequentialSampler(int64_t n);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  int64_t n_;
+};
+
+/// Indices in [0, n) in random order (`RandomSampler`).
+///
+/// Without replacement: `num_samples / n` full permutations
+/// (`torch.randperm(n)`), then the first `num_samples % n` of one more. With
+/// replacement: `torch.randint(n, (32,))` draws, 32 at a time, then the
+/// remainder.
+class RandomSampler final : public Sampler {
+ public:
+  /// `n`: the dataset size. `num_samples`: indices per epoch, default n.
+  /// Requires n >= 0, num_samples > 0 (so n > 0 when it is left out), and
+  /// n > 0 whenever samples are drawn (else `hotloop::ConfigError`).
+  explicit RandomSampler(
+      int64_t n,
+      bool replacement = false,
+      std::optional<int64_t> num_samples = std::nullopt,
+      uint64_t seed = 0);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  int64_t n_;
+  bool replacement_;
+  int64_t num_samples_;
+  uint64_t seed_;
+};
+
+/// The given indices in random order, each once (`SubsetRandomSampler`):
+/// `indices[i] for i in torch.randperm(len(indices))`. An empty subset gives
+/// empty epochs. The indices are not checked against any dataset.
+class SubsetRandomSampler final : public Sampler {
+ public:
+  explicit SubsetRandomSampler(std::vector<int64_t> indices, uint64_t seed = 0);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  std::vector<int64_t> subset_;
+  uint64_t seed_;
+};
+
+/// Indices in [0, weights.size()) drawn with probability proportional to
+/// their weight (`WeightedRandomSampler`):
+/// `torch.multinomial(weights [double], num_samples, replacement)`.
+///
+/// Without replacement each index is drawn at most once; as in PyTorch, once
+/// every positive-weight index is drawn, zero-weight indices fill the rest.
+class WeightedRandomSampler final : public Sampler {
+ public:
+  /// Requires num_samples > 0, non-negative finite weights with a positive
+  /// finite sum, and without replacement num_samples <= weights.size() (else
+  /// `hotloop::ConfigError`).
+  WeightedRandomSampler(
+      std::vector<double> weights,
+      int64_t num_samples,
+      bool replacement = true,
+      uint64_t seed = 0);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  std::vector<double> weights_;
+  int64_t num_samples_;
+  bool replacement_;
+  uint64_t seed_;
+};
+
+/// The share of one rank (process) of a dataset split across `num_replicas`
+/// ranks (`torch.utils.data.distributed.DistributedSampler`).
+///
+/// Each epoch the order is `torch.randperm(n)` with `shuffle`, else
+/// 0..n-1. Without `drop_last` it is padded to a multiple of num_replicas by
+/// repeating its start (as many times as needed) and every rank gets
+/// ceil(n / num_replicas) indices; with `drop_last` its tail is dropped and
+/// every rank gets floor(n / num_replicas). Rank r takes positions r,
+/// r + num_replicas, r + 2 * num_replicas, ... of that list. So the ranks'
+/// shares are disjoint (up to the padding) and together cover every index
+/// (every kept index with `drop_last`), provided every rank uses the same n,
+/// shuffle, seed and epoch.
+class DistributedSampler final : public Sampler {
+ public:
+  /// Requires n >= 0, num_replicas > 0 and 0 <= rank < num_replicas (else
+  /// `hotloop::ConfigError`).
+  DistributedSampler(
+      int64_t n,
+      int64_t num_replicas,
+      int64_t rank,
+      bool shuffle = true,
+      uint64_t seed = 0,
+      bool drop_last = false);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  /// Indices per rank per epoch (PyTorch's `num_samples`).
+  int64_t size() const override;
+  /// Indices of all ranks together per epoch (PyTorch's `total_size`).
+  int64_t total_size() const;
+
+ private:
+  int64_t n_;
+  int64_t num_replicas_;
+  int64_t rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t num_samples_;
+};
+
+/// Groups a sampler's indices into batches of `batch_size` (`BatchSampler`);
+/// the last batch is smaller, or dropped with `drop_last`. Thread-safe like
+/// the samplers.
+class BatchSampler final {
+ public:
+  /// Requires a sampler and batch_size > 0 (else `hotloop::ConfigError`).
+  BatchSampler(
+      std::shared_ptr<const Sampler> sampler,
+      int64_t batch_size,
+      bool drop_last);
+
+  /// The batches of epoch `epoch`: the sampler's `indices(epoch)` in order,
+  /// `size()` batches.
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const;
+
+  /// Batches per epoch (`len(batch_sampler)`).
+  int64_t size() const;
+
+  const Sampler& sampler() const {
+    return *sampler_;
+  }
+  int64_t batch_size() const {
+    return batch_size_;
+  }
+  bool drop_last() const {
+    return drop_last_;
+  }
+
+ private:
+  std::shared_ptr<const Sampler> sampler_;
+  int64_t batch_size_;
+  bool drop_last_;
+};
+
+} // namespace hotloop::data
