@@ -17,6 +17,7 @@ PACKAGES=(
   libyaml-cpp-dev         # config files
   nlohmann-json3-dev      # summary.json
   zlib1g-dev              # gzipped IDX files
+  libpng-dev libturbojpeg0-dev  # image folders (PNG, JPEG)
   libgtest-dev libgmock-dev
   dataset-fashion-mnist   # the main job's data: /usr/share/datasets/fashion-mnist
 )

@@ -9,6 +9,14 @@
 #include <utility>
 #include <vector>
 
+/// Expects `statement` to throw `hotloop::ErrorType` whose message contains
+/// `text` (LibTorch's ASSERT_THROWS_WITH, for hotloop's error types).
+#define EXPECT_THROWS_WITH(ErrorType, statement, text) \
+  EXPECT_THAT(                                         \
+      [&] { (void)(statement); },                      \
+      ::testing::ThrowsMessage<::hotloop::ErrorType>(  \
+          ::testing::HasSubstr(text)))
+
 namespace hotloop::testing {
 
 /// A fresh folder under the system temp dir, removed with its content when

@@ -31,4 +31,13 @@ void Dataset::get_batch(
   }
 }
 
+void Dataset::check_index(int64_t index) const {
+  HOTLOOP_CHECK(
+      index >= 0 && index < size(),
+      "sample index ",
+      index,
+      " is out of range for a dataset of ",
+      size());
+}
+
 } // namespace hotloop::data

@@ -1,6 +1,7 @@
 #include "hotloop/data/idx.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/dataset.h"
 
 #include <ATen/ATen.h>
 #include <zlib.h>
@@ -126,12 +127,7 @@ void byteswap_in_place(at::Tensor& tensor) {
 } // namespace
 
 at::Tensor read_idx(const std::string& path) {
-  std::error_code ec;
-  HOTLOOP_CHECK_AS(
-      DataError,
-      std::filesystem::is_regular_file(path, ec),
-      path,
-      ": no such file");
+  detail::require_file(path);
   Reader reader(path);
 
   std::array<uint8_t, 4> magic{};

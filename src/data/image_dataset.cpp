@@ -68,12 +68,7 @@ SampleSpec ImageClassificationDataset::spec() const {
 
 Example ImageClassificationDataset::get(
     int64_t index, const SampleContext& context) const {
-  HOTLOOP_CHECK(
-      index >= 0 && index < size(),
-      "sample index ",
-      index,
-      " is out of range for a dataset of ",
-      size());
+  check_index(index);
   Example example{
       at::empty(
           {images_.size(1), images_.size(2), images_.size(3)},

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -49,3 +50,15 @@ std::string str_cat(Args&&... args) {
 
 /// `HOTLOOP_CHECK_AS(Error, ...)`.
 #define HOTLOOP_CHECK(cond, ...) HOTLOOP_CHECK_AS(Error, cond, __VA_ARGS__)
+
+namespace hotloop::detail {
+/// Throws DataError `<path>: no such file` unless `path` is a regular file.
+inline void require_file(const std::string& path) {
+  std::error_code ec;
+  HOTLOOP_CHECK_AS(
+      DataError,
+      std::filesystem::is_regular_file(path, ec),
+      path,
+      ": no such file");
+}
+} // namespace hotloop::detail

@@ -68,6 +68,11 @@ class Dataset {
       c10::ArrayRef<int64_t> indices,
       const SampleContext& context,
       Batch& out) const;
+
+ protected:
+  /// Throws Error unless `index` is in [0, size()).
+  void check_index(int64_t index) const;
 };
+
 
 } // namespace hotloop::data

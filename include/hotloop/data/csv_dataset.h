@@ -1,0 +1,74 @@
+#pragma once
+
+#include "hotloop/data/tensor_dataset.h"
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hotloop::data {
+
+/// How to read a CSV file of numbers.
+struct CsvDatasetOptions {
+  /// The first non-blank row names the columns.
+  TORCH_ARG(bool, header) = true;
+  /// Name of the label column (needs `header`); empty: use `label_index`.
+  TORCH_ARG(std::string, label_column);
+  /// Index of the label column when `label_column` is empty, from 0;
+  /// negative counts from the end (-1: the last column).
+  TORCH_ARG(int64_t, label_index) = -1;
+  /// Labels are float32 regression targets instead of int64 class indices.
+  TORCH_ARG(bool, regression) = false;
+  /// Field separator.
+  TORCH_ARG(char, delimiter) = ',';
+};
+
+/// A CSV file of numbers, parsed once into memory: one label column, every
+/// other column a float32 feature.
+///
+/// Fields may be surrounded by spaces and double quotes; blank lines, a
+/// UTF-8 byte order mark and CRLF line ends are accepted. Numbers are read
+/// as double and rounded to float32, like `pandas.read_csv` followed by
+/// `.astype("float32")`.
+class CsvDataset : public TensorDataset {
+ public:
+  /// inputs: [N, F] float32, the feature columns in file order;
+  /// targets: [N] int64 class indices >= 0, or [N] float32 with
+  /// `regression`.
+  ///
+  /// Throws ConfigError naming the option for `label_column` without
+  /// `header`, an unknown `label_column` name or an out-of-range
+  /// `label_index`; DataError naming the file for a missing or empty file, a
+  /// file with no data rows or fewer than 2 columns, and naming
+  /// `file:line` (and the column, counted from 0) for a row with another
+  /// number of columns, a field that is not a number, or a label that is not
+  /// a class index.
+  explicit CsvDataset(const std::string& path, CsvDatasetOptions options = {});
+
+  /// Header names of the feature columns, in order; empty without a header.
+  const std::vector<std::string>& feature_names() const {
+    return feature_names_;
+  }
+  /// Header name of the label column; empty without a header.
+  const std::string& label_name() const {
+    return label_name_;
+  }
+  /// 1 + the largest class index; 0 with `regression`.
+  int64_t num_classes() const {
+    return num_classes_;
+  }
+
+ private:
+  struct Parsed;
+  explicit CsvDataset(Parsed parsed);
+  static Parsed parse(
+      const std::string& path, const CsvDatasetOptions& options);
+
+  std::vector<std::string> feature_names_;
+  std::string label_name_;
+  int64_t num_classes_ = 0;
+};
+
+} // namespace hotloop::data

@@ -1,0 +1,96 @@
+#pragma once
+
+#include "hotloop/data/dataset.h"
+#include "hotloop/data/transforms.h"
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hotloop::data {
+
+/// How ImageFolder turns image files into samples.
+struct ImageFolderOptions {
+  /* implicit */ ImageFolderOptions(std::vector<int64_t> image_size)
+      : image_size_(std::move(image_size)) {}
+
+  /// [height, width] every image is resized to, bilinearly with half-pixel
+  /// centers (`F.interpolate(mode="bilinear", align_corners=False)`, no
+  /// antialias), rounded to uint8 like torchvision's Resize on uint8.
+  TORCH_ARG(std::vector<int64_t>, image_size);
+  /// 3: RGB; 1: grayscale, with PIL's `convert("L")` weights.
+  TORCH_ARG(int64_t, channels) = 3;
+  /// Crop, flip and normalize after the resize; the default scales to
+  /// [0, 1].
+  TORCH_ARG(ImageTransformOptions, transform);
+};
+
+/// torchvision's ImageFolder: `root/<class>/**/<image>` with `.jpg`, `.jpeg`
+/// or `.png` files (any case), decoded when read.
+///
+/// Classes are the subfolder names of `root` (hidden ones skipped), sorted,
+/// numbered 0..K-1. Samples are ordered by class, then by folder and file
+/// name, as torchvision orders them. Every image is decoded to 8-bit RGB
+/// (alpha dropped), converted to grayscale when asked, resized, then
+/// transformed by ImageTransform.
+///
+/// JPEG is decoded with libjpeg-turbo (accurate DCT, fancy upsampling, as
+/// PIL does), PNG with libpng; the format comes from the file's first bytes
+/// (the extension decides only for files that match neither). JPEG warnings
+/// (e.g. extraneous bytes) are tolerated, as PIL and torchvision do.
+///
+/// Holds only paths: `get` and `get_batch` read and decode with local state,
+/// so any number of threads may call them at once.
+class ImageFolder : public Dataset {
+ public:
+  /// One image file and its class index.
+  struct Sample {
+    std::string path;
+    int64_t target = 0;
+  };
+
+  /// Lists `root`. Throws ConfigError naming the option for an image_size
+  /// that is not two positive values, channels other than 1 or 3, or bad
+  /// transform options; DataError naming the folder for a missing root, a
+  /// root without class folders, or a class folder without images.
+  ImageFolder(const std::string& root, ImageFolderOptions options);
+
+  int64_t size() const override;
+  SampleSpec spec() const override;
+  /// input: [C, H, W] of the transform's dtype (float32 by default);
+  /// target: [] int64. Throws DataError naming the file when it cannot be
+  /// read or decoded.
+  Example get(int64_t index, const SampleContext& context) const override;
+  /// out.input: [B, C, H, W]; out.target: [B] int64. Throws like `get`.
+  void get_batch(
+      c10::ArrayRef<int64_t> indices,
+      const SampleContext& context,
+      Batch& out) const override;
+
+  /// Class names (subfolder names), sorted; class k is classes()[k].
+  const std::vector<std::string>& classes() const {
+    return classes_;
+  }
+  /// Every sample, in index order.
+  const std::vector<Sample>& samples() const {
+    return samples_;
+  }
+  const ImageFolderOptions& options() const {
+    return options_;
+  }
+
+ private:
+  void scan(const std::string& root);
+  // Decodes, resizes and transforms sample `index` into `out`: [C, H, W] of
+  // the transform's dtype.
+  void load(int64_t index, const SampleContext& context, void* out) const;
+
+  ImageFolderOptions options_;
+  ImageTransform transform_;
+  std::vector<std::string> classes_;
+  std::vector<Sample> samples_;
+};
+
+} // namespace hotloop::data

@@ -1,0 +1,270 @@
+#include "hotloop/data/csv_dataset.h"
+
+#include "hotloop/core/error.h"
+
+#include <ATen/ATen.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+
+namespace hotloop::data {
+namespace {
+
+constexpr std::string_view kBlank = " \t";
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+// Every integer up to 2^53 is exact in a double.
+constexpr double kMaxClassIndex = 9007199254740992.0;
+
+std::string read_file(const std::string& path) {
+  detail::require_file(path);
+  std::ifstream in(path, std::ios::binary);
+  HOTLOOP_CHECK_AS(
+      DataError, in, path, ": cannot open: ", std::strerror(errno));
+  std::string text(std::filesystem::file_size(path), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  HOTLOOP_CHECK_AS(
+      DataError,
+      in.gcount() == static_cast<std::streamsize>(text.size()),
+      path,
+      ": read failed after ",
+      in.gcount(),
+      " of ",
+      text.size(),
+      " bytes");
+  return text;
+}
+
+// Splits `line` at `delimiter`s outside double quotes ("" inside quotes
+// toggles twice, so escaped quotes need no special case).
+void split(
+    std::string_view line, char delimiter, std::vector<std::string_view>& out) {
+  out.clear();
+  size_t start = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') {
+      quoted = !quoted;
+    } else if (line[i] == delimiter && !quoted) {
+      out.push_back(line.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(line.substr(start));
+}
+
+// The field without surrounding blanks and double quotes.
+std::string_view unquote(std::string_view field) {
+  const size_t begin = field.find_first_not_of(kBlank);
+  if (begin == std::string_view::npos) {
+    return {};
+  }
+  field = field.substr(begin, field.find_last_not_of(kBlank) - begin + 1);
+  if (field.size() >= 2 && field.front() == '"' && field.back() == '"') {
+    field = field.substr(1, field.size() - 2);
+  }
+  return field;
+}
+
+// A header name: unquoted, with "" turned back into ".
+std::string column_name(std::string_view field) {
+  std::string name(unquote(field));
+  for (size_t at = name.find("\"\""); at != std::string::npos;
+       at = name.find("\"\"", at + 1)) {
+    name.erase(at, 1);
+  }
+  return name;
+}
+
+// Parses the whole of `text` as a number, as `float(text)` would.
+bool parse_number(std::string_view text, double& value) {
+  if (!text.empty() && text.front() == '+') {
+    text.remove_prefix(1); // from_chars does not take a leading '+'
+    if (!text.empty() && text.front() == '-') {
+      return false;
+    }
+  }
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  return !text.empty() && ec == std::errc() && ptr == end;
+}
+
+bool is_class_index(double value) {
+  return value >= 0 && value < kMaxClassIndex && std::floor(value) == value;
+}
+
+// The label column's index, from the header names or the index option.
+int64_t label_column(
+    const std::string& path,
+    const CsvDatasetOptions& options,
+    const std::vector<std::string>& names,
+    int64_t columns) {
+  if (!options.label_column().empty()) {
+    for (size_t j = 0; j < names.size(); ++j) {
+      if (names[j] == options.label_column()) {
+        return static_cast<int64_t>(j);
+      }
+    }
+    std::string listed;
+    for (const std::string& name : names) {
+      listed += (listed.empty() ? "'" : ", '") + name + "'";
+    }
+    throw ConfigError(detail::str_cat(
+        "data.label_column '",
+        options.label_column(),
+        "' is not a column of ",
+        path,
+        " (columns: ",
+        listed,
+        ")"));
+  }
+  const int64_t index = options.label_index() < 0
+                            ? columns + options.label_index()
+                            : options.label_index();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      index >= 0 && index < columns,
+      "data.label_index ",
+      options.label_index(),
+      " is out of range for the ",
+      columns,
+      " columns of ",
+      path);
+  return index;
+}
+
+} // namespace
+
+struct CsvDataset::Parsed {
+  at::Tensor features;
+  at::Tensor labels;
+  std::vector<std::string> feature_names;
+  std::string label_name;
+  int64_t num_classes = 0;
+};
+
+CsvDataset::CsvDataset(const std::string& path, CsvDatasetOptions options)
+    : CsvDataset(parse(path, options)) {}
+
+CsvDataset::CsvDataset(Parsed parsed)
+    : TensorDataset(std::move(parsed.features), std::move(parsed.labels)),
+      feature_names_(std::move(parsed.feature_names)),
+      label_name_(std::move(parsed.label_name)),
+      num_classes_(parsed.num_classes) {}
+
+CsvDataset::Parsed CsvDataset::parse(
+    const std::string& path, const CsvDatasetOptions& options) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.header() || options.label_column().empty(),
+      "data.label_column needs data.header (a header row naming the columns)");
+  const std::string text = read_file(path);
+  std::string_view rest = text;
+  if (rest.substr(0, kByteOrderMark.size()) == kByteOrderMark) {
+    rest.remove_prefix(kByteOrderMark.size());
+  }
+
+  std::vector<std::string> names;
+  std::vector<std::string_view> fields;
+  int64_t columns = 0; // set by the first row
+  int64_t label = 0;
+  std::vector<float> features;
+  std::vector<int64_t> classes;
+  std::vector<float> values;
+  int64_t line = 0;
+  while (!rest.empty()) {
+    const size_t end = rest.find('\n');
+    std::string_view row = rest.substr(0, end);
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+    ++line;
+    if (!row.empty() && row.back() == '\r') {
+      row.remove_suffix(1);
+    }
+    if (row.find_first_not_of(kBlank) == std::string_view::npos) {
+      continue;
+    }
+    split(row, options.delimiter(), fields);
+    if (columns == 0) {
+      columns = static_cast<int64_t>(fields.size());
+      HOTLOOP_CHECK_AS(
+          DataError,
+          columns >= 2,
+          path,
+          ":",
+          line,
+          ": expected at least 2 columns (features and a label), got ",
+          columns);
+      if (options.header()) {
+        for (std::string_view field : fields) {
+          names.push_back(column_name(field));
+        }
+      }
+      label = label_column(path, options, names, columns);
+      if (options.header()) {
+        continue;
+      }
+    }
+    HOTLOOP_CHECK_AS(
+        DataError,
+        static_cast<int64_t>(fields.size()) == columns,
+        path,
+        ":",
+        line,
+        ": expected ",
+        columns,
+        " columns, got ",
+        fields.size());
+    for (int64_t j = 0; j < columns; ++j) {
+      const std::string_view field = unquote(fields[j]);
+      double value = 0;
+      const bool number = parse_number(field, value);
+      const bool class_label = j == label && !options.regression();
+      if (!number || (class_label && !is_class_index(value))) {
+        throw DataError(detail::str_cat(
+            path,
+            ":",
+            line,
+            ": column ",
+            j,
+            names.empty() ? "" : " ('" + names[j] + "')",
+            class_label ? ": expected a class index (an integer >= 0), got '"
+                        : ": expected a number, got '",
+            field,
+            "'"));
+      }
+      if (j != label) {
+        features.push_back(static_cast<float>(value));
+      } else if (class_label) {
+        classes.push_back(static_cast<int64_t>(value));
+      } else {
+        values.push_back(static_cast<float>(value));
+      }
+    }
+  }
+  HOTLOOP_CHECK_AS(DataError, columns > 0, path, ": empty file");
+  const int64_t rows = static_cast<int64_t>(features.size()) / (columns - 1);
+  HOTLOOP_CHECK_AS(
+      DataError, rows > 0, path, ": no data rows after the header");
+
+  Parsed parsed;
+  parsed.features =
+      at::from_blob(features.data(), {rows, columns - 1}, at::kFloat).clone();
+  if (options.regression()) {
+    parsed.labels = at::from_blob(values.data(), {rows}, at::kFloat).clone();
+  } else {
+    parsed.labels = at::from_blob(classes.data(), {rows}, at::kLong).clone();
+    parsed.num_classes = parsed.labels.max().item<int64_t>() + 1;
+  }
+  if (!names.empty()) {
+    parsed.label_name = names[label];
+    names.erase(names.begin() + label);
+    parsed.feature_names = std::move(names);
+  }
+  return parsed;
+}
+
+} // namespace hotloop::data
