@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -101,6 +103,33 @@ DataLoader::DataLoader(
   spec_ = dataset_->spec();
   prefetch_factor_ = o.prefetch_factor().value_or(2);
   pin_ = o.pin_memory() && at::hasCUDA();
+  accelerator_ = o.device() && !o.device()->is_cpu();
+  if (accelerator_) {
+    // "cuda" means the first device, as torch.device("cuda") does for copies.
+    const c10::Device device(
+        o.device()->type(), o.device()->has_index() ? o.device()->index() : 0);
+    device_ = device;
+    int64_t devices = 0;
+    try {
+      const c10::impl::VirtualGuardImpl guard(device.type());
+      devices = guard.deviceCount();
+      if (devices > device.index()) {
+        copy_stream_ = guard.getStreamFromGlobalPool(device);
+      }
+    } catch (const c10::Error&) {
+      // This LibTorch was built without support for the device type.
+    }
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        copy_stream_.has_value(),
+        "device option ",
+        device,
+        ": not available (this LibTorch sees ",
+        devices,
+        " ",
+        c10::DeviceTypeName(device.type(), /*lower_case=*/true),
+        " devices)");
+  }
   if (o.pin_memory() && !pin_) {
     TORCH_WARN_ONCE(
         "pin_memory is set but this LibTorch has no CUDA; batches stay in "
@@ -144,7 +173,8 @@ void DataLoader::set_epoch(int64_t epoch) {
 
 DataLoaderState DataLoader::state_dict() const {
   if (epoch_active_) {
-    return {epoch_, next_to_consume_};
+    // A batch copying to the accelerator has not been handed out yet.
+    return {epoch_, next_to_consume_ - (in_flight_ ? 1 : 0)};
   }
   return {next_epoch_, start_position_};
 }
@@ -191,6 +221,7 @@ void DataLoader::start_epoch() {
     ready_.clear();
     epoch_active_ = true;
   }
+  in_flight_.reset(); // a copy of the abandoned epoch's next batch
   if (restart_workers && options_.num_workers() > 0) {
     start_workers();
   }
@@ -291,15 +322,17 @@ Batch DataLoader::make_batch(
   }
 }
 
-Batch DataLoader::to_device(Batch batch) const {
-  if (!options_.device()) {
-    return batch;
-  }
-  const c10::Device device = *options_.device();
-  // From pinned memory the copy is asynchronous and overlaps the host's work.
-  return Batch{
+void DataLoader::start_copy(Batch batch) {
+  const c10::Device device = device_;
+  const c10::StreamGuard on_copy_stream(*copy_stream_);
+  // From pinned memory these copies are asynchronous: they overlap the
+  // consumer's work on its own stream.
+  Batch copied{
       batch.input.to(device, /*non_blocking=*/true),
       batch.target.to(device, /*non_blocking=*/true)};
+  c10::Event done(device.type());
+  done.record(*copy_stream_);
+  in_flight_.emplace(InFlight{std::move(copied), std::move(done)});
 }
 
 void DataLoader::worker_loop(int64_t worker_id) {
@@ -350,7 +383,7 @@ void DataLoader::worker_loop(int64_t worker_id) {
   }
 }
 
-bool DataLoader::next(Batch& out) {
+bool DataLoader::next_host(Batch& out) {
   if (!epoch_active_) {
     return false;
   }
@@ -363,7 +396,7 @@ bool DataLoader::next(Batch& out) {
   }
   if (workers_.empty()) {
     const int64_t index = next_to_consume_++;
-    out = to_device(make_batch((*batches_)[index], epoch_, index));
+    out = make_batch((*batches_)[index], epoch_, index);
     return true;
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -388,7 +421,43 @@ bool DataLoader::next(Batch& out) {
   if (node.mapped().error) {
     std::rethrow_exception(node.mapped().error);
   }
-  out = to_device(std::move(node.mapped().batch));
+  out = std::move(node.mapped().batch);
+  return true;
+}
+
+bool DataLoader::next(Batch& out) {
+  if (!options_.device()) {
+    return next_host(out);
+  }
+  if (!accelerator_) {
+    if (!next_host(out)) {
+      return false;
+    }
+    out = Batch{
+        out.input.to(*options_.device()), out.target.to(*options_.device())};
+    return true;
+  }
+  Batch host;
+  if (!in_flight_) {
+    if (!next_host(host)) {
+      return false;
+    }
+    start_copy(std::move(host));
+  }
+  InFlight ready = std::move(*in_flight_);
+  in_flight_.reset();
+  // The consumer's stream waits for the copy; the caching allocator learns
+  // that the tensors are used there, so their memory is not reused early.
+  const c10::impl::VirtualGuardImpl guard(device_.type());
+  const c10::Stream consumer = guard.getStream(device_);
+  ready.done.block(consumer);
+  ready.batch.input.record_stream(consumer);
+  ready.batch.target.record_stream(consumer);
+  out = std::move(ready.batch);
+  // Start the next copy now, so it runs while the caller uses this batch.
+  if (next_host(host)) {
+    start_copy(std::move(host));
+  }
   return true;
 }
 

@@ -1,6 +1,7 @@
 #include "hotloop/data/dataloader.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
+#include "test_util.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -517,6 +518,59 @@ TEST(DataLoader, DeviceCpuAndPinMemoryWithoutCudaStillLoad) {
   EXPECT_EQ(
       targets_of(loader),
       (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5}}));
+}
+
+} // namespace
+} // namespace hotloop::data
+
+namespace hotloop::data {
+namespace {
+
+// Runs only where LibTorch has CUDA and a GPU is present.
+TEST(DataLoaderCuda, BatchesArriveOnTheDeviceEqualToTheHostBatches) {
+  if (!at::hasCUDA()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const at::Tensor images = at::randint(0, 256, {70, 1, 8, 8}).to(at::kByte);
+  ImageTransformOptions transform;
+  transform.crop_padding = 1;
+  transform.horizontal_flip = true;
+  auto dataset = std::make_shared<ImageClassificationDataset>(
+      images, at::arange(70) % 5, transform);
+  const auto options = DataLoaderOptions(16).shuffle(true).num_workers(2);
+  DataLoader host(dataset, options);
+  DataLoader device(
+      dataset,
+      DataLoaderOptions(options).pin_memory(true).device(
+          c10::Device("cuda:0")));
+  std::vector<Batch> expected;
+  for (auto& batch : host) {
+    expected.push_back(batch);
+  }
+  size_t k = 0;
+  for (auto& batch : device) {
+    ASSERT_LT(k, expected.size());
+    EXPECT_TRUE(batch.input.is_cuda());
+    EXPECT_TRUE(batch.input.cpu().equal(expected[k].input)) << "batch " << k;
+    EXPECT_TRUE(batch.target.cpu().equal(expected[k].target)) << "batch " << k;
+    if (++k == 2) {
+      EXPECT_EQ(device.state_dict().batches_consumed, 2);
+    }
+  }
+  EXPECT_EQ(k, expected.size());
+}
+
+TEST(DataLoader, AnUnavailableDeviceIsAConfigError) {
+  if (at::hasCUDA()) {
+    GTEST_SKIP() << "this machine has CUDA";
+  }
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      DataLoader(
+          std::make_shared<Indices>(4),
+          DataLoaderOptions(2).device(c10::Device("cuda:0"))),
+      "device option cuda:0: not available (this LibTorch sees 0 cuda "
+      "devices)");
 }
 
 } // namespace

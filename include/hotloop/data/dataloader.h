@@ -5,6 +5,8 @@
 #include "hotloop/data/sampler.h"
 
 #include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/arg.h>
 
 #include <condition_variable>
@@ -74,7 +76,9 @@ struct DataLoaderOptions {
   TORCH_ARG(std::optional<int64_t>, prefetch_factor);
   /// Keep worker threads between epochs instead of starting them anew.
   TORCH_ARG(bool, persistent_workers) = false;
-  /// Move every batch to this device (non_blocking) before handing it out.
+  /// Move every batch to this device before handing it out. For an
+  /// accelerator the next batch is copied on a side stream while the current
+  /// one is used, and the consumer's stream waits on an event before use.
   TORCH_ARG(std::optional<c10::Device>, device);
 };
 
@@ -195,7 +199,10 @@ class DataLoader {
   Batch collate(const std::vector<int64_t>& indices, int64_t epoch) const;
   at::Tensor take_buffer(
       int64_t rows, const std::vector<int64_t>& shape, c10::ScalarType dtype);
-  Batch to_device(Batch batch) const;
+  // Next host batch in order; false at the end of the epoch.
+  bool next_host(Batch& out);
+  // Starts copying `batch` to the accelerator on the side stream.
+  void start_copy(Batch batch);
   void worker_loop(int64_t worker_id);
 
   std::shared_ptr<const Dataset> dataset_;
@@ -222,6 +229,17 @@ class DataLoader {
   std::map<int64_t, Ready> ready_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
+
+  // Accelerator prefetch: the batch being copied on copy_stream_, and the
+  // event that marks the copy's end.
+  bool accelerator_ = false;
+  c10::Device device_{c10::kCPU};
+  std::optional<c10::Stream> copy_stream_;
+  struct InFlight {
+    Batch batch;
+    c10::Event done;
+  };
+  std::optional<InFlight> in_flight_;
 
   // Batch buffers the loader hands out and takes back once unreferenced.
   std::mutex pool_mutex_;
