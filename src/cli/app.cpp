@@ -139,6 +139,17 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
   }
   const train::FitResult result =
       trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+  if (result.interrupted) {
+    out << "stopped after step " << result.steps;
+    if (result.checkpoint_path.empty()) {
+      out << "; checkpointing is off, nothing to resume from\n";
+    } else {
+      out << "; resume with: hotloop fit --config "
+          << (fs::path(run_dir) / "config.yaml").string() << " --ckpt_path "
+          << result.checkpoint_path << "\n";
+    }
+    return 130; // the shell's code for a run ended by SIGINT
+  }
   out << std::fixed << std::setprecision(4) << "done: " << result.epochs
       << " epochs, " << result.steps << " steps";
   for (const auto& [name, value] : result.metrics) {

@@ -119,6 +119,11 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "write checkpoints/last.ckpt after every epoch"));
+  s.add(opt(
+      "trainer.handle_signals",
+      T::kBool,
+      "true",
+      "on Ctrl-C/SIGTERM finish the step, checkpoint and exit (resumable)"));
   s.add(
       opt("trainer.enable_progress_bar",
           T::kBool,
@@ -440,6 +445,7 @@ FitConfig to_fit_config(const Config& c) {
       .num_threads(c.get_int("trainer.num_threads"))
       .retain_host_memory(c.get_bool("trainer.retain_host_memory"))
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
+      .handle_signals(c.get_bool("trainer.handle_signals"))
       .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"));
   HOTLOOP_CHECK_AS(
       ConfigError,

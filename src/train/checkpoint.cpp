@@ -95,6 +95,7 @@ void save_checkpoint(
   archive.write("hotloop_checkpoint_version", scalar(kFormatVersion));
   archive.write("epoch", scalar(progress.epoch));
   archive.write("global_step", scalar(progress.global_step));
+  archive.write("epoch_batches", scalar(progress.epoch_batches));
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -150,6 +151,10 @@ TrainingProgress load_checkpoint(
         ")");
     progress.epoch = read_int("epoch");
     progress.global_step = read_int("global_step");
+    at::Tensor epoch_batches;
+    if (archive.try_read("epoch_batches", epoch_batches)) {
+      progress.epoch_batches = epoch_batches.item<int64_t>();
+    }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);

@@ -3,6 +3,7 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/core/memory.h"
+#include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/run_dir.h"
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <optional>
 
 namespace hotloop::train {
 namespace {
@@ -149,8 +151,9 @@ FitResult Trainer::fit(
   TrainingProgress progress;
   if (!ckpt_path.empty()) {
     progress = load_checkpoint(ckpt_path, module, &optimizer, scheduler);
-    out_ << "resumed from " << ckpt_path << " after epoch " << progress.epoch
-         << " (step " << progress.global_step << ")\n";
+    out_ << "resumed from " << ckpt_path << " at epoch " << progress.epoch
+         << ", batch " << progress.epoch_batches << " (step "
+         << progress.global_step << ")\n";
   }
   const std::string& run_dir = log_dir();
   std::string checkpoint_dir;
@@ -171,6 +174,17 @@ FitResult Trainer::fit(
   int64_t train_samples = 0;
   const std::vector<at::Tensor> parameters = module.parameters();
   compat::zero_grad_set_to_none(optimizer);
+  std::optional<StopSignalGuard> signals;
+  if (options_.handle_signals()) {
+    signals.emplace();
+  }
+  auto save = [&] {
+    if (!checkpoint_dir.empty()) {
+      result.checkpoint_path = checkpoint_dir + "/last.ckpt";
+      save_checkpoint(
+          result.checkpoint_path, module, &optimizer, scheduler, progress);
+    }
+  };
   bool stop = false;
   for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop;
        ++epoch) {
@@ -181,6 +195,12 @@ FitResult Trainer::fit(
     int64_t samples = 0;
     int64_t batch_idx = 0;
     train.set_epoch(epoch);
+    if (progress.epoch_batches > 0) {
+      // Resuming mid-epoch: the loader rebuilds this epoch's order and skips
+      // the batches already trained on.
+      batch_idx = progress.epoch_batches;
+      train.load_state_dict({epoch, batch_idx});
+    }
     auto wait_start = Clock::now();
     for (auto it = train.begin();
          it != train.end() && batch_idx < batches_per_epoch;
@@ -215,6 +235,13 @@ FitResult Trainer::fit(
             progress.global_step >= options_.max_steps()) {
           stop = true;
         }
+        if (signals && StopSignalGuard::received() != 0 &&
+            batch_idx < batches_per_epoch) {
+          progress.epoch_batches = batch_idx;
+          save();
+          result.interrupted = true;
+          stop = true;
+        }
       }
       wait_start = Clock::now();
       phases.optimizer +=
@@ -223,10 +250,17 @@ FitResult Trainer::fit(
         break;
       }
     }
-    progress.epoch = epoch + 1;
     train_seconds += phases.total();
     train_samples += samples;
     result.metrics = metrics.compute();
+    if (result.interrupted) {
+      out_ << "interrupted by signal " << StopSignalGuard::received()
+           << " in epoch " << epoch + 1 << " after batch " << batch_idx
+           << " (step " << progress.global_step << ")\n";
+      break;
+    }
+    progress.epoch = epoch + 1;
+    progress.epoch_batches = 0;
 
     const bool last = stop || progress.epoch == options_.max_epochs();
     if (val != nullptr && options_.limit_val_batches() != 0 &&
@@ -250,11 +284,7 @@ FitResult Trainer::fit(
         scheduler->step();
       }
     }
-    if (!checkpoint_dir.empty()) {
-      result.checkpoint_path = checkpoint_dir + "/last.ckpt";
-      save_checkpoint(
-          result.checkpoint_path, module, &optimizer, scheduler, progress);
-    }
+    save();
     if (options_.enable_progress_bar()) {
       const double epoch_seconds = seconds_since(epoch_start);
       out_ << "epoch " << progress.epoch << "/" << options_.max_epochs();

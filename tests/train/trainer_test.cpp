@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -193,6 +194,69 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
       [] { Trainer(TrainerOptions().gradient_clip_val(-1)); },
       ::testing::ThrowsMessage<ConfigError>(
           HasSubstr("trainer.gradient_clip_val must be >= 0, got -1")));
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// Sends itself SIGINT during the training step of one batch, as a user
+// pressing Ctrl-C would.
+class InterruptingClassifier : public ImageClassifier {
+ public:
+  InterruptingClassifier(ImageClassifier&& base, int64_t at_step)
+      : ImageClassifier(std::move(base)), at_step_(at_step) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    if (++steps_ == at_step_) {
+      std::raise(SIGINT);
+    }
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+
+ private:
+  int64_t at_step_;
+  int64_t steps_ = 0;
+};
+
+TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
+  auto train = train_loader(2);
+  auto straight = make_module(0);
+  Trainer(options().max_epochs(2)).fit(*straight, train, &val_loader_);
+
+  // Interrupted in the 11th step: epoch 2, batch 3 of 8.
+  InterruptingClassifier interrupted(std::move(*make_module(0)), 11);
+  std::ostringstream log;
+  const FitResult cut = Trainer(options().max_epochs(2), log)
+                            .fit(interrupted, train, &val_loader_);
+  EXPECT_TRUE(cut.interrupted);
+  EXPECT_EQ(cut.steps, 11);
+  EXPECT_EQ(cut.epochs, 1);
+  EXPECT_THAT(
+      log.str(),
+      HasSubstr("interrupted by signal 2 in epoch 2 after batch 3 (step 11)"));
+  // The guard is gone: SIGINT has its previous handler again.
+  struct sigaction current {};
+  sigaction(SIGINT, nullptr, &current);
+  EXPECT_EQ(current.sa_handler, SIG_DFL);
+
+  auto resumed = make_module(99);
+  std::ostringstream resume_log;
+  const FitResult rest =
+      Trainer(options().max_epochs(2), resume_log)
+          .fit(*resumed, train, &val_loader_, cut.checkpoint_path);
+  EXPECT_THAT(resume_log.str(), HasSubstr("at epoch 1, batch 3 (step 11)"));
+  EXPECT_FALSE(rest.interrupted);
+  EXPECT_EQ(rest.steps, 16);
+  const auto a = straight->parameters();
+  const auto b = resumed->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+  }
 }
 
 } // namespace

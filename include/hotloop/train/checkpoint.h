@@ -20,6 +20,9 @@ struct TrainingProgress {
   int64_t epoch = 0;
   /// Optimizer steps taken.
   int64_t global_step = 0;
+  /// Batches of epoch `epoch` (the one in progress) already trained on; 0
+  /// when the checkpoint was written between epochs.
+  int64_t epoch_batches = 0;
 };
 
 /// Writes `path` so that a crash at any moment leaves either the previous

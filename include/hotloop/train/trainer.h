@@ -42,6 +42,9 @@ struct TrainerOptions {
   TORCH_ARG(bool, retain_host_memory) = true;
   /// Write `checkpoints/last.ckpt` after every epoch.
   TORCH_ARG(bool, enable_checkpointing) = true;
+  /// On SIGINT/SIGTERM finish the current optimizer step, write
+  /// `checkpoints/last.ckpt` and return from fit with `interrupted` set.
+  TORCH_ARG(bool, handle_signals) = true;
   /// Print one line per epoch.
   TORCH_ARG(bool, enable_progress_bar) = true;
 };
@@ -58,6 +61,8 @@ struct FitResult {
   double wall_s = 0;
   /// The last checkpoint written; empty when none was.
   std::string checkpoint_path;
+  /// A stop signal ended the fit early, after checkpointing mid-epoch.
+  bool interrupted = false;
 };
 
 /// Seeds LibTorch's default generators (Lightning's seed_everything).
@@ -74,7 +79,8 @@ class Trainer {
 
   /// Trains `module` on `train` for max_epochs (or max_steps), validating on
   /// `val` (may be null) and checkpointing each epoch. With `ckpt_path`,
-  /// resumes from that checkpoint at the epoch after the one it finished.
+  /// resumes where that checkpoint was written, mid-epoch included: the
+  /// weights then match an uninterrupted run bit for bit.
   FitResult fit(
       Module& module,
       data::DataLoader& train,
