@@ -20,7 +20,7 @@ namespace hotloop::cli {
 namespace {
 
 using Value = Config::Value;
-using detail::str_cat;
+using hotloop::detail::str_cat;
 
 bool is_list(OptionType type) {
   return type == OptionType::kFloatList || type == OptionType::kIntList;

@@ -72,6 +72,11 @@ ConfigSchema make_schema() {
           "1",
           "batches whose gradients are summed per optimizer step",
           1));
+  s.add(choice(
+      "trainer.precision",
+      "32-true",
+      {"32-true", "16-mixed", "bf16-mixed", "bf16-true"},
+      "numeric precision (16-mixed: float16 autocast + loss scaling, CUDA)"));
   s.add(
       opt("trainer.gradient_clip_val",
           T::kFloat,
@@ -438,6 +443,7 @@ FitConfig to_fit_config(const Config& c) {
       .limit_val_batches(c.get_int("trainer.limit_val_batches"))
       .check_val_every_n_epoch(c.get_int("trainer.check_val_every_n_epoch"))
       .accumulate_grad_batches(c.get_int("trainer.accumulate_grad_batches"))
+      .precision(c.get_string("trainer.precision"))
       .gradient_clip_val(c.get_float("trainer.gradient_clip_val"))
       .detect_anomaly(c.get_bool("trainer.detect_anomaly"))
       .default_root_dir(c.get_string("trainer.default_root_dir"))

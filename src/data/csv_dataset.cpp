@@ -21,7 +21,7 @@ constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 constexpr double kMaxClassIndex = 9007199254740992.0;
 
 std::string read_file(const std::string& path) {
-  detail::require_file(path);
+  hotloop::detail::require_file(path);
   std::ifstream in(path, std::ios::binary);
   HOTLOOP_CHECK_AS(
       DataError, in, path, ": cannot open: ", std::strerror(errno));
@@ -113,7 +113,7 @@ int64_t label_column(
     for (const std::string& name : names) {
       listed += (listed.empty() ? "'" : ", '") + name + "'";
     }
-    throw ConfigError(detail::str_cat(
+    throw ConfigError(hotloop::detail::str_cat(
         "data.label_column '",
         options.label_column(),
         "' is not a column of ",
@@ -224,7 +224,7 @@ CsvDataset::Parsed CsvDataset::parse(
       const bool number = parse_number(field, value);
       const bool class_label = j == label && !options.regression();
       if (!number || (class_label && !is_class_index(value))) {
-        throw DataError(detail::str_cat(
+        throw DataError(hotloop::detail::str_cat(
             path,
             ":",
             line,

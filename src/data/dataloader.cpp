@@ -306,7 +306,7 @@ Batch DataLoader::make_batch(
       try {
         dataset_->get(index, SampleContext{options_.seed(), epoch});
       } catch (...) {
-        throw DataError(detail::str_cat(
+        throw DataError(hotloop::detail::str_cat(
             "sample ",
             index,
             " (batch ",
@@ -317,7 +317,7 @@ Batch DataLoader::make_batch(
             message_of(std::current_exception())));
       }
     }
-    throw DataError(detail::str_cat(
+    throw DataError(hotloop::detail::str_cat(
         "batch ", batch_index, " of epoch ", epoch, ": ", message_of(error)));
   }
 }
@@ -362,7 +362,7 @@ void DataLoader::worker_loop(int64_t worker_id) {
     lock.unlock();
     Ready ready;
     if (init_error) {
-      ready.error = std::make_exception_ptr(DataError(detail::str_cat(
+      ready.error = std::make_exception_ptr(DataError(hotloop::detail::str_cat(
           "worker_init_fn failed in worker ",
           worker_id,
           ": ",

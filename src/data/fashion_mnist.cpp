@@ -21,7 +21,7 @@ std::string find_file(const std::string& root, const std::string& stem) {
       return path.string();
     }
   }
-  throw DataError(detail::str_cat(
+  throw DataError(hotloop::detail::str_cat(
       root,
       ": missing ",
       stem,

@@ -52,7 +52,7 @@ class Reader {
         int code = 0;
         const char* message = gzerror(file_, &code);
         throw DataError(
-            detail::str_cat(path_, ": corrupt gzip data (", message, ")"));
+            hotloop::detail::str_cat(path_, ": corrupt gzip data (", message, ")"));
       }
       if (got == 0) {
         break;
@@ -103,7 +103,7 @@ at::ScalarType idx_type(uint8_t code, const std::string& path) {
     case 0x0E:
       return at::kDouble;
     default:
-      throw DataError(detail::str_cat(
+      throw DataError(hotloop::detail::str_cat(
           path,
           ": unknown IDX element type 0x",
           std::hex,
@@ -127,7 +127,7 @@ void byteswap_in_place(at::Tensor& tensor) {
 } // namespace
 
 at::Tensor read_idx(const std::string& path) {
-  detail::require_file(path);
+  hotloop::detail::require_file(path);
   Reader reader(path);
 
   std::array<uint8_t, 4> magic{};

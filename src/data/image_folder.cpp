@@ -241,7 +241,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions options)
   try {
     scan(root);
   } catch (const fs::filesystem_error& e) {
-    throw DataError(detail::str_cat(
+    throw DataError(hotloop::detail::str_cat(
         e.path1().string(), ": cannot list: ", e.code().message()));
   }
 }

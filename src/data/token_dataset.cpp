@@ -72,7 +72,7 @@ TokenDataset::TokenDataset(const std::string& path, TokenDatasetOptions options)
       "data.vocab_size must be >= 0 (0: unchecked), got ",
       options_.vocab_size());
 
-  detail::require_file(path);
+  hotloop::detail::require_file(path);
   const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   HOTLOOP_CHECK_AS(
       DataError, fd.get() >= 0, path, ": cannot open: ", std::strerror(errno));

@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/grad_scaler.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -80,7 +81,7 @@ void write_file_atomically(
     const int error = errno;
     ::unlink(temp.c_str());
     throw Error(
-        detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
+        hotloop::detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
   }
   fsync_dir(target.parent_path());
 }
@@ -90,7 +91,8 @@ void save_checkpoint(
     torch::nn::Module& model,
     const torch::optim::Optimizer* optimizer,
     const optim::LRScheduler* scheduler,
-    const TrainingProgress& progress) {
+    const TrainingProgress& progress,
+    const GradScaler* scaler) {
   torch::serialize::OutputArchive archive;
   archive.write("hotloop_checkpoint_version", scalar(kFormatVersion));
   archive.write("epoch", scalar(progress.epoch));
@@ -109,6 +111,11 @@ void save_checkpoint(
     scheduler->save(scheduler_archive);
     archive.write("scheduler", scheduler_archive);
   }
+  if (scaler != nullptr && scaler->is_enabled()) {
+    torch::serialize::OutputArchive scaler_archive;
+    scaler->save(scaler_archive);
+    archive.write("grad_scaler", scaler_archive);
+  }
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -121,7 +128,8 @@ TrainingProgress load_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
     torch::optim::Optimizer* optimizer,
-    optim::LRScheduler* scheduler) {
+    optim::LRScheduler* scheduler,
+    GradScaler* scaler) {
   std::error_code ec;
   HOTLOOP_CHECK(
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
@@ -168,6 +176,11 @@ TrainingProgress load_checkpoint(
         archive.try_read("scheduler", scheduler_archive)) {
       scheduler->load(scheduler_archive);
     }
+    torch::serialize::InputArchive scaler_archive;
+    if (scaler != nullptr && scaler->is_enabled() &&
+        archive.try_read("grad_scaler", scaler_archive)) {
+      scaler->load(scaler_archive);
+    }
     at::Tensor rng_state;
     if (archive.try_read("cpu_rng_state", rng_state)) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -175,7 +188,7 @@ TrainingProgress load_checkpoint(
       generator.set_state(rng_state);
     }
   } catch (const c10::Error& e) {
-    throw Error(detail::str_cat(
+    throw Error(hotloop::detail::str_cat(
         path, ": cannot load checkpoint: ", e.what_without_backtrace()));
   }
   return progress;

@@ -6,6 +6,7 @@
 #include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/run_dir.h"
 
 #include <ATen/ATen.h>
@@ -44,6 +45,12 @@ struct PhaseTimes {
     return data + compute + optimizer;
   }
 };
+
+// The batch as the precision wants its input (bf16-true: in bfloat16).
+data::Batch with_precision(
+    const Precision& precision, const data::Batch& batch) {
+  return data::Batch{precision.convert_input(batch.input), batch.target};
+}
 
 } // namespace
 
@@ -94,6 +101,7 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       options_.num_threads() >= 0,
       "trainer.num_threads must be >= 0, got ",
       options_.num_threads());
+  parse_precision_mode(options_.precision()); // names a bad value now
 }
 
 const std::string& Trainer::log_dir() {
@@ -148,9 +156,14 @@ FitResult Trainer::fit(
       setup.monitor,
       "' steps once per epoch: set lr_scheduler.interval=epoch");
 
+  const Precision precision = precision_for(module);
+  precision.convert_module(module);
+  GradScaler scaler(GradScalerOptions().enabled(precision.needs_scaler()));
+
   TrainingProgress progress;
   if (!ckpt_path.empty()) {
-    progress = load_checkpoint(ckpt_path, module, &optimizer, scheduler);
+    progress =
+        load_checkpoint(ckpt_path, module, &optimizer, scheduler, &scaler);
     out_ << "resumed from " << ckpt_path << " at epoch " << progress.epoch
          << ", batch " << progress.epoch_batches << " (step "
          << progress.global_step << ")\n";
@@ -182,7 +195,12 @@ FitResult Trainer::fit(
     if (!checkpoint_dir.empty()) {
       result.checkpoint_path = checkpoint_dir + "/last.ckpt";
       save_checkpoint(
-          result.checkpoint_path, module, &optimizer, scheduler, progress);
+          result.checkpoint_path,
+          module,
+          &optimizer,
+          scheduler,
+          progress,
+          &scaler);
     }
   };
   bool stop = false;
@@ -205,15 +223,23 @@ FitResult Trainer::fit(
     for (auto it = train.begin();
          it != train.end() && batch_idx < batches_per_epoch;
          ++it) {
-      // One straight line: batch -> forward -> loss / accumulation ->
-      // backward -> on the last micro-batch: clip, step, zero (set to none).
+      // One straight line: batch -> forward under autocast -> loss /
+      // accumulation -> backward (scaled) -> on the last micro-batch:
+      // unscale, clip, step, update the scale, zero grads (set to none).
       const data::Batch& batch = *it;
       const auto compute_start = Clock::now();
       phases.data +=
           std::chrono::duration<double>(compute_start - wait_start).count();
-      at::Tensor loss = module.training_step(batch, batch_idx, metrics);
-      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss)
-          .backward();
+      at::Tensor loss;
+      {
+        const AutocastGuard autocast = precision.autocast();
+        loss = module.training_step(
+            with_precision(precision, batch), batch_idx, metrics);
+      }
+      if (accumulate > 1) {
+        loss = loss / static_cast<double>(accumulate);
+      }
+      (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
       const auto optimizer_start = Clock::now();
       phases.compute +=
           std::chrono::duration<double>(optimizer_start - compute_start)
@@ -221,11 +247,19 @@ FitResult Trainer::fit(
       samples += batch.size();
       ++batch_idx;
       if (batch_idx % accumulate == 0 || batch_idx == batches_per_epoch) {
+        if (scaler.is_enabled()) {
+          scaler.unscale_(optimizer); // clip the true gradients
+        }
         if (options_.gradient_clip_val() > 0) {
           torch::nn::utils::clip_grad_norm_(
               parameters, options_.gradient_clip_val());
         }
-        optimizer.step();
+        if (scaler.is_enabled()) {
+          scaler.step(optimizer); // skipped on inf/NaN gradients
+          scaler.update();
+        } else {
+          optimizer.step();
+        }
         compat::zero_grad_set_to_none(optimizer);
         if (scheduler != nullptr && setup.interval == ScheduleInterval::kStep) {
           scheduler->step();
@@ -266,7 +300,7 @@ FitResult Trainer::fit(
     if (val != nullptr && options_.limit_val_batches() != 0 &&
         (progress.epoch % options_.check_val_every_n_epoch() == 0 || last)) {
       for (const auto& [name, value] :
-           evaluate(module, *val, Stage::kValidate)) {
+           evaluate(module, *val, Stage::kValidate, precision)) {
         result.metrics[name] = value;
       }
     }
@@ -310,8 +344,18 @@ FitResult Trainer::fit(
   return result;
 }
 
+Precision Trainer::precision_for(Module& module) const {
+  const auto parameters = module.parameters();
+  const c10::Device device =
+      parameters.empty() ? c10::Device(c10::kCPU) : parameters[0].device();
+  return Precision(parse_precision_mode(options_.precision()), device);
+}
+
 std::map<std::string, double> Trainer::evaluate(
-    Module& module, data::DataLoader& loader, Stage stage) {
+    Module& module,
+    data::DataLoader& loader,
+    Stage stage,
+    const Precision& precision) {
   const bool was_training = module.is_training();
   module.eval();
   MetricCollection metrics;
@@ -324,10 +368,12 @@ std::map<std::string, double> Trainer::evaluate(
     loader.set_epoch(0); // evaluation sees the same order every time
     for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;
          ++it, ++batch_idx) {
+      const AutocastGuard autocast = precision.autocast();
+      const data::Batch batch = with_precision(precision, *it);
       if (stage == Stage::kValidate) {
-        module.validation_step(*it, batch_idx, metrics);
+        module.validation_step(batch, batch_idx, metrics);
       } else {
-        module.test_step(*it, batch_idx, metrics);
+        module.test_step(batch, batch_idx, metrics);
       }
     }
   }
@@ -340,7 +386,9 @@ std::map<std::string, double> Trainer::validate(
   if (!ckpt_path.empty()) {
     load_checkpoint(ckpt_path, module, nullptr, nullptr);
   }
-  return evaluate(module, loader, Stage::kValidate);
+  const Precision precision = precision_for(module);
+  precision.convert_module(module);
+  return evaluate(module, loader, Stage::kValidate, precision);
 }
 
 std::map<std::string, double> Trainer::test(
@@ -348,7 +396,9 @@ std::map<std::string, double> Trainer::test(
   if (!ckpt_path.empty()) {
     load_checkpoint(ckpt_path, module, nullptr, nullptr);
   }
-  return evaluate(module, loader, Stage::kTest);
+  const Precision precision = precision_for(module);
+  precision.convert_module(module);
+  return evaluate(module, loader, Stage::kTest, precision);
 }
 
 void Trainer::write_summary(const FitResult& result) {

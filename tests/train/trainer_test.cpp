@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -257,6 +258,70 @@ TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
   }
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// Records the dtype of the logits its training steps computed.
+class DtypeRecordingClassifier : public ImageClassifier {
+ public:
+  explicit DtypeRecordingClassifier(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    logits_dtype = forward(batch.input).scalar_type();
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+  at::ScalarType logits_dtype = at::kFloat;
+};
+
+TEST_F(TrainerTest, Bf16MixedRunsTheStepUnderAutocastAndStillLearns) {
+  DtypeRecordingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  const FitResult result =
+      Trainer(options().max_epochs(3).precision("bf16-mixed"))
+          .fit(module, train, &val_loader_);
+  EXPECT_EQ(module.logits_dtype, at::kBFloat16);
+  EXPECT_GE(result.metrics.at("val_acc"), 0.9);
+  for (const auto& p : module.parameters()) {
+    EXPECT_EQ(p.scalar_type(), at::kFloat); // master weights stay float32
+  }
+  // Autocast is off again after the fit.
+  EXPECT_EQ(
+      module.forward(val_set_->get(0, {}).input.unsqueeze(0)).scalar_type(),
+      at::kFloat);
+}
+
+TEST_F(TrainerTest, Bf16TrueTrainsInBfloat16) {
+  DtypeRecordingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  const FitResult result =
+      Trainer(options().max_epochs(1).precision("bf16-true"))
+          .fit(module, train, &val_loader_);
+  EXPECT_EQ(module.logits_dtype, at::kBFloat16);
+  EXPECT_EQ(module.parameters()[0].scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(std::isfinite(result.metrics.at("train_loss")));
+}
+
+TEST_F(TrainerTest, PrecisionErrorsNameTheOption) {
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().precision("fp8")),
+      "trainer.precision: expected one of 32-true, 16-mixed, bf16-mixed, "
+      "bf16-true, got 'fp8'");
+  auto module = make_module(0);
+  auto train = train_loader();
+  Trainer trainer(options().precision("16-mixed"));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      trainer.fit(*module, train),
+      "trainer.precision=16-mixed needs a CUDA device; use bf16-mixed on CPU");
 }
 
 } // namespace

@@ -14,6 +14,8 @@ class LRScheduler;
 
 namespace hotloop::train {
 
+class GradScaler;
+
 /// Where training stood when a checkpoint was written.
 struct TrainingProgress {
   /// Epochs completed.
@@ -32,14 +34,16 @@ struct TrainingProgress {
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write);
 
-/// Saves model parameters and buffers, optimizer and schedule state (either
-/// may be null), progress and the CPU RNG state to `path`, atomically.
+/// Saves model parameters and buffers, optimizer, schedule and loss-scaler
+/// state (each may be null), progress and the CPU RNG state to `path`,
+/// atomically.
 void save_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
     const torch::optim::Optimizer* optimizer,
     const optim::LRScheduler* scheduler,
-    const TrainingProgress& progress);
+    const TrainingProgress& progress,
+    const GradScaler* scaler = nullptr);
 
 /// Restores what save_checkpoint wrote into objects built the same way
 /// (null optimizer or scheduler: skipped) and returns the progress. Restores
@@ -49,6 +53,7 @@ TrainingProgress load_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
     torch::optim::Optimizer* optimizer,
-    optim::LRScheduler* scheduler);
+    optim::LRScheduler* scheduler,
+    GradScaler* scaler = nullptr);
 
 } // namespace hotloop::train

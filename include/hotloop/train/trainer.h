@@ -3,6 +3,7 @@
 #include "hotloop/data/dataloader.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/module.h"
+#include "hotloop/train/precision.h"
 
 #include <torch/arg.h>
 
@@ -28,6 +29,10 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
   /// Sum gradients over this many batches per optimizer step.
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
+  /// Numeric precision, as Lightning names it: 32-true, 16-mixed (autocast
+  /// to float16 with dynamic loss scaling; CUDA), bf16-mixed (autocast to
+  /// bfloat16), bf16-true (parameters and inputs in bfloat16).
+  TORCH_ARG(std::string, precision) = "32-true";
   /// Clip the global gradient norm to this value; 0 turns clipping off.
   TORCH_ARG(double, gradient_clip_val) = 0;
   /// Autograd anomaly detection: slow, for debugging NaNs only.
@@ -111,7 +116,11 @@ class Trainer {
  private:
   enum class Stage { kValidate, kTest };
   std::map<std::string, double> evaluate(
-      Module& module, data::DataLoader& loader, Stage stage);
+      Module& module,
+      data::DataLoader& loader,
+      Stage stage,
+      const Precision& precision);
+  Precision precision_for(Module& module) const;
   void write_summary(const FitResult& result);
 
   TrainerOptions options_;
