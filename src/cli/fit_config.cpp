@@ -83,6 +83,39 @@ ConfigSchema make_schema() {
           "0",
           "clip the global gradient norm to this; 0: off",
           0));
+  s.add(choice(
+      "trainer.gradient_clip_algorithm",
+      "norm",
+      {"norm", "value"},
+      "clip the global norm, or each gradient element"));
+  s.add(
+      opt("trainer.max_time",
+          T::kFloat,
+          "0",
+          "stop after this many seconds; 0: no limit",
+          0));
+  s.add(
+      opt("trainer.fast_dev_run",
+          T::kInt,
+          "0",
+          "run n training and validation batches once, writing nothing; 0: off",
+          0));
+  s.add(
+      opt("trainer.num_sanity_val_steps",
+          T::kInt,
+          "2",
+          "validation batches run before training starts",
+          0));
+  s.add(
+      opt("trainer.deterministic",
+          T::kBool,
+          "false",
+          "use deterministic algorithms only"));
+  s.add(
+      opt("trainer.benchmark",
+          T::kBool,
+          "true",
+          "let cuDNN pick the fastest convolution algorithm per shape"));
   s.add(
       opt("trainer.detect_anomaly",
           T::kBool,
@@ -445,6 +478,12 @@ FitConfig to_fit_config(const Config& c) {
       .accumulate_grad_batches(c.get_int("trainer.accumulate_grad_batches"))
       .precision(c.get_string("trainer.precision"))
       .gradient_clip_val(c.get_float("trainer.gradient_clip_val"))
+      .gradient_clip_algorithm(c.get_string("trainer.gradient_clip_algorithm"))
+      .max_time(c.get_float("trainer.max_time"))
+      .fast_dev_run(c.get_int("trainer.fast_dev_run"))
+      .num_sanity_val_steps(c.get_int("trainer.num_sanity_val_steps"))
+      .deterministic(c.get_bool("trainer.deterministic"))
+      .benchmark(c.get_bool("trainer.benchmark"))
       .detect_anomaly(c.get_bool("trainer.detect_anomaly"))
       .default_root_dir(c.get_string("trainer.default_root_dir"))
       .name(c.get_string("trainer.name"))

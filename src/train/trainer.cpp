@@ -101,6 +101,39 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       options_.num_threads() >= 0,
       "trainer.num_threads must be >= 0, got ",
       options_.num_threads());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.gradient_clip_algorithm() == "norm" ||
+          options_.gradient_clip_algorithm() == "value",
+      "trainer.gradient_clip_algorithm: expected norm or value, got '",
+      options_.gradient_clip_algorithm(),
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.max_time() >= 0,
+      "trainer.max_time must be >= 0, got ",
+      options_.max_time());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.fast_dev_run() >= 0,
+      "trainer.fast_dev_run must be >= 0, got ",
+      options_.fast_dev_run());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.num_sanity_val_steps() >= 0,
+      "trainer.num_sanity_val_steps must be >= 0, got ",
+      options_.num_sanity_val_steps());
+  if (options_.fast_dev_run() > 0) {
+    // Lightning's fast_dev_run: n batches of each, once, leaving no files.
+    const int64_t n = options_.fast_dev_run();
+    options_.max_epochs(1)
+        .max_steps(-1)
+        .limit_train_batches(n)
+        .limit_val_batches(n)
+        .num_sanity_val_steps(0)
+        .accumulate_grad_batches(1)
+        .default_root_dir("");
+  }
   parse_precision_mode(options_.precision()); // names a bad value now
 }
 
@@ -121,6 +154,9 @@ FitResult Trainer::fit(
       static_cast<int>(options_.num_threads()),
       static_cast<int>(train.options().num_workers()));
   torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
+  at::globalContext().setDeterministicAlgorithms(
+      options_.deterministic(), /*warn_only=*/false);
+  at::globalContext().setBenchmarkCuDNN(options_.benchmark());
   if (options_.retain_host_memory()) {
     retain_freed_host_memory();
   }
@@ -203,6 +239,16 @@ FitResult Trainer::fit(
           &scaler);
     }
   };
+  if (val != nullptr && options_.num_sanity_val_steps() > 0 &&
+      options_.limit_val_batches() != 0) {
+    // A broken validation_step fails now, not after the first epoch.
+    evaluate(
+        module,
+        *val,
+        Stage::kValidate,
+        precision,
+        limited(options_.num_sanity_val_steps(), options_.limit_val_batches()));
+  }
   bool stop = false;
   for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop;
        ++epoch) {
@@ -251,8 +297,13 @@ FitResult Trainer::fit(
           scaler.unscale_(optimizer); // clip the true gradients
         }
         if (options_.gradient_clip_val() > 0) {
-          torch::nn::utils::clip_grad_norm_(
-              parameters, options_.gradient_clip_val());
+          if (options_.gradient_clip_algorithm() == "value") {
+            torch::nn::utils::clip_grad_value_(
+                parameters, options_.gradient_clip_val());
+          } else {
+            torch::nn::utils::clip_grad_norm_(
+                parameters, options_.gradient_clip_val());
+          }
         }
         if (scaler.is_enabled()) {
           scaler.step(optimizer); // skipped on inf/NaN gradients
@@ -267,6 +318,10 @@ FitResult Trainer::fit(
         ++progress.global_step;
         if (options_.max_steps() > 0 &&
             progress.global_step >= options_.max_steps()) {
+          stop = true;
+        }
+        if (options_.max_time() > 0 &&
+            seconds_since(fit_start) >= options_.max_time()) {
           stop = true;
         }
         if (signals && StopSignalGuard::received() != 0 &&
@@ -299,8 +354,12 @@ FitResult Trainer::fit(
     const bool last = stop || progress.epoch == options_.max_epochs();
     if (val != nullptr && options_.limit_val_batches() != 0 &&
         (progress.epoch % options_.check_val_every_n_epoch() == 0 || last)) {
-      for (const auto& [name, value] :
-           evaluate(module, *val, Stage::kValidate, precision)) {
+      for (const auto& [name, value] : evaluate(
+               module,
+               *val,
+               Stage::kValidate,
+               precision,
+               options_.limit_val_batches())) {
         result.metrics[name] = value;
       }
     }
@@ -355,15 +414,15 @@ std::map<std::string, double> Trainer::evaluate(
     Module& module,
     data::DataLoader& loader,
     Stage stage,
-    const Precision& precision) {
+    const Precision& precision,
+    int64_t limit_batches) {
   const bool was_training = module.is_training();
   module.eval();
   MetricCollection metrics;
   {
     // Inference mode: no graph, no version counters, for the whole loop.
     c10::InferenceMode guard;
-    const int64_t limit =
-        limited(loader.num_batches(), options_.limit_val_batches());
+    const int64_t limit = limited(loader.num_batches(), limit_batches);
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time
     for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;
@@ -388,7 +447,12 @@ std::map<std::string, double> Trainer::validate(
   }
   const Precision precision = precision_for(module);
   precision.convert_module(module);
-  return evaluate(module, loader, Stage::kValidate, precision);
+  return evaluate(
+      module,
+      loader,
+      Stage::kValidate,
+      precision,
+      options_.limit_val_batches());
 }
 
 std::map<std::string, double> Trainer::test(
@@ -398,7 +462,8 @@ std::map<std::string, double> Trainer::test(
   }
   const Precision precision = precision_for(module);
   precision.convert_module(module);
-  return evaluate(module, loader, Stage::kTest, precision);
+  return evaluate(
+      module, loader, Stage::kTest, precision, options_.limit_val_batches());
 }
 
 void Trainer::write_summary(const FitResult& result) {

@@ -37,13 +37,18 @@ std::shared_ptr<data::ImageClassificationDataset> quadrants(
 
 // A small classifier with a horizon-independent schedule (halve the LR
 // every 5 steps), so a run cut short is a prefix of a longer one.
-std::shared_ptr<ImageClassifier> make_module(uint64_t seed) {
-  seed_everything(seed);
+models::FashionCnnOptions small_model() {
   models::FashionCnnOptions model;
   model.channels = {8};
   model.hidden = 16;
   model.num_classes = 4;
   model.image_size = kSize;
+  return model;
+}
+
+std::shared_ptr<ImageClassifier> make_module(uint64_t seed) {
+  seed_everything(seed);
+  const models::FashionCnnOptions model = small_model();
   optim::OptimizerOptions optimizer;
   optimizer.name = "adam";
   optimizer.lr = 1e-2;
@@ -322,6 +327,117 @@ TEST_F(TrainerTest, PrecisionErrorsNameTheOption) {
       ConfigError,
       trainer.fit(*module, train),
       "trainer.precision=16-mixed needs a CUDA device; use bf16-mixed on CPU");
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// Counts its steps, in order, so tests can see what the Trainer ran.
+class CountingClassifier : public ImageClassifier {
+ public:
+  explicit CountingClassifier(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    calls.push_back('t');
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    calls.push_back('v');
+    ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+  std::string calls;
+};
+
+TEST_F(TrainerTest, SanityValidationRunsBeforeTheFirstTrainingStep) {
+  CountingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  Trainer(options().max_epochs(1).limit_train_batches(3))
+      .fit(module, train, &val_loader_);
+  // 2 sanity batches, 3 training batches, then the 2 batches of validation.
+  EXPECT_EQ(module.calls, "vvtttvv");
+}
+
+TEST_F(TrainerTest, FastDevRunRunsAFewBatchesOnceAndWritesNothing) {
+  CountingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(5).fast_dev_run(2));
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  EXPECT_EQ(module.calls, "ttvv");
+  EXPECT_EQ(result.steps, 2);
+  EXPECT_EQ(result.epochs, 1);
+  EXPECT_TRUE(result.checkpoint_path.empty());
+  EXPECT_TRUE(fs::is_empty(dir_.path()));
+}
+
+TEST_F(TrainerTest, MaxTimeStopsAfterTheStepThatCrossesIt) {
+  auto train = train_loader();
+  const FitResult result = Trainer(options().max_epochs(50).max_time(1e-9))
+                               .fit(*make_module(0), train);
+  EXPECT_EQ(result.steps, 1);
+  EXPECT_EQ(result.epochs, 1);
+}
+
+// One SGD step with lr 1 moves each weight by minus its clipped gradient.
+at::Tensor update_after_clipping(const std::string& algorithm, double clip) {
+  // Plain SGD (no momentum or decay) so the update is the gradient itself.
+  optim::OptimizerOptions sgd;
+  sgd.name = "sgd";
+  sgd.lr = 1.0;
+  sgd.momentum = 0.0;
+  optim::SchedulerOptions none;
+  none.name = "none";
+  ImageClassifier plain(
+      torch::nn::AnyModule(models::FashionCnn(small_model())), sgd, none);
+  std::vector<at::Tensor> before;
+  for (const auto& p : plain.parameters()) {
+    before.push_back(p.detach().clone());
+  }
+  auto dataset = quadrants(32, 1);
+  data::DataLoader loader(dataset, data::DataLoaderOptions(32));
+  Trainer(TrainerOptions()
+              .default_root_dir("")
+              .enable_progress_bar(false)
+              .max_steps(1)
+              .gradient_clip_val(clip)
+              .gradient_clip_algorithm(algorithm))
+      .fit(plain, loader);
+  std::vector<at::Tensor> deltas;
+  const auto after = plain.parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    deltas.push_back((before[i] - after[i].detach()).reshape({-1}));
+  }
+  return at::cat(deltas);
+}
+
+TEST(TrainerClipping, ValueClampsEachGradientAndNormBoundsTheirNorm) {
+  const at::Tensor by_value = update_after_clipping("value", 1e-3);
+  // Exact up to float32 rounding of the weights (~0.5) the step changes.
+  EXPECT_NEAR(by_value.abs().max().item<double>(), 1e-3, 1e-7);
+  const at::Tensor by_norm = update_after_clipping("norm", 1e-2);
+  EXPECT_NEAR(by_norm.norm().item<double>(), 1e-2, 1e-6);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(TrainerOptions().gradient_clip_algorithm("max")),
+      "trainer.gradient_clip_algorithm: expected norm or value, got 'max'");
+}
+
+TEST_F(TrainerTest, DeterministicTurnsOnDeterministicAlgorithms) {
+  auto train = train_loader();
+  Trainer(options().max_epochs(1).limit_train_batches(1).deterministic(true))
+      .fit(*make_module(0), train);
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  Trainer(options().max_epochs(1).limit_train_batches(1))
+      .fit(*make_module(0), train);
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
 }
 
 } // namespace

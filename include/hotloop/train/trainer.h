@@ -33,8 +33,25 @@ struct TrainerOptions {
   /// to float16 with dynamic loss scaling; CUDA), bf16-mixed (autocast to
   /// bfloat16), bf16-true (parameters and inputs in bfloat16).
   TORCH_ARG(std::string, precision) = "32-true";
-  /// Clip the global gradient norm to this value; 0 turns clipping off.
+  /// Clip gradients at this value; 0 turns clipping off.
   TORCH_ARG(double, gradient_clip_val) = 0;
+  /// "norm": scale all gradients so their global 2-norm is at most
+  /// gradient_clip_val; "value": clamp each element to +-gradient_clip_val.
+  TORCH_ARG(std::string, gradient_clip_algorithm) = "norm";
+  /// Stop after this many seconds of fitting (checked after each optimizer
+  /// step; the epoch's checkpoint is written); 0 for no limit.
+  TORCH_ARG(double, max_time) = 0;
+  /// Run this many training and validation batches once, as a smoke test:
+  /// one epoch, no run folder, no checkpoint; 0 turns it off.
+  TORCH_ARG(int64_t, fast_dev_run) = 0;
+  /// Validation batches run before training starts, to catch a broken
+  /// validation_step early; 0 turns it off.
+  TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
+  /// Make LibTorch use deterministic algorithms (errors where none exists).
+  TORCH_ARG(bool, deterministic) = false;
+  /// Let cuDNN benchmark convolution algorithms for each input shape and
+  /// keep the fastest (the shapes of a training loop rarely change).
+  TORCH_ARG(bool, benchmark) = true;
   /// Autograd anomaly detection: slow, for debugging NaNs only.
   TORCH_ARG(bool, detect_anomaly) = false;
   /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
@@ -119,7 +136,8 @@ class Trainer {
       Module& module,
       data::DataLoader& loader,
       Stage stage,
-      const Precision& precision);
+      const Precision& precision,
+      int64_t limit_batches);
   Precision precision_for(Module& module) const;
   void write_summary(const FitResult& result);
 
