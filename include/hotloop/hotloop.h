@@ -10,3 +10,4 @@
 #include "hotloop/models.h"
 #include "hotloop/optim.h"
 #include "hotloop/train.h"
+#include "hotloop/log.h"

@@ -166,7 +166,14 @@ ConfigSchema make_schema() {
       opt("trainer.enable_progress_bar",
           T::kBool,
           "true",
-          "print one line per epoch"));
+          "live progress bar (a line every log_every_n_steps when not a "
+          "terminal) and a line per epoch"));
+  s.add(
+      opt("trainer.log_every_n_steps",
+          T::kInt,
+          "50",
+          "batches between progress lines when output is not a terminal",
+          0));
   // model
   s.add(choice("model.name", "fashion_cnn", {"fashion_cnn"}, "the network"));
   s.add(opt(
@@ -491,7 +498,8 @@ FitConfig to_fit_config(const Config& c) {
       .retain_host_memory(c.get_bool("trainer.retain_host_memory"))
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
       .handle_signals(c.get_bool("trainer.handle_signals"))
-      .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"));
+      .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"))
+      .log_every_n_steps(c.get_int("trainer.log_every_n_steps"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.trainer.name().empty() &&

@@ -5,6 +5,7 @@
 #include "hotloop/core/memory.h"
 #include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"
+#include "hotloop/log/progress.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/run_dir.h"
@@ -35,16 +36,6 @@ double seconds_since(Clock::time_point start) {
 int64_t limited(int64_t available, int64_t limit) {
   return limit < 0 ? available : std::min(available, limit);
 }
-
-// Where an epoch's training time went.
-struct PhaseTimes {
-  double data = 0;
-  double compute = 0; // forward + backward
-  double optimizer = 0;
-  double total() const {
-    return data + compute + optimizer;
-  }
-};
 
 // The batch as the precision wants its input (bf16-true: in bfloat16).
 data::Batch with_precision(
@@ -249,13 +240,23 @@ FitResult Trainer::fit(
         precision,
         limited(options_.num_sanity_val_steps(), options_.limit_val_batches()));
   }
+  std::optional<log::ProgressBar> bar;
+  if (options_.enable_progress_bar()) {
+    bar.emplace(
+        out_,
+        log::ProgressBar::is_terminal(out_),
+        options_.log_every_n_steps());
+  }
   bool stop = false;
   for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop;
        ++epoch) {
     const auto epoch_start = Clock::now();
     module.train();
     MetricCollection metrics;
-    PhaseTimes phases;
+    log::StepTimes phases;
+    if (bar) {
+      bar->start_epoch(epoch + 1, options_.max_epochs(), batches_per_epoch);
+    }
     int64_t samples = 0;
     int64_t batch_idx = 0;
     train.set_epoch(epoch);
@@ -335,9 +336,20 @@ FitResult Trainer::fit(
       wait_start = Clock::now();
       phases.optimizer +=
           std::chrono::duration<double>(wait_start - optimizer_start).count();
+      if (bar) {
+        bar->update(
+            batch_idx,
+            samples,
+            metrics.get("train_loss"),
+            optimizer.param_groups()[0].options().get_lr(),
+            phases);
+      }
       if (stop) {
         break;
       }
+    }
+    if (bar) {
+      bar->end_epoch();
     }
     train_seconds += phases.total();
     train_samples += samples;

@@ -67,8 +67,11 @@ struct TrainerOptions {
   /// On SIGINT/SIGTERM finish the current optimizer step, write
   /// `checkpoints/last.ckpt` and return from fit with `interrupted` set.
   TORCH_ARG(bool, handle_signals) = true;
-  /// Print one line per epoch.
+  /// Show progress: a live bar on a terminal, otherwise a line every
+  /// log_every_n_steps batches; and one line per epoch.
   TORCH_ARG(bool, enable_progress_bar) = true;
+  /// Batches between progress lines when output is not a terminal; 0: none.
+  TORCH_ARG(int64_t, log_every_n_steps) = 50;
 };
 
 /// What a fit returns (and writes to summary.json).

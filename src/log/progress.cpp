@@ -1,0 +1,95 @@
+#include "hotloop/log/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace hotloop::log {
+namespace {
+
+int percent(double part, double whole) {
+  return whole > 0 ? static_cast<int>(std::lround(100 * part / whole)) : 0;
+}
+
+} // namespace
+
+ProgressBar::ProgressBar(
+    std::ostream& out, bool live, int64_t every_n_steps, double refresh)
+    : out_(out),
+      live_(live),
+      every_n_steps_(every_n_steps),
+      refresh_(refresh) {}
+
+bool ProgressBar::is_terminal(const std::ostream& out) {
+  return &out == &std::cout && ::isatty(STDOUT_FILENO) == 1;
+}
+
+void ProgressBar::start_epoch(
+    int64_t epoch, int64_t max_epochs, int64_t batches) {
+  epoch_ = epoch;
+  max_epochs_ = max_epochs;
+  batches_ = batches;
+  drawn_ = false;
+}
+
+std::string ProgressBar::format(
+    int64_t batch,
+    int64_t samples,
+    double loss,
+    double lr,
+    const StepTimes& times) const {
+  constexpr int kWidth = 20;
+  const double done = batches_ > 0 ? double(batch) / double(batches_) : 0;
+  const int filled = static_cast<int>(done * kWidth);
+  const double rate = times.total() > 0 ? samples / times.total() : 0;
+  const double eta =
+      batch > 0 ? times.total() / batch * double(batches_ - batch) : 0;
+  std::ostringstream line;
+  line << "epoch " << epoch_ << "/" << max_epochs_ << " ["
+       << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
+       << batch << "/" << batches_ << "  " << std::fixed << std::setprecision(0)
+       << rate << " samples/s  ETA " << std::setprecision(0) << eta
+       << "s  loss " << std::setprecision(4) << loss << "  lr "
+       << std::scientific << std::setprecision(2) << lr << "  time: data "
+       << percent(times.data, times.total()) << "% fwd+bwd "
+       << percent(times.compute, times.total()) << "% opt "
+       << percent(times.optimizer, times.total()) << "%";
+  return line.str();
+}
+
+void ProgressBar::update(
+    int64_t batch,
+    int64_t samples,
+    double loss,
+    double lr,
+    const StepTimes& times) {
+  if (live_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (drawn_ && batch < batches_ &&
+        std::chrono::duration<double>(now - last_draw_).count() < refresh_) {
+      return;
+    }
+    last_draw_ = now;
+    drawn_ = true;
+    // Carriage return and clear-to-end-of-line: redraw in place.
+    out_ << '\r' << format(batch, samples, loss, lr, times) << "\x1b[K"
+         << std::flush;
+    return;
+  }
+  if (every_n_steps_ > 0 && batch % every_n_steps_ == 0) {
+    out_ << format(batch, samples, loss, lr, times) << "\n";
+  }
+}
+
+void ProgressBar::end_epoch() {
+  if (live_ && drawn_) {
+    out_ << "\r\x1b[K" << std::flush;
+  }
+  drawn_ = false;
+}
+
+} // namespace hotloop::log
