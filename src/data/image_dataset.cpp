@@ -93,7 +93,27 @@ void ImageClassificationDataset::get_batch(
   const int64_t row_bytes = sample_numel * out.input.element_size();
   auto* target = out.target.data_ptr<int64_t>();
   const int64_t n = size();
+  // Shuffled indices jump around an array larger than the cache: ask for a
+  // sample's image and label two samples before they are needed.
+  constexpr size_t kAhead = 2;
+  constexpr int64_t kLine = 64;
+  auto prefetch = [&](size_t k) {
+    if (k < indices.size()) {
+      const uint8_t* image = images + indices[k] * sample_numel;
+      for (int64_t offset = 0; offset < sample_numel; offset += kLine) {
+        __builtin_prefetch(image + offset);
+        // GCC deletes loops with no side effects, prefetch-only ones too;
+        // an empty volatile asm keeps this one.
+        asm volatile("");
+      }
+      __builtin_prefetch(labels + indices[k]);
+    }
+  };
+  for (size_t k = 0; k < kAhead; ++k) {
+    prefetch(k);
+  }
   for (size_t k = 0; k < indices.size(); ++k) {
+    prefetch(k + kAhead);
     const int64_t i = indices[k];
     TORCH_INTERNAL_ASSERT(i >= 0 && i < n, "sample index ", i, " out of range");
     SampleRng rng(SampleRng::mix(context.seed, context.epoch, i));
