@@ -142,11 +142,16 @@ DataLoader::~DataLoader() {
 }
 
 void DataLoader::start_workers() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   stop_ = false;
+  workers_started_ = 0;
   for (int64_t id = 0; id < options_.num_workers(); ++id) {
     workers_.emplace_back([this, id] { worker_loop(id); });
   }
+  // As PyTorch's workers have run worker_init_fn before they load anything,
+  // the epoch starts once every worker has run it.
+  ready_cv_.wait(
+      lock, [&] { return workers_started_ == options_.num_workers(); });
 }
 
 void DataLoader::stop_workers() {
@@ -346,6 +351,8 @@ void DataLoader::worker_loop(int64_t worker_id) {
   }
   const int64_t capacity = options_.num_workers() * prefetch_factor_;
   std::unique_lock<std::mutex> lock(mutex_);
+  ++workers_started_;
+  ready_cv_.notify_all();
   while (true) {
     work_cv_.wait(lock, [&] {
       return stop_ ||

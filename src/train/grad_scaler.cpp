@@ -17,16 +17,6 @@
 namespace hotloop::train {
 namespace {
 
-// PyTorch registered CPU kernels for `_amp_foreach_non_finite_check_and_
-// unscale_` and `_amp_update_scale_` in 2.3 (pytorch/pytorch#109281, for
-// `torch.amp.GradScaler("cpu")`). LibTorch 1.13 has them for CUDA (and Meta)
-// only: calling them on CPU tensors throws "Could not run ... with arguments
-// from the 'CPU' backend". The GradScaler test checks this against the
-// dispatcher of the LibTorch it is built with.
-constexpr bool cpu_has_amp_scaler_kernels() {
-  return HOTLOOP_TORCH_VERSION >= 203;
-}
-
 // The kernels' unscale for devices without them. Like the kernels, checks
 // the values before dividing (a finite grad that overflows when divided by a
 // scale < 1 does not count) and multiplies in float for reduced-precision
@@ -116,7 +106,7 @@ bool has_amp_scaler_kernels(c10::DeviceType device_type) {
     case c10::DeviceType::CUDA:
       return true;
     case c10::DeviceType::CPU:
-      return cpu_has_amp_scaler_kernels();
+      return compat::cpu_has_amp_scaler_kernels();
     default:
       return false;
   }

@@ -9,48 +9,6 @@
 namespace hotloop::train {
 namespace {
 
-// Autocast state per device type. LibTorch 2.4 replaced the per-device
-// functions (`set_cpu_enabled`, `set_autocast_gpu_dtype`, ...) with ones
-// taking the device type and deprecated the old names; 1.13 to 2.3 have only
-// the old ones. Callers pass CPU or CUDA only (check_autocast_device).
-#if HOTLOOP_TORCH_VERSION >= 204
-bool autocast_enabled_for(c10::DeviceType type) {
-  return at::autocast::is_autocast_enabled(type);
-}
-void set_autocast_enabled_for(c10::DeviceType type, bool enabled) {
-  at::autocast::set_autocast_enabled(type, enabled);
-}
-at::ScalarType autocast_dtype_for(c10::DeviceType type) {
-  return at::autocast::get_autocast_dtype(type);
-}
-void set_autocast_dtype_for(c10::DeviceType type, at::ScalarType dtype) {
-  at::autocast::set_autocast_dtype(type, dtype);
-}
-#else
-bool autocast_enabled_for(c10::DeviceType type) {
-  return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
-                                      : at::autocast::is_enabled();
-}
-void set_autocast_enabled_for(c10::DeviceType type, bool enabled) {
-  if (type == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(enabled);
-  } else {
-    at::autocast::set_enabled(enabled);
-  }
-}
-at::ScalarType autocast_dtype_for(c10::DeviceType type) {
-  return type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
-                                      : at::autocast::get_autocast_gpu_dtype();
-}
-void set_autocast_dtype_for(c10::DeviceType type, at::ScalarType dtype) {
-  if (type == c10::DeviceType::CPU) {
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  } else {
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  }
-}
-#endif
-
 void check_autocast_device(c10::DeviceType type) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -86,12 +44,12 @@ PrecisionMode parse_precision_mode(const std::string& text) {
 
 bool is_autocast_enabled(c10::DeviceType device_type) {
   check_autocast_device(device_type);
-  return autocast_enabled_for(device_type);
+  return compat::autocast_enabled(device_type);
 }
 
 at::ScalarType autocast_dtype(c10::DeviceType device_type) {
   check_autocast_device(device_type);
-  return autocast_dtype_for(device_type);
+  return compat::autocast_dtype(device_type);
 }
 
 const char* to_string(PrecisionMode mode) {
@@ -116,10 +74,10 @@ AutocastGuard::AutocastGuard(
     : device_type_(device_type) {
   check_autocast_device(device_type);
   prev_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
-  prev_enabled_ = autocast_enabled_for(device_type);
-  prev_dtype_ = autocast_dtype_for(device_type);
-  set_autocast_dtype_for(device_type, dtype);
-  set_autocast_enabled_for(device_type, enabled);
+  prev_enabled_ = compat::autocast_enabled(device_type);
+  prev_dtype_ = compat::autocast_dtype(device_type);
+  compat::set_autocast_dtype(device_type, dtype);
+  compat::set_autocast_enabled(device_type, enabled);
   at::autocast::increment_nesting();
   active_ = true;
 }
@@ -132,8 +90,8 @@ AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) {
     at::autocast::clear_cache();
   }
-  set_autocast_enabled_for(device_type_, prev_enabled_);
-  set_autocast_dtype_for(device_type_, prev_dtype_);
+  compat::set_autocast_enabled(device_type_, prev_enabled_);
+  compat::set_autocast_dtype(device_type_, prev_dtype_);
   at::autocast::set_autocast_cache_enabled(prev_cache_enabled_);
 }
 

@@ -229,6 +229,7 @@ class DataLoader {
   std::map<int64_t, Ready> ready_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
+  int64_t workers_started_ = 0; // that have run worker_init_fn
 
   // Accelerator prefetch: the batch being copied on copy_stream_, and the
   // event that marks the copy's end.
