@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
@@ -256,6 +257,10 @@ at::Tensor DataLoader::take_buffer(
       return buffer;
     }
   }
+  // A pooled buffer outlives the caller's mode: made under the consumer's
+  // InferenceMode (evaluation with 0 workers) it would be an inference
+  // tensor, unusable by autograd when training reuses it.
+  const c10::InferenceMode normal_tensors(/*enabled=*/false);
   at::Tensor buffer = at::empty(sizes, at::TensorOptions().dtype(dtype));
   if (pool_.size() >= capacity) {
     pool_.erase(pool_.begin()); // the oldest, still held by the caller

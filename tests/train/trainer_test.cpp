@@ -442,3 +442,20 @@ TEST_F(TrainerTest, DeterministicTurnsOnDeterministicAlgorithms) {
 
 } // namespace
 } // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+TEST_F(TrainerTest, OneLoaderCanServeTrainingAndValidation) {
+  // Validation runs in inference mode; the loader's reused batch buffers
+  // must still be usable by autograd in the next training step.
+  for (int64_t workers : {0, 1}) {
+    auto loader = train_loader(workers);
+    const FitResult result = Trainer(options().max_epochs(2))
+                                 .fit(*make_module(0), loader, &loader);
+    EXPECT_EQ(result.steps, 16) << workers << " workers";
+  }
+}
+
+} // namespace
+} // namespace hotloop::train
