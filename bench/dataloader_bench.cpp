@@ -9,6 +9,8 @@
 // median epoch. Information only: the exit status ignores the targets.
 
 #include <hotloop/core/error.h>
+#include "bench_util.h"
+
 #include <hotloop/data.h>
 
 #include <ATen/Parallel.h>
@@ -44,6 +46,10 @@
 #ifndef HOTLOOP_BENCH_PYTHON_SCRIPT
 #define HOTLOOP_BENCH_PYTHON_SCRIPT "bench/python_dataloader.py"
 #endif
+
+using hotloop::bench::describe_machine;
+using hotloop::bench::load_average;
+using hotloop::bench::Machine;
 
 namespace {
 
@@ -250,9 +256,7 @@ Measurement bench_copy(int64_t samples, int64_t epochs) {
           input_src.data() + done * sample_floats,
           rows * sample_floats * sizeof(float));
       std::memcpy(
-          target_dst.data(),
-          target_src.data() + done,
-          rows * sizeof(int64_t));
+          target_dst.data(), target_src.data() + done, rows * sizeof(int64_t));
       clobber(input_dst.data());
       clobber(target_dst.data());
       touch(input_dst.data(), target_dst.data());
@@ -399,47 +403,6 @@ PythonResult run_python(const Options& options) {
 }
 
 // --- Report ----------------------------------------------------------------
-
-struct Machine {
-  std::string cpu;
-  unsigned cores = 0;
-  std::string libtorch = TORCH_VERSION;
-  int intra_op_threads = 0;
-  std::string date;
-  std::string load_before;
-  std::string load_after;
-};
-
-std::string load_average() {
-  std::ifstream file("/proc/loadavg");
-  std::string one, five, fifteen;
-  file >> one >> five >> fifteen;
-  return one + " " + five + " " + fifteen;
-}
-
-Machine describe_machine() {
-  Machine machine;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      machine.cpu = colon == std::string::npos ? line : line.substr(colon + 2);
-      break;
-    }
-  }
-  if (machine.cpu.empty()) {
-    machine.cpu = "unknown";
-  }
-  machine.cores = std::thread::hardware_concurrency();
-  machine.intra_op_threads = at::get_num_threads();
-  char date[64];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(
-      date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
-  machine.date = date;
-  machine.load_before = load_average();
-  return machine;
-}
 
 const Row* find_row(const std::vector<Row>& rows, const std::string& key) {
   for (const Row& row : rows) {
