@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <thread>
@@ -39,6 +40,25 @@ Machine describe_machine() {
   machine.date = date;
   machine.load_before = load_average();
   return machine;
+}
+
+void print_machine(
+    const Machine& machine,
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::printf(
+      "machine: %s, %u cores; LibTorch %s (%d intra-op threads)\n",
+      machine.cpu.c_str(),
+      machine.cores,
+      machine.libtorch.c_str(),
+      machine.intra_op_threads);
+  for (const auto& [label, text] : extra) {
+    std::printf("%-8s %s\n", (label + ":").c_str(), text.c_str());
+  }
+  std::printf(
+      "date:    %s; load average %s before, %s after\n",
+      machine.date.c_str(),
+      machine.load_before.c_str(),
+      machine.load_after.c_str());
 }
 
 } // namespace hotloop::bench

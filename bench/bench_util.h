@@ -3,6 +3,8 @@
 // What every benchmark prints about the machine it ran on.
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hotloop::bench {
 
@@ -22,5 +24,12 @@ std::string load_average();
 /// CPU model, core count, LibTorch version, intra-op threads, date and the
 /// load average now (load_after is left for the caller to fill at the end).
 Machine describe_machine();
+
+/// Prints the `machine:` line, then each (label, text) of `extra` as
+/// `label: text` aligned the same way, then the `date:` line with the load
+/// averages before and after.
+void print_machine(
+    const Machine& machine,
+    const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 } // namespace hotloop::bench

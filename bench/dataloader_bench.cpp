@@ -495,20 +495,11 @@ void print_table(
     const std::vector<Row>& rows,
     const std::vector<Target>& targets) {
   std::printf("hotloop dataloader benchmark\n");
-  std::printf(
-      "machine: %s, %u cores; LibTorch %s (%d intra-op threads)\n",
-      machine.cpu.c_str(),
-      machine.cores,
-      machine.libtorch.c_str(),
-      machine.intra_op_threads);
+  std::vector<std::pair<std::string, std::string>> extra;
   if (!python_versions.empty()) {
-    std::printf("python:  %s\n", python_versions.c_str());
+    extra.emplace_back("python", python_versions);
   }
-  std::printf(
-      "date:    %s; load average %s before, %s after\n",
-      machine.date.c_str(),
-      machine.load_before.c_str(),
-      machine.load_after.c_str());
+  hotloop::bench::print_machine(machine, extra);
   std::printf(
       "work:    Fashion-MNIST train (%s), batch %ld, shuffled, RandomCrop(28, "
       "padding=2) + RandomHorizontalFlip + Normalize(0.2860, 0.3530) -> "

@@ -141,17 +141,7 @@ int main(int argc, char** argv) {
     machine.load_after = hotloop::bench::load_average();
     const double h = median(hand), t = median(trainer);
     std::printf("hotloop Trainer overhead benchmark\n");
-    std::printf(
-        "machine: %s, %u cores; LibTorch %s (%d intra-op threads)\n",
-        machine.cpu.c_str(),
-        machine.cores,
-        machine.libtorch.c_str(),
-        machine.intra_op_threads);
-    std::printf(
-        "date:    %s; load average %s before, %s after\n",
-        machine.date.c_str(),
-        machine.load_before.c_str(),
-        machine.load_after.c_str());
+    hotloop::bench::print_machine(machine);
     std::printf(
         "work:    Fashion-MNIST CNN [16, 32], batch 256, crop+flip+normalize, "
         "AdamW + one-cycle, 1 loader thread; %lld batches, median of %lld\n\n",
