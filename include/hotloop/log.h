@@ -2,4 +2,5 @@
 
 // Every public header of hotloop::log.
 
+#include "hotloop/log/logger.h"
 #include "hotloop/log/progress.h"

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -46,6 +47,20 @@ void fsync_dir(const fs::path& dir) {
   }
 }
 
+// CUDA devices whose generators a checkpoint carries; 0 on CPU builds.
+int64_t cuda_devices() {
+  return at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0;
+}
+
+at::Generator cuda_generator(int64_t index) {
+  return at::globalContext().defaultGenerator(
+      c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
+}
+
+std::string cuda_rng_key(int64_t index) {
+  return "cuda_rng_state_" + std::to_string(index);
+}
+
 at::Tensor scalar(int64_t value) {
   return at::scalar_tensor(value, at::kLong);
 }
@@ -80,8 +95,8 @@ void write_file_atomically(
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temp.c_str());
-    throw Error(
-        hotloop::detail::str_cat(path, ": cannot replace: ", std::strerror(error)));
+    throw Error(hotloop::detail::str_cat(
+        path, ": cannot replace: ", std::strerror(error)));
   }
   fsync_dir(target.parent_path());
 }
@@ -92,7 +107,8 @@ void save_checkpoint(
     const torch::optim::Optimizer* optimizer,
     const optim::LRScheduler* scheduler,
     const TrainingProgress& progress,
-    const GradScaler* scaler) {
+    const GradScaler* scaler,
+    const std::string& callback_state) {
   torch::serialize::OutputArchive archive;
   archive.write("hotloop_checkpoint_version", scalar(kFormatVersion));
   archive.write("epoch", scalar(progress.epoch));
@@ -121,6 +137,14 @@ void save_checkpoint(
     std::lock_guard<std::mutex> lock(generator.mutex());
     archive.write("cpu_rng_state", generator.get_state());
   }
+  for (int64_t i = 0; i < cuda_devices(); ++i) {
+    at::Generator generator = cuda_generator(i);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write(cuda_rng_key(i), generator.get_state());
+  }
+  if (!callback_state.empty()) {
+    archive.write("callbacks", c10::IValue(callback_state));
+  }
   write_file_atomically(path, [&](std::ostream& out) { archive.save_to(out); });
 }
 
@@ -129,7 +153,8 @@ TrainingProgress load_checkpoint(
     torch::nn::Module& model,
     torch::optim::Optimizer* optimizer,
     optim::LRScheduler* scheduler,
-    GradScaler* scaler) {
+    GradScaler* scaler,
+    std::string* callback_state) {
   std::error_code ec;
   HOTLOOP_CHECK(
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
@@ -186,6 +211,20 @@ TrainingProgress load_checkpoint(
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(rng_state);
+    }
+    for (int64_t i = 0; i < cuda_devices(); ++i) {
+      at::Tensor state;
+      if (archive.try_read(cuda_rng_key(i), state)) {
+        at::Generator generator = cuda_generator(i);
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(state);
+      }
+    }
+    if (callback_state != nullptr) {
+      c10::IValue callbacks;
+      *callback_state = archive.try_read("callbacks", callbacks)
+                            ? callbacks.toStringRef()
+                            : std::string();
     }
   } catch (const c10::Error& e) {
     throw Error(hotloop::detail::str_cat(

@@ -1,5 +1,6 @@
 #include "hotloop/train/classifier.h"
 
+#include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
 
 #include <ATen/ATen.h>
@@ -9,10 +10,14 @@ namespace hotloop::train {
 ImageClassifier::ImageClassifier(
     torch::nn::AnyModule network,
     optim::OptimizerOptions optimizer,
-    optim::SchedulerOptions scheduler)
+    optim::SchedulerOptions scheduler,
+    int64_t top_k)
     : network_(std::move(network)),
       optimizer_options_(std::move(optimizer)),
-      scheduler_options_(std::move(scheduler)) {
+      scheduler_options_(std::move(scheduler)),
+      top_k_(top_k) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, top_k_ >= 1, "model.top_k must be >= 1, got ", top_k_);
   register_module("network", network_.ptr());
 }
 
@@ -39,6 +44,17 @@ void ImageClassifier::evaluate(
       prefix + "_acc",
       static_cast<double>(count_correct(logits, batch.target)) / n,
       n);
+  if (top_k_ > 1 && top_k_ < logits.size(1)) {
+    metrics.log(
+        prefix + "_acc_top" + std::to_string(top_k_),
+        static_cast<double>(count_correct(logits, batch.target, top_k_)) / n,
+        n);
+  }
+}
+
+at::Tensor ImageClassifier::predict_step(
+    const data::Batch& batch, int64_t batch_idx) {
+  return at::softmax(forward(batch.input), /*dim=*/1);
 }
 
 void ImageClassifier::validation_step(

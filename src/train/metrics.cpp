@@ -14,6 +14,7 @@ double MeanMetric::compute() const {
 void MetricCollection::log(
     const std::string& name, double value, double weight) {
   metrics_[name].update(value, weight);
+  last_[name] = value;
 }
 
 void MetricCollection::log(

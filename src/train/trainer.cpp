@@ -7,11 +7,16 @@
 #include "hotloop/core/threads.h"
 #include "hotloop/log/progress.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/device.h"
+#include "hotloop/train/early_stopping.h"
 #include "hotloop/train/grad_scaler.h"
+#include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/run_dir.h"
+#include "hotloop/train/timer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -23,6 +28,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <optional>
+#include <set>
 
 namespace hotloop::train {
 namespace {
@@ -37,25 +43,99 @@ int64_t limited(int64_t available, int64_t limit) {
   return limit < 0 ? available : std::min(available, limit);
 }
 
-// The batch as the precision wants its input (bf16-true: in bfloat16).
-data::Batch with_precision(
-    const Precision& precision, const data::Batch& batch) {
-  return data::Batch{precision.convert_input(batch.input), batch.target};
+// Evaluation runs without autograd: InferenceMode by default, NoGradGuard
+// when trainer.inference_mode is off.
+class NoGradScope {
+ public:
+  explicit NoGradScope(bool inference) {
+    if (inference) {
+      inference_.emplace();
+    } else {
+      no_grad_.emplace();
+    }
+  }
+
+ private:
+  std::optional<c10::InferenceMode> inference_;
+  std::optional<at::NoGradGuard> no_grad_;
+};
+
+// Batches between validations within an epoch (see val_check_interval).
+int64_t val_check_batches(
+    double interval, int64_t batches_per_epoch, int64_t accumulate) {
+  if (interval == 1.0) {
+    return batches_per_epoch;
+  }
+  if (interval < 1.0) {
+    const auto batches = static_cast<int64_t>(
+        std::floor(interval * static_cast<double>(batches_per_epoch)));
+    // Whole optimizer steps, at least one.
+    return std::max(accumulate, batches / accumulate * accumulate);
+  }
+  const auto batches = static_cast<int64_t>(interval);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches <= batches_per_epoch,
+      "trainer.val_check_interval (",
+      batches,
+      ") must be at most the number of training batches per epoch (",
+      batches_per_epoch,
+      ")");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches % accumulate == 0,
+      "trainer.val_check_interval (",
+      batches,
+      " batches) must be a multiple of trainer.accumulate_grad_batches (",
+      accumulate,
+      ") so that validation falls between optimizer steps");
+  return batches;
 }
 
 } // namespace
+
+/// What one fit works with, alive for its duration.
+struct Trainer::FitState {
+  Module* module = nullptr;
+  data::DataLoader* train = nullptr;
+  data::DataLoader* val = nullptr;
+  OptimizerSetup setup;
+  std::optional<Precision> precision;
+  std::unique_ptr<GradScaler> scaler;
+  std::vector<at::Tensor> parameters;
+  int64_t batches_per_epoch = 0;
+  int64_t val_check_batches = 0;
+  int64_t limit_val_batches = -1;
+  int64_t accumulate = 1;
+  std::optional<StopSignalGuard> signals;
+  std::optional<log::ProgressBar> bar;
+  Clock::time_point start;
+  double train_seconds = 0;
+  int64_t train_samples = 0;
+  bool interrupted = false;
+  // The global step of the last validation, so none runs twice.
+  int64_t validated_step = -1;
+};
 
 void seed_everything(uint64_t seed) {
   at::manual_seed(seed);
 }
 
 Trainer::Trainer(TrainerOptions options, std::ostream& out)
-    : options_(std::move(options)), out_(out) {
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.max_epochs() > 0,
-      "trainer.max_epochs must be positive, got ",
-      options_.max_epochs());
+    : options_(std::move(options)), out_(out), device_(c10::kCPU) {
+  auto check_at_least = [](int64_t value, int64_t min, const char* name) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        value >= min,
+        "trainer.",
+        name,
+        " must be >= ",
+        min,
+        ", got ",
+        value);
+  };
+  check_at_least(options_.max_epochs(), 1, "max_epochs");
+  check_at_least(options_.min_epochs(), 0, "min_epochs");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.max_steps() == -1 || options_.max_steps() > 0,
@@ -67,31 +147,29 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
           options_.limit_train_batches() > 0,
       "trainer.limit_train_batches must be positive or -1, got ",
       options_.limit_train_batches());
+  check_at_least(options_.limit_val_batches(), -1, "limit_val_batches");
+  check_at_least(options_.limit_test_batches(), -1, "limit_test_batches");
+  check_at_least(options_.limit_predict_batches(), -1, "limit_predict_batches");
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.limit_val_batches() >= -1,
-      "trainer.limit_val_batches must be >= -1, got ",
-      options_.limit_val_batches());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.check_val_every_n_epoch() > 0,
-      "trainer.check_val_every_n_epoch must be positive, got ",
-      options_.check_val_every_n_epoch());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.accumulate_grad_batches() > 0,
-      "trainer.accumulate_grad_batches must be positive, got ",
-      options_.accumulate_grad_batches());
+      options_.val_check_interval() > 0 &&
+          (options_.val_check_interval() <= 1.0 ||
+           options_.val_check_interval() ==
+               std::floor(options_.val_check_interval())),
+      "trainer.val_check_interval: expected a fraction in (0, 1] or a whole "
+      "number of batches, got ",
+      options_.val_check_interval());
+  check_at_least(
+      options_.check_val_every_n_epoch(), 1, "check_val_every_n_epoch");
+  check_at_least(options_.overfit_batches(), 0, "overfit_batches");
+  check_at_least(
+      options_.accumulate_grad_batches(), 1, "accumulate_grad_batches");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.gradient_clip_val() >= 0,
       "trainer.gradient_clip_val must be >= 0, got ",
       options_.gradient_clip_val());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.num_threads() >= 0,
-      "trainer.num_threads must be >= 0, got ",
-      options_.num_threads());
+  check_at_least(options_.num_threads(), 0, "num_threads");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.gradient_clip_algorithm() == "norm" ||
@@ -104,28 +182,42 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       options_.max_time() >= 0,
       "trainer.max_time must be >= 0, got ",
       options_.max_time());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.fast_dev_run() >= 0,
-      "trainer.fast_dev_run must be >= 0, got ",
-      options_.fast_dev_run());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.num_sanity_val_steps() >= 0,
-      "trainer.num_sanity_val_steps must be >= 0, got ",
-      options_.num_sanity_val_steps());
+  check_at_least(options_.fast_dev_run(), 0, "fast_dev_run");
+  check_at_least(options_.num_sanity_val_steps(), 0, "num_sanity_val_steps");
+  check_at_least(options_.log_every_n_steps(), 0, "log_every_n_steps");
+  check_at_least(options_.seed(), -1, "seed");
   if (options_.fast_dev_run() > 0) {
     // Lightning's fast_dev_run: n batches of each, once, leaving no files.
     const int64_t n = options_.fast_dev_run();
     options_.max_epochs(1)
+        .min_epochs(0)
         .max_steps(-1)
+        .max_time(0)
         .limit_train_batches(n)
         .limit_val_batches(n)
+        .limit_test_batches(n)
+        .limit_predict_batches(n)
+        .val_check_interval(1.0)
         .num_sanity_val_steps(0)
         .accumulate_grad_batches(1)
         .default_root_dir("");
   }
   parse_precision_mode(options_.precision()); // names a bad value now
+  device_ = resolve_device(options_.accelerator(), options_.devices());
+}
+
+Trainer::~Trainer() = default;
+
+Trainer& Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  HOTLOOP_CHECK(callback != nullptr, "add_callback: the callback is null");
+  callbacks_.push_back(std::move(callback));
+  return *this;
+}
+
+Trainer& Trainer::add_logger(std::shared_ptr<log::Logger> logger) {
+  HOTLOOP_CHECK(logger != nullptr, "add_logger: the logger is null");
+  loggers_.push_back(std::move(logger));
+  return *this;
 }
 
 const std::string& Trainer::log_dir() {
@@ -135,12 +227,171 @@ const std::string& Trainer::log_dir() {
   return log_dir_;
 }
 
+torch::optim::Optimizer* Trainer::optimizer() {
+  return fit_ == nullptr ? nullptr : fit_->setup.optimizer.get();
+}
+
+optim::LRScheduler* Trainer::lr_scheduler() {
+  return fit_ == nullptr ? nullptr : fit_->setup.scheduler.get();
+}
+
+ScheduleInterval Trainer::lr_scheduler_interval() const {
+  return fit_ == nullptr ? ScheduleInterval::kStep : fit_->setup.interval;
+}
+
+template <typename Hook>
+void Trainer::each_callback(Hook&& hook) {
+  for (const auto& callback : active_callbacks_) {
+    hook(*callback);
+  }
+}
+
+void Trainer::save_checkpoint(const std::string& path) {
+  HOTLOOP_CHECK(
+      fit_ != nullptr,
+      "Trainer::save_checkpoint('",
+      path,
+      "'): no fit is running");
+  nlohmann::json states = nlohmann::json::object();
+  for (const auto& callback : active_callbacks_) {
+    nlohmann::json state = callback->state_dict();
+    if (!state.is_null()) {
+      states[callback->state_key()] = std::move(state);
+    }
+  }
+  train::save_checkpoint(
+      path,
+      *fit_->module,
+      fit_->setup.optimizer.get(),
+      fit_->setup.scheduler.get(),
+      progress_,
+      fit_->scaler.get(),
+      states.empty() ? std::string() : states.dump());
+  last_checkpoint_ = path;
+}
+
+void Trainer::log_metrics(const std::map<std::string, double>& metrics) {
+  // Buffered, so that everything logged for one step (the loss, the
+  // learning rate, validation metrics) becomes one record.
+  for (const auto& [name, value] : metrics) {
+    logged_metrics_[name] = value;
+    pending_logs_[name] = value;
+  }
+}
+
+void Trainer::prepare_callbacks(const std::string& run_dir) {
+  active_callbacks_.clear();
+  bool has_checkpoint = false;
+  bool has_timer = false;
+  std::set<std::string> keys;
+  for (const auto& callback : callbacks_) {
+    const bool is_checkpoint =
+        dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
+    has_checkpoint = has_checkpoint || is_checkpoint;
+    has_timer = has_timer || dynamic_cast<Timer*>(callback.get()) != nullptr;
+    if (options_.fast_dev_run() > 0 &&
+        (is_checkpoint ||
+         dynamic_cast<EarlyStopping*>(callback.get()) != nullptr)) {
+      // Lightning's fast_dev_run turns off checkpointing and early stopping.
+      continue;
+    }
+    if (is_checkpoint && !options_.enable_checkpointing()) {
+      continue;
+    }
+    active_callbacks_.push_back(callback);
+  }
+  if (options_.enable_checkpointing() && !has_checkpoint && !run_dir.empty()) {
+    active_callbacks_.push_back(std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions().save_last(true)));
+  }
+  if (options_.max_time() > 0 && !has_timer) {
+    active_callbacks_.push_back(std::make_shared<Timer>(
+        options_.max_time(), "step", options_.enable_progress_bar()));
+  }
+  for (const auto& callback : active_callbacks_) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        keys.insert(callback->state_key()).second,
+        "two callbacks share the state key '",
+        callback->state_key(),
+        "': give one of them its own state_key()");
+  }
+}
+
+void Trainer::prepare_module(Module& module) {
+  module.to(device_);
+  if (options_.channels_last()) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor parameter : module.parameters()) {
+      if (parameter.dim() == 4) {
+        parameter.set_data(
+            parameter.contiguous(at::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
+}
+
+data::Batch Trainer::prepare_batch(
+    const Precision& precision, const data::Batch& batch) const {
+  at::Tensor input = batch.input;
+  at::Tensor target = batch.target;
+  if (input.defined() && input.device() != device_) {
+    // Pinned host memory makes these copies asynchronous.
+    input = input.to(device_, /*non_blocking=*/true);
+  }
+  if (target.defined() && target.device() != device_) {
+    target = target.to(device_, /*non_blocking=*/true);
+  }
+  if (options_.channels_last() && input.dim() == 4) {
+    input = input.contiguous(at::MemoryFormat::ChannelsLast);
+  }
+  return data::Batch{precision.convert_input(input), target};
+}
+
+Precision Trainer::precision_for(Module& module) const {
+  return Precision(parse_precision_mode(options_.precision()), device_);
+}
+
 FitResult Trainer::fit(
     Module& module,
     data::DataLoader& train,
     data::DataLoader* val,
     const std::string& ckpt_path) {
-  const auto fit_start = Clock::now();
+  FitState state;
+  state.module = &module;
+  state.train = &train;
+  state.val = val;
+  fit_ = &state;
+  try {
+    FitResult result = run_fit(state, ckpt_path);
+    fit_ = nullptr;
+    return result;
+  } catch (const std::exception& error) {
+    for (const auto& callback : active_callbacks_) {
+      try {
+        callback->on_exception(*this, module, error);
+      } catch (...) {
+        // The original error is the one to report.
+      }
+    }
+    for (const auto& logger : loggers_) {
+      try {
+        logger->finalize("failed");
+      } catch (...) {
+      }
+    }
+    fit_ = nullptr;
+    throw;
+  }
+}
+
+FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
+  Module& module = *state.module;
+  data::DataLoader& train = *state.train;
+  state.start = Clock::now();
+  if (options_.seed() >= 0) {
+    seed_everything(static_cast<uint64_t>(options_.seed()));
+  }
   const int threads = configure_intra_op_threads(
       static_cast<int>(options_.num_threads()),
       static_cast<int>(train.options().num_workers()));
@@ -152,274 +403,427 @@ FitResult Trainer::fit(
     retain_freed_host_memory();
   }
 
-  const int64_t batches_per_epoch =
-      limited(train.num_batches(), options_.limit_train_batches());
+  const int64_t overfit = options_.overfit_batches();
+  state.batches_per_epoch = limited(
+      train.num_batches(),
+      overfit > 0 ? overfit : options_.limit_train_batches());
   HOTLOOP_CHECK_AS(
       ConfigError,
-      batches_per_epoch > 0,
+      state.batches_per_epoch > 0,
       "the training set gives no batch (",
       train.dataset().size(),
       " samples, ",
       train.num_batches(),
       " batches per epoch)");
-  const int64_t accumulate = options_.accumulate_grad_batches();
+  state.accumulate = options_.accumulate_grad_batches();
+  state.val_check_batches = val_check_batches(
+      options_.val_check_interval(), state.batches_per_epoch, state.accumulate);
+  state.limit_val_batches =
+      overfit > 0 ? overfit : options_.limit_val_batches();
+  has_validation_ = state.val != nullptr && state.limit_val_batches != 0;
+
   FitPlan plan;
-  plan.steps_per_epoch = (batches_per_epoch + accumulate - 1) / accumulate;
+  plan.steps_per_epoch =
+      (state.batches_per_epoch + state.accumulate - 1) / state.accumulate;
   plan.max_epochs = options_.max_epochs();
   plan.total_steps = plan.steps_per_epoch * plan.max_epochs;
   if (options_.max_steps() > 0) {
     plan.total_steps = std::min(plan.total_steps, options_.max_steps());
   }
-  OptimizerSetup setup = module.configure_optimizers(plan);
+  prepare_module(module);
+  state.setup = module.configure_optimizers(plan);
   HOTLOOP_CHECK(
-      setup.optimizer != nullptr, "configure_optimizers returned no optimizer");
-  torch::optim::Optimizer& optimizer = *setup.optimizer;
-  optim::LRScheduler* scheduler = setup.scheduler.get();
+      state.setup.optimizer != nullptr,
+      "configure_optimizers returned no optimizer");
+  optim::LRScheduler* scheduler = state.setup.scheduler.get();
   HOTLOOP_CHECK_AS(
       ConfigError,
       scheduler == nullptr || !scheduler->needs_metric() ||
-          setup.interval == ScheduleInterval::kEpoch,
+          state.setup.interval == ScheduleInterval::kEpoch,
       "a schedule that watches '",
-      setup.monitor,
+      state.setup.monitor,
       "' steps once per epoch: set lr_scheduler.interval=epoch");
+  state.precision.emplace(precision_for(module));
+  state.precision->convert_module(module);
+  state.scaler = std::make_unique<GradScaler>(
+      GradScalerOptions().enabled(state.precision->needs_scaler()));
+  state.parameters = module.parameters();
 
-  const Precision precision = precision_for(module);
-  precision.convert_module(module);
-  GradScaler scaler(GradScalerOptions().enabled(precision.needs_scaler()));
-
-  TrainingProgress progress;
-  if (!ckpt_path.empty()) {
-    progress =
-        load_checkpoint(ckpt_path, module, &optimizer, scheduler, &scaler);
-    out_ << "resumed from " << ckpt_path << " at epoch " << progress.epoch
-         << ", batch " << progress.epoch_batches << " (step "
-         << progress.global_step << ")\n";
-  }
+  progress_ = TrainingProgress{};
+  current_epoch_ = 0;
+  callback_metrics_.clear();
+  should_stop_ = false;
+  min_epochs_noted_ = false;
+  pending_logs_.clear();
+  last_checkpoint_.clear();
   const std::string& run_dir = log_dir();
-  std::string checkpoint_dir;
-  if (!run_dir.empty() && options_.enable_checkpointing()) {
-    checkpoint_dir = (std::filesystem::path(run_dir) / "checkpoints").string();
-    std::filesystem::create_directories(checkpoint_dir);
+  prepare_callbacks(run_dir);
+  each_callback([&](Callback& c) { c.setup(*this, module); });
+  if (!ckpt_path.empty()) {
+    restore(state, ckpt_path);
   }
   if (options_.enable_progress_bar()) {
     out_ << "fit: " << train.dataset().size() << " training samples, "
-         << batches_per_epoch << " batches/epoch, " << threads
-         << " intra-op threads, " << train.options().num_workers()
+         << state.batches_per_epoch << " batches/epoch, on " << device_ << ", "
+         << threads << " intra-op threads, " << train.options().num_workers()
          << " loader threads" << (run_dir.empty() ? "" : ", run folder ")
          << run_dir << "\n";
-  }
-
-  FitResult result;
-  double train_seconds = 0;
-  int64_t train_samples = 0;
-  const std::vector<at::Tensor> parameters = module.parameters();
-  compat::zero_grad_set_to_none(optimizer);
-  std::optional<StopSignalGuard> signals;
-  if (options_.handle_signals()) {
-    signals.emplace();
-  }
-  auto save = [&] {
-    if (!checkpoint_dir.empty()) {
-      result.checkpoint_path = checkpoint_dir + "/last.ckpt";
-      save_checkpoint(
-          result.checkpoint_path,
-          module,
-          &optimizer,
-          scheduler,
-          progress,
-          &scaler);
-    }
-  };
-  if (val != nullptr && options_.num_sanity_val_steps() > 0 &&
-      options_.limit_val_batches() != 0) {
-    // A broken validation_step fails now, not after the first epoch.
-    evaluate(
-        module,
-        *val,
-        Stage::kValidate,
-        precision,
-        limited(options_.num_sanity_val_steps(), options_.limit_val_batches()));
-  }
-  std::optional<log::ProgressBar> bar;
-  if (options_.enable_progress_bar()) {
-    bar.emplace(
+    state.bar.emplace(
         out_,
         log::ProgressBar::is_terminal(out_),
         options_.log_every_n_steps());
   }
-  bool stop = false;
-  for (int64_t epoch = progress.epoch; epoch < options_.max_epochs() && !stop;
-       ++epoch) {
-    const auto epoch_start = Clock::now();
-    module.train();
-    MetricCollection metrics;
-    log::StepTimes phases;
-    if (bar) {
-      bar->start_epoch(epoch + 1, options_.max_epochs(), batches_per_epoch);
-    }
-    int64_t samples = 0;
-    int64_t batch_idx = 0;
-    train.set_epoch(epoch);
-    if (progress.epoch_batches > 0) {
-      // Resuming mid-epoch: the loader rebuilds this epoch's order and skips
-      // the batches already trained on.
-      batch_idx = progress.epoch_batches;
-      train.load_state_dict({epoch, batch_idx});
-    }
-    auto wait_start = Clock::now();
-    for (auto it = train.begin();
-         it != train.end() && batch_idx < batches_per_epoch;
-         ++it) {
-      // One straight line: batch -> forward under autocast -> loss /
-      // accumulation -> backward (scaled) -> on the last micro-batch:
-      // unscale, clip, step, update the scale, zero grads (set to none).
-      const data::Batch& batch = *it;
-      const auto compute_start = Clock::now();
-      phases.data +=
-          std::chrono::duration<double>(compute_start - wait_start).count();
-      at::Tensor loss;
-      {
-        const AutocastGuard autocast = precision.autocast();
-        loss = module.training_step(
-            with_precision(precision, batch), batch_idx, metrics);
-      }
-      if (accumulate > 1) {
-        loss = loss / static_cast<double>(accumulate);
-      }
-      (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
-      const auto optimizer_start = Clock::now();
-      phases.compute +=
-          std::chrono::duration<double>(optimizer_start - compute_start)
-              .count();
-      samples += batch.size();
-      ++batch_idx;
-      if (batch_idx % accumulate == 0 || batch_idx == batches_per_epoch) {
-        if (scaler.is_enabled()) {
-          scaler.unscale_(optimizer); // clip the true gradients
-        }
-        if (options_.gradient_clip_val() > 0) {
-          if (options_.gradient_clip_algorithm() == "value") {
-            torch::nn::utils::clip_grad_value_(
-                parameters, options_.gradient_clip_val());
-          } else {
-            torch::nn::utils::clip_grad_norm_(
-                parameters, options_.gradient_clip_val());
-          }
-        }
-        if (scaler.is_enabled()) {
-          scaler.step(optimizer); // skipped on inf/NaN gradients
-          scaler.update();
-        } else {
-          optimizer.step();
-        }
-        compat::zero_grad_set_to_none(optimizer);
-        if (scheduler != nullptr && setup.interval == ScheduleInterval::kStep) {
-          scheduler->step();
-        }
-        ++progress.global_step;
-        if (options_.max_steps() > 0 &&
-            progress.global_step >= options_.max_steps()) {
-          stop = true;
-        }
-        if (options_.max_time() > 0 &&
-            seconds_since(fit_start) >= options_.max_time()) {
-          stop = true;
-        }
-        if (signals && StopSignalGuard::received() != 0 &&
-            batch_idx < batches_per_epoch) {
-          progress.epoch_batches = batch_idx;
-          save();
-          result.interrupted = true;
-          stop = true;
-        }
-      }
-      wait_start = Clock::now();
-      phases.optimizer +=
-          std::chrono::duration<double>(wait_start - optimizer_start).count();
-      if (bar) {
-        bar->update(
-            batch_idx,
-            samples,
-            metrics.get("train_loss"),
-            optimizer.param_groups()[0].options().get_lr(),
-            phases);
-      }
-      if (stop) {
-        break;
-      }
-    }
-    if (bar) {
-      bar->end_epoch();
-    }
-    train_seconds += phases.total();
-    train_samples += samples;
-    result.metrics = metrics.compute();
-    if (result.interrupted) {
-      out_ << "interrupted by signal " << StopSignalGuard::received()
-           << " in epoch " << epoch + 1 << " after batch " << batch_idx
-           << " (step " << progress.global_step << ")\n";
-      break;
-    }
-    progress.epoch = epoch + 1;
-    progress.epoch_batches = 0;
+  compat::zero_grad_set_to_none(*state.setup.optimizer);
+  if (options_.handle_signals()) {
+    state.signals.emplace();
+  }
+  if (has_validation_ && options_.num_sanity_val_steps() > 0) {
+    // A broken validation_step fails now, not after the first epoch.
+    sanity_checking_ = true;
+    evaluate(
+        module,
+        *state.val,
+        Stage::kValidate,
+        *state.precision,
+        limited(options_.num_sanity_val_steps(), state.limit_val_batches));
+    sanity_checking_ = false;
+  }
 
-    const bool last = stop || progress.epoch == options_.max_epochs();
-    if (val != nullptr && options_.limit_val_batches() != 0 &&
-        (progress.epoch % options_.check_val_every_n_epoch() == 0 || last)) {
-      for (const auto& [name, value] : evaluate(
-               module,
-               *val,
-               Stage::kValidate,
-               precision,
-               options_.limit_val_batches())) {
-        result.metrics[name] = value;
-      }
+  each_callback([&](Callback& c) { c.on_fit_start(*this, module); });
+  bool stop = false;
+  for (int64_t epoch = progress_.epoch; epoch < options_.max_epochs() && !stop;
+       ++epoch) {
+    stop = train_epoch(state, epoch);
+  }
+  flush_logs();
+  each_callback([&](Callback& c) { c.on_fit_end(*this, module); });
+
+  FitResult result;
+  result.metrics = callback_metrics_;
+  result.epochs = progress_.epoch;
+  result.steps = progress_.global_step;
+  result.interrupted = state.interrupted;
+  result.train_samples_per_s =
+      state.train_seconds > 0 ? state.train_samples / state.train_seconds : 0;
+  result.wall_s = seconds_since(state.start);
+  result.checkpoint_path = last_checkpoint_;
+  for (const auto& callback : active_callbacks_) {
+    const auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get());
+    if (checkpoint == nullptr) {
+      continue;
     }
-    if (scheduler != nullptr && setup.interval == ScheduleInterval::kEpoch) {
-      if (scheduler->needs_metric()) {
-        const auto it = result.metrics.find(setup.monitor);
-        HOTLOOP_CHECK_AS(
-            ConfigError,
-            it != result.metrics.end(),
-            "the lr schedule watches '",
-            setup.monitor,
-            "', which no step logged this epoch (is validation off?)");
-        scheduler->step(it->second);
-      } else {
-        scheduler->step();
-      }
+    if (!checkpoint->last_model_path().empty()) {
+      result.checkpoint_path = checkpoint->last_model_path();
     }
-    save();
-    if (options_.enable_progress_bar()) {
-      const double epoch_seconds = seconds_since(epoch_start);
-      out_ << "epoch " << progress.epoch << "/" << options_.max_epochs();
-      out_ << std::fixed << std::setprecision(4);
-      for (const auto& [name, value] : result.metrics) {
-        out_ << "  " << name << " " << value;
-      }
-      out_ << std::setprecision(0) << "  "
-           << samples / std::max(phases.total(), 1e-9) << " samples/s"
-           << std::setprecision(1) << "  " << epoch_seconds << "s (data "
-           << std::setprecision(0)
-           << 100 * phases.data / std::max(phases.total(), 1e-9) << "%)"
-           << std::defaultfloat << "\n";
-      out_.flush();
+    if (!checkpoint->options().monitor().empty()) {
+      result.best_model_path = checkpoint->best_model_path();
+    }
+    break;
+  }
+  write_summary(result);
+  if (options_.fast_dev_run() == 0) {
+    for (const auto& logger : loggers_) {
+      logger->finalize(state.interrupted ? "interrupted" : "success");
     }
   }
-  result.epochs = progress.epoch;
-  result.steps = progress.global_step;
-  result.train_samples_per_s =
-      train_seconds > 0 ? train_samples / train_seconds : 0;
-  result.wall_s = seconds_since(fit_start);
-  write_summary(result);
   return result;
 }
 
-Precision Trainer::precision_for(Module& module) const {
-  const auto parameters = module.parameters();
-  const c10::Device device =
-      parameters.empty() ? c10::Device(c10::kCPU) : parameters[0].device();
-  return Precision(parse_precision_mode(options_.precision()), device);
+void Trainer::restore(FitState& state, const std::string& ckpt_path) {
+  std::string callback_json;
+  progress_ = load_checkpoint(
+      ckpt_path,
+      *state.module,
+      state.setup.optimizer.get(),
+      state.setup.scheduler.get(),
+      state.scaler.get(),
+      &callback_json);
+  if (!callback_json.empty()) {
+    const nlohmann::json states = nlohmann::json::parse(callback_json);
+    for (const auto& callback : active_callbacks_) {
+      const auto found = states.find(callback->state_key());
+      if (found != states.end()) {
+        callback->load_state_dict(*found);
+      }
+    }
+  }
+  out_ << "resumed from " << ckpt_path << " at epoch " << progress_.epoch
+       << ", batch " << progress_.epoch_batches << " (step "
+       << progress_.global_step << ")\n";
+}
+
+bool Trainer::train_epoch(FitState& state, int64_t epoch) {
+  Module& module = *state.module;
+  data::DataLoader& train = *state.train;
+  torch::optim::Optimizer& optimizer = *state.setup.optimizer;
+  optim::LRScheduler* scheduler = state.setup.scheduler.get();
+  const Precision& precision = *state.precision;
+  GradScaler& scaler = *state.scaler;
+  const int64_t accumulate = state.accumulate;
+  const int64_t batches = state.batches_per_epoch;
+  const int64_t max_epochs = options_.max_epochs();
+  const int64_t log_every = options_.log_every_n_steps();
+  const auto epoch_start = Clock::now();
+
+  current_epoch_ = epoch;
+  module.train();
+  MetricCollection metrics;
+  log::StepTimes phases;
+  const bool validate_this_epoch =
+      has_validation_ &&
+      ((epoch + 1) % options_.check_val_every_n_epoch() == 0 ||
+       epoch + 1 == max_epochs);
+  if (state.bar) {
+    state.bar->start_epoch(epoch + 1, max_epochs, batches);
+  }
+  // overfit_batches trains on the same batches every epoch: epoch 0's.
+  const int64_t loader_epoch = options_.overfit_batches() > 0 ? 0 : epoch;
+  train.set_epoch(loader_epoch);
+  int64_t batch_idx = 0;
+  if (progress_.epoch_batches > 0) {
+    // Resuming mid-epoch: the loader rebuilds this epoch's order and skips
+    // the batches already trained on.
+    batch_idx = progress_.epoch_batches;
+    train.load_state_dict({loader_epoch, batch_idx});
+  }
+  each_callback([&](Callback& c) { c.on_train_epoch_start(*this, module); });
+  flush_logs();
+
+  int64_t samples = 0;
+  bool stop = false;
+  auto wait_start = Clock::now();
+  for (auto it = train.begin(); it != train.end() && batch_idx < batches;
+       ++it) {
+    // One straight line: batch -> forward under autocast -> loss /
+    // accumulation -> backward (scaled) -> on the last micro-batch:
+    // unscale, clip, step, update the scale, zero grads (set to none),
+    // schedule.
+    const data::Batch batch = prepare_batch(precision, *it);
+    const auto compute_start = Clock::now();
+    phases.data +=
+        std::chrono::duration<double>(compute_start - wait_start).count();
+    each_callback([&](Callback& c) {
+      c.on_train_batch_start(*this, module, batch, batch_idx);
+    });
+    at::Tensor loss;
+    {
+      const AutocastGuard autocast = precision.autocast();
+      loss = module.training_step(batch, batch_idx, metrics);
+    }
+    const at::Tensor loss_value = loss.detach();
+    if (accumulate > 1) {
+      loss = loss / static_cast<double>(accumulate);
+    }
+    (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
+    const auto optimizer_start = Clock::now();
+    phases.compute +=
+        std::chrono::duration<double>(optimizer_start - compute_start).count();
+    samples += batch.size();
+    progress_.epoch_batches = ++batch_idx;
+    const bool step_now = batch_idx % accumulate == 0 || batch_idx == batches;
+    if (step_now) {
+      if (scaler.is_enabled()) {
+        scaler.unscale_(optimizer); // callbacks and clipping see true grads
+      }
+      each_callback([&](Callback& c) {
+        c.on_before_optimizer_step(*this, module, optimizer);
+      });
+      if (options_.gradient_clip_val() > 0) {
+        if (options_.gradient_clip_algorithm() == "value") {
+          torch::nn::utils::clip_grad_value_(
+              state.parameters, options_.gradient_clip_val());
+        } else {
+          torch::nn::utils::clip_grad_norm_(
+              state.parameters, options_.gradient_clip_val());
+        }
+      }
+      if (scaler.is_enabled()) {
+        scaler.step(optimizer); // skipped on inf/NaN gradients
+        scaler.update();
+      } else {
+        optimizer.step();
+      }
+      compat::zero_grad_set_to_none(optimizer);
+      if (scheduler != nullptr &&
+          state.setup.interval == ScheduleInterval::kStep) {
+        scheduler->step();
+      }
+      ++progress_.global_step;
+    }
+    each_callback([&](Callback& c) {
+      c.on_train_batch_end(*this, module, loss_value, batch, batch_idx - 1);
+    });
+    if (step_now) {
+      if (log_every > 0 && progress_.global_step % log_every == 0) {
+        std::map<std::string, double> step_metrics{
+            {"epoch", static_cast<double>(epoch)}};
+        for (const auto& [name, value] : metrics.last()) {
+          step_metrics[name + "_step"] = value;
+        }
+        log_metrics(step_metrics);
+      }
+      if (options_.max_steps() > 0 &&
+          progress_.global_step >= options_.max_steps()) {
+        stop = true;
+      }
+      if (state.signals && StopSignalGuard::received() != 0) {
+        interrupt(state);
+        break;
+      }
+      if (!stop && validate_this_epoch && batch_idx < batches &&
+          batch_idx % state.val_check_batches == 0) {
+        run_validation(state);
+      }
+      flush_logs();
+      stop = stop || stop_requested(epoch);
+    }
+    wait_start = Clock::now();
+    phases.optimizer +=
+        std::chrono::duration<double>(wait_start - optimizer_start).count();
+    if (state.bar) {
+      state.bar->update(
+          batch_idx,
+          samples,
+          metrics.get("train_loss"),
+          optimizer.param_groups()[0].options().get_lr(),
+          phases);
+    }
+    if (stop) {
+      break;
+    }
+  }
+  if (state.bar) {
+    state.bar->end_epoch();
+  }
+  state.train_seconds += phases.total();
+  state.train_samples += samples;
+  if (state.interrupted) {
+    return true;
+  }
+  const bool complete = batch_idx >= batches;
+  if (complete) {
+    progress_.epoch = epoch + 1;
+    progress_.epoch_batches = 0;
+  }
+  std::map<std::string, double> epoch_metrics = metrics.compute();
+  for (const auto& [name, value] : epoch_metrics) {
+    callback_metrics_[name] = value;
+  }
+  const bool last = stop || epoch + 1 == max_epochs;
+  if (has_validation_ && (validate_this_epoch || last) &&
+      state.validated_step != progress_.global_step) {
+    run_validation(state);
+  }
+  if (complete && scheduler != nullptr &&
+      state.setup.interval == ScheduleInterval::kEpoch) {
+    if (scheduler->needs_metric()) {
+      const auto found = callback_metrics_.find(state.setup.monitor);
+      HOTLOOP_CHECK_AS(
+          ConfigError,
+          found != callback_metrics_.end(),
+          "the lr schedule watches '",
+          state.setup.monitor,
+          "', which no step logged this epoch (is validation off?)");
+      scheduler->step(found->second);
+    } else {
+      scheduler->step();
+    }
+  }
+  epoch_metrics["epoch"] = static_cast<double>(epoch);
+  log_metrics(epoch_metrics);
+  each_callback([&](Callback& c) { c.on_train_epoch_end(*this, module); });
+  flush_logs();
+  for (const auto& logger : loggers_) {
+    logger->flush();
+  }
+  if (options_.enable_progress_bar()) {
+    print_epoch_line(samples, phases, seconds_since(epoch_start));
+  }
+  if (state.signals && StopSignalGuard::received() != 0) {
+    interrupt(state);
+    return true;
+  }
+  return stop || stop_requested(epoch + (complete ? 1 : 0));
+}
+
+bool Trainer::stop_requested(int64_t completed_epochs) {
+  if (!should_stop_) {
+    return false;
+  }
+  if (completed_epochs >= options_.min_epochs()) {
+    return true;
+  }
+  if (options_.enable_progress_bar() && !min_epochs_noted_) {
+    out_ << "a stop was requested, but trainer.min_epochs="
+         << options_.min_epochs() << " is not reached; training continues\n";
+  }
+  min_epochs_noted_ = true;
+  should_stop_ = false;
+  return false;
+}
+
+void Trainer::interrupt(FitState& state) {
+  state.interrupted = true;
+  flush_logs();
+  for (const auto& callback : active_callbacks_) {
+    if (auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get())) {
+      checkpoint->save_last(*this);
+      break;
+    }
+  }
+  for (const auto& logger : loggers_) {
+    logger->flush();
+  }
+  out_ << "interrupted by signal " << StopSignalGuard::received()
+       << " in epoch " << current_epoch_ + 1 << " after batch "
+       << progress_.epoch_batches << " (step " << progress_.global_step
+       << ")\n";
+}
+
+void Trainer::run_validation(FitState& state) {
+  Module& module = *state.module;
+  each_callback([&](Callback& c) { c.on_validation_start(*this, module); });
+  const auto metrics = evaluate(
+      module,
+      *state.val,
+      Stage::kValidate,
+      *state.precision,
+      state.limit_val_batches);
+  for (const auto& [name, value] : metrics) {
+    callback_metrics_[name] = value;
+  }
+  std::map<std::string, double> logged = metrics;
+  logged["epoch"] = static_cast<double>(current_epoch_);
+  log_metrics(logged);
+  state.validated_step = progress_.global_step;
+  each_callback([&](Callback& c) { c.on_validation_end(*this, module); });
+}
+
+void Trainer::flush_logs() {
+  if (pending_logs_.empty()) {
+    return;
+  }
+  if (options_.fast_dev_run() == 0) {
+    for (const auto& logger : loggers_) {
+      logger->log_metrics(pending_logs_, progress_.global_step);
+    }
+  }
+  pending_logs_.clear();
+}
+
+void Trainer::print_epoch_line(
+    int64_t samples, const log::StepTimes& phases, double seconds) {
+  out_ << "epoch " << current_epoch_ + 1 << "/" << options_.max_epochs();
+  out_ << std::fixed << std::setprecision(4);
+  for (const auto& [name, value] : callback_metrics_) {
+    out_ << "  " << name << " " << value;
+  }
+  const double busy = std::max(phases.total(), 1e-9);
+  out_ << std::setprecision(0) << "  " << samples / busy << " samples/s"
+       << std::setprecision(1) << "  " << seconds << "s (data "
+       << std::setprecision(0) << 100 * phases.data / busy << "%)"
+       << std::defaultfloat << "\n";
+  out_.flush();
 }
 
 std::map<std::string, double> Trainer::evaluate(
@@ -432,15 +836,14 @@ std::map<std::string, double> Trainer::evaluate(
   module.eval();
   MetricCollection metrics;
   {
-    // Inference mode: no graph, no version counters, for the whole loop.
-    c10::InferenceMode guard;
+    const NoGradScope no_grad(options_.inference_mode());
     const int64_t limit = limited(loader.num_batches(), limit_batches);
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time
     for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;
          ++it, ++batch_idx) {
+      const data::Batch batch = prepare_batch(precision, *it);
       const AutocastGuard autocast = precision.autocast();
-      const data::Batch batch = with_precision(precision, *it);
       if (stage == Stage::kValidate) {
         module.validation_step(batch, batch_idx, metrics);
       } else {
@@ -452,30 +855,75 @@ std::map<std::string, double> Trainer::evaluate(
   return metrics.compute();
 }
 
-std::map<std::string, double> Trainer::validate(
-    Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+Precision Trainer::prepare_evaluation(
+    Module& module, const std::string& ckpt_path) {
+  if (options_.seed() >= 0) {
+    seed_everything(static_cast<uint64_t>(options_.seed()));
+  }
+  prepare_module(module);
   if (!ckpt_path.empty()) {
     load_checkpoint(ckpt_path, module, nullptr, nullptr);
   }
-  const Precision precision = precision_for(module);
+  Precision precision = precision_for(module);
   precision.convert_module(module);
-  return evaluate(
+  return precision;
+}
+
+std::map<std::string, double> Trainer::validate(
+    Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  const Precision precision = prepare_evaluation(module, ckpt_path);
+  for (const auto& callback : callbacks_) {
+    callback->on_validation_start(*this, module);
+  }
+  callback_metrics_ = evaluate(
       module,
       loader,
       Stage::kValidate,
       precision,
       options_.limit_val_batches());
+  for (const auto& callback : callbacks_) {
+    callback->on_validation_end(*this, module);
+  }
+  return callback_metrics_;
 }
 
 std::map<std::string, double> Trainer::test(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  if (!ckpt_path.empty()) {
-    load_checkpoint(ckpt_path, module, nullptr, nullptr);
+  const Precision precision = prepare_evaluation(module, ckpt_path);
+  for (const auto& callback : callbacks_) {
+    callback->on_test_start(*this, module);
   }
-  const Precision precision = precision_for(module);
-  precision.convert_module(module);
-  return evaluate(
-      module, loader, Stage::kTest, precision, options_.limit_val_batches());
+  callback_metrics_ = evaluate(
+      module, loader, Stage::kTest, precision, options_.limit_test_batches());
+  for (const auto& callback : callbacks_) {
+    callback->on_test_end(*this, module);
+  }
+  return callback_metrics_;
+}
+
+std::vector<at::Tensor> Trainer::predict(
+    Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  const Precision precision = prepare_evaluation(module, ckpt_path);
+  const bool was_training = module.is_training();
+  module.eval();
+  std::vector<at::Tensor> outputs;
+  {
+    const NoGradScope no_grad(options_.inference_mode());
+    const int64_t limit =
+        limited(loader.num_batches(), options_.limit_predict_batches());
+    int64_t batch_idx = 0;
+    loader.set_epoch(0);
+    for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;
+         ++it, ++batch_idx) {
+      const data::Batch batch = prepare_batch(precision, *it);
+      const AutocastGuard autocast = precision.autocast();
+      // A result that views the batch keeps that buffer out of the
+      // loader's pool, so no copy is needed.
+      outputs.push_back(module.predict_step(batch, batch_idx));
+    }
+  }
+  module.train(was_training);
+  return outputs;
 }
 
 void Trainer::write_summary(const FitResult& result) {
@@ -491,6 +939,8 @@ void Trainer::write_summary(const FitResult& result) {
   summary["train_samples_per_s"] = result.train_samples_per_s;
   summary["wall_s"] = result.wall_s;
   summary["checkpoint"] = result.checkpoint_path;
+  summary["best_checkpoint"] = result.best_model_path;
+  summary["interrupted"] = result.interrupted;
   write_file_atomically(
       (std::filesystem::path(log_dir_) / "summary.json").string(),
       [&](std::ostream& out) { out << summary.dump(2) << "\n"; });

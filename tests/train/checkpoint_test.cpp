@@ -86,6 +86,22 @@ TEST(Checkpoint, RestoresTheRandomNumberGenerator) {
   EXPECT_TRUE(at::rand({4}).equal(expected));
 }
 
+TEST(Checkpoint, RestoresEveryCudaDevicesGenerator) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  TempDir dir;
+  Net net;
+  at::manual_seed(5);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  at::rand({3}, cuda); // move the CUDA generator off its seed
+  save_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr, {});
+  const at::Tensor expected = at::rand({4}, cuda);
+  at::manual_seed(6);
+  load_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr);
+  EXPECT_TRUE(at::rand({4}, cuda).equal(expected));
+}
+
 TEST(Checkpoint, AtomicWriteReplacesTheFileAndLeavesNoTemporaries) {
   TempDir dir;
   const std::string path = dir.file("f.txt");

@@ -4,6 +4,7 @@
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/classifier.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -22,63 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
-
-constexpr int64_t kSize = 12;
-
-std::shared_ptr<data::ImageClassificationDataset> quadrants(
-    int64_t n, uint64_t seed) {
-  auto [images, labels] = hotloop::testing::quadrant_images(n, kSize, seed);
-  data::ImageTransformOptions transform;
-  transform.mean = {0.3};
-  transform.std = {0.3};
-  return std::make_shared<data::ImageClassificationDataset>(
-      images, labels, transform);
-}
-
-// A small classifier with a horizon-independent schedule (halve the LR
-// every 5 steps), so a run cut short is a prefix of a longer one.
-models::FashionCnnOptions small_model() {
-  models::FashionCnnOptions model;
-  model.channels = {8};
-  model.hidden = 16;
-  model.num_classes = 4;
-  model.image_size = kSize;
-  return model;
-}
-
-std::shared_ptr<ImageClassifier> make_module(uint64_t seed) {
-  seed_everything(seed);
-  const models::FashionCnnOptions model = small_model();
-  optim::OptimizerOptions optimizer;
-  optimizer.name = "adam";
-  optimizer.lr = 1e-2;
-  optim::SchedulerOptions scheduler;
-  scheduler.name = "step";
-  scheduler.step_size = 5;
-  scheduler.gamma = 0.5;
-  return std::make_shared<ImageClassifier>(
-      torch::nn::AnyModule(models::FashionCnn(model)), optimizer, scheduler);
-}
-
-class TrainerTest : public ::testing::Test {
- protected:
-  TrainerOptions options() {
-    return TrainerOptions()
-        .default_root_dir(dir_.path())
-        .name("t")
-        .enable_progress_bar(false);
-  }
-  data::DataLoader train_loader(int64_t workers = 0) {
-    return data::DataLoader(
-        train_set_,
-        data::DataLoaderOptions(32).shuffle(true).seed(3).num_workers(workers));
-  }
-  TempDir dir_;
-  std::shared_ptr<data::ImageClassificationDataset> train_set_ =
-      quadrants(256, 1);
-  std::shared_ptr<data::ImageClassificationDataset> val_set_ = quadrants(64, 2);
-  data::DataLoader val_loader_{val_set_, data::DataLoaderOptions(40)};
-};
 
 TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
   auto module = make_module(0);
@@ -168,7 +112,7 @@ TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   const auto capped =
       Trainer(options().max_epochs(5).max_steps(5)).fit(*module, train);
   EXPECT_EQ(capped.steps, 5);
-  EXPECT_EQ(capped.epochs, 1);
+  EXPECT_EQ(capped.epochs, 0); // 5 of 8 batches: the epoch is not complete
   const auto accumulated =
       Trainer(options().max_epochs(2).accumulate_grad_batches(3))
           .fit(*make_module(0), train);
@@ -191,11 +135,11 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().max_epochs(0)); },
       ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("trainer.max_epochs must be positive, got 0")));
+          HasSubstr("trainer.max_epochs must be >= 1, got 0")));
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().accumulate_grad_batches(0)); },
-      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
-          "trainer.accumulate_grad_batches must be positive, got 0")));
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.accumulate_grad_batches must be >= 1, got 0")));
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().gradient_clip_val(-1)); },
       ::testing::ThrowsMessage<ConfigError>(
@@ -383,7 +327,7 @@ TEST_F(TrainerTest, MaxTimeStopsAfterTheStepThatCrossesIt) {
   const FitResult result = Trainer(options().max_epochs(50).max_time(1e-9))
                                .fit(*make_module(0), train);
   EXPECT_EQ(result.steps, 1);
-  EXPECT_EQ(result.epochs, 1);
+  EXPECT_EQ(result.epochs, 0);
 }
 
 // One SGD step with lr 1 moves each weight by minus its clipped gradient.
@@ -451,8 +395,8 @@ TEST_F(TrainerTest, OneLoaderCanServeTrainingAndValidation) {
   // must still be usable by autograd in the next training step.
   for (int64_t workers : {0, 1}) {
     auto loader = train_loader(workers);
-    const FitResult result = Trainer(options().max_epochs(2))
-                                 .fit(*make_module(0), loader, &loader);
+    const FitResult result =
+        Trainer(options().max_epochs(2)).fit(*make_module(0), loader, &loader);
     EXPECT_EQ(result.steps, 16) << workers << " workers";
   }
 }

@@ -35,7 +35,9 @@ void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write);
 
 /// Saves model parameters and buffers, optimizer, schedule and loss-scaler
-/// state (each may be null), progress and the CPU RNG state to `path`,
+/// state (each may be null), progress (which is also the data loader's
+/// position), the callbacks' state (JSON text, `{state_key: state}`; empty:
+/// none) and the RNG states of the CPU and of every CUDA device to `path`,
 /// atomically.
 void save_checkpoint(
     const std::string& path,
@@ -43,17 +45,21 @@ void save_checkpoint(
     const torch::optim::Optimizer* optimizer,
     const optim::LRScheduler* scheduler,
     const TrainingProgress& progress,
-    const GradScaler* scaler = nullptr);
+    const GradScaler* scaler = nullptr,
+    const std::string& callback_state = "");
 
 /// Restores what save_checkpoint wrote into objects built the same way
 /// (null optimizer or scheduler: skipped) and returns the progress. Restores
-/// the CPU RNG state. Throws Error naming `path` when the file is missing or
-/// is not a hotloop checkpoint matching the model.
+/// the CPU RNG state and the CUDA ones for the devices present; fills
+/// `callback_state` (when not null) with the saved callbacks' JSON text, or
+/// empty. Throws Error naming `path` when the file is missing or is not a
+/// hotloop checkpoint matching the model.
 TrainingProgress load_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
     torch::optim::Optimizer* optimizer,
     optim::LRScheduler* scheduler,
-    GradScaler* scaler = nullptr);
+    GradScaler* scaler = nullptr,
+    std::string* callback_state = nullptr);
 
 } // namespace hotloop::train

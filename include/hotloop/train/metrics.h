@@ -43,14 +43,20 @@ class MetricCollection {
       const std::string& name, const at::Tensor& value, double weight = 1.0);
   /// Every metric's mean.
   std::map<std::string, double> compute() const;
+  /// Every metric's most recent logged value (what a per-step log shows).
+  std::map<std::string, double> last() const {
+    return last_;
+  }
   /// The mean of `name`; NaN when it was never logged.
   double get(const std::string& name) const;
   void reset() {
     metrics_.clear();
+    last_.clear();
   }
 
  private:
   std::map<std::string, MeanMetric> metrics_;
+  std::map<std::string, double> last_;
 };
 
 /// Number of rows of `logits` [N, C] whose target [N] is among the top `k`

@@ -62,6 +62,11 @@ class Module : public torch::nn::Module {
     validation_step(batch, batch_idx, metrics);
   }
 
+  /// Returns the predictions for `batch` (Lightning's predict_step); runs
+  /// without gradients in eval mode. The default throws Error: a Module
+  /// that supports Trainer::predict overrides it.
+  virtual at::Tensor predict_step(const data::Batch& batch, int64_t batch_idx);
+
   /// Builds the optimizer and schedule for a fit as long as `plan`.
   virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
 };

@@ -1,6 +1,9 @@
 #pragma once
 
 #include "hotloop/data/dataloader.h"
+#include "hotloop/log/logger.h"
+#include "hotloop/log/progress.h"
+#include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/precision.h"
@@ -10,7 +13,9 @@
 #include <cstdint>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace hotloop::train {
 
@@ -19,14 +24,32 @@ namespace hotloop::train {
 struct TrainerOptions {
   /// Epochs to train; > 0.
   TORCH_ARG(int64_t, max_epochs) = 10;
+  /// Train at least this many epochs even when a callback (EarlyStopping,
+  /// Timer) asks to stop earlier; 0: no minimum.
+  TORCH_ARG(int64_t, min_epochs) = 0;
   /// Stop after this many optimizer steps; -1 for no limit.
   TORCH_ARG(int64_t, max_steps) = -1;
   /// Batches per training epoch; -1 for all.
   TORCH_ARG(int64_t, limit_train_batches) = -1;
   /// Batches per validation run; -1 for all, 0 turns validation off.
   TORCH_ARG(int64_t, limit_val_batches) = -1;
-  /// Validate after every n-th epoch (and always after the last).
+  /// Batches per test run; -1 for all.
+  TORCH_ARG(int64_t, limit_test_batches) = -1;
+  /// Batches per predict run; -1 for all.
+  TORCH_ARG(int64_t, limit_predict_batches) = -1;
+  /// How often to validate within an epoch: a value in (0, 1] is a
+  /// fraction of the epoch (0.25: four times per epoch), a whole number > 1
+  /// a count of training batches (at most one epoch's worth). Fractions are
+  /// rounded down to whole optimizer steps; counts must be a multiple of
+  /// accumulate_grad_batches, so validation (and the checkpoints taken
+  /// after it) always fall between optimizer steps.
+  TORCH_ARG(double, val_check_interval) = 1.0;
+  /// Validate in every n-th epoch (and always after the last).
   TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
+  /// Train and validate on the same first n batches every epoch (the
+  /// training loader's epoch-0 order, augmentation included) to check that
+  /// the model can overfit them; 0 turns it off.
+  TORCH_ARG(int64_t, overfit_batches) = 0;
   /// Sum gradients over this many batches per optimizer step.
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
   /// Numeric precision, as Lightning names it: 32-true, 16-mixed (autocast
@@ -38,11 +61,12 @@ struct TrainerOptions {
   /// "norm": scale all gradients so their global 2-norm is at most
   /// gradient_clip_val; "value": clamp each element to +-gradient_clip_val.
   TORCH_ARG(std::string, gradient_clip_algorithm) = "norm";
-  /// Stop after this many seconds of fitting (checked after each optimizer
-  /// step; the epoch's checkpoint is written); 0 for no limit.
+  /// Stop after this many seconds of fitting, counted across resumes (a
+  /// Timer callback checked after each optimizer step); 0 for no limit.
   TORCH_ARG(double, max_time) = 0;
   /// Run this many training and validation batches once, as a smoke test:
-  /// one epoch, no run folder, no checkpoint; 0 turns it off.
+  /// one epoch, no run folder, no checkpoint, no loggers, no
+  /// checkpoint/early-stopping/lr-monitor callbacks; 0 turns it off.
   TORCH_ARG(int64_t, fast_dev_run) = 0;
   /// Validation batches run before training starts, to catch a broken
   /// validation_step early; 0 turns it off.
@@ -54,6 +78,20 @@ struct TrainerOptions {
   TORCH_ARG(bool, benchmark) = true;
   /// Autograd anomaly detection: slow, for debugging NaNs only.
   TORCH_ARG(bool, detect_anomaly) = false;
+  /// Evaluate under c10::InferenceMode (no graph, no version counters);
+  /// false: under NoGradGuard, for models that keep evaluation outputs
+  /// for later autograd use.
+  TORCH_ARG(bool, inference_mode) = true;
+  /// "auto", "cpu", "cuda", "gpu" or "cuda:N"; see resolve_device.
+  TORCH_ARG(std::string, accelerator) = "auto";
+  /// "auto", "1", or one device index as "[N]"; see resolve_device.
+  TORCH_ARG(std::string, devices) = "auto";
+  /// Keep 4-D parameters and inputs in channels-last memory format, which
+  /// convolution kernels on tensor cores (and oneDNN) prefer.
+  TORCH_ARG(bool, channels_last) = false;
+  /// When >= 0, fit/validate/test/predict first seed LibTorch's generators
+  /// with it (Lightning's seed_everything); -1 leaves them as they are.
+  TORCH_ARG(int64_t, seed) = -1;
   /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
   TORCH_ARG(std::string, default_root_dir) = "runs";
   TORCH_ARG(std::string, name) = "default";
@@ -62,15 +100,18 @@ struct TrainerOptions {
   /// Keep freed host memory for reuse (retain_freed_host_memory): saves a
   /// page fault per touched page of every activation, every step.
   TORCH_ARG(bool, retain_host_memory) = true;
-  /// Write `checkpoints/last.ckpt` after every epoch.
+  /// Checkpoint through a ModelCheckpoint callback: when none was added, a
+  /// default one writes `checkpoints/last.ckpt` and the latest
+  /// `epoch=E-step=S.ckpt` after every epoch.
   TORCH_ARG(bool, enable_checkpointing) = true;
   /// On SIGINT/SIGTERM finish the current optimizer step, write
-  /// `checkpoints/last.ckpt` and return from fit with `interrupted` set.
+  /// `last.ckpt` and return from fit with `interrupted` set.
   TORCH_ARG(bool, handle_signals) = true;
   /// Show progress: a live bar on a terminal, otherwise a line every
   /// log_every_n_steps batches; and one line per epoch.
   TORCH_ARG(bool, enable_progress_bar) = true;
-  /// Batches between progress lines when output is not a terminal; 0: none.
+  /// Optimizer steps between metric records sent to the loggers (and
+  /// between progress lines when output is not a terminal); 0: none.
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
 };
 
@@ -78,14 +119,20 @@ struct TrainerOptions {
 struct FitResult {
   /// The last validation metrics plus train_loss of the last epoch.
   std::map<std::string, double> metrics;
+  /// Epochs completed: one cut short by max_steps or a stop is not counted
+  /// (its checkpoint resumes in the middle).
   int64_t epochs = 0;
   int64_t steps = 0;
   /// Training samples per second over the training phases only.
   double train_samples_per_s = 0;
   /// Wall time of the whole fit, validation included.
   double wall_s = 0;
-  /// The last checkpoint written; empty when none was.
+  /// The checkpoint to resume from: last.ckpt when one was written, else
+  /// the last checkpoint written; empty when none was.
   std::string checkpoint_path;
+  /// The best checkpoint of the first ModelCheckpoint that monitors a
+  /// metric; empty when there is none.
+  std::string best_model_path;
   /// A stop signal ended the fit early, after checkpointing mid-epoch.
   bool interrupted = false;
 };
@@ -93,19 +140,29 @@ struct FitResult {
 /// Seeds LibTorch's default generators (Lightning's seed_everything).
 void seed_everything(uint64_t seed);
 
-/// Runs the training loop, validation and test for a Module (Lightning's
-/// Trainer). One Trainer can run several fits; each gets its own run folder.
-/// Not thread-safe.
+/// Runs the training loop, validation, test and prediction for a Module
+/// (Lightning's Trainer). One Trainer can run several fits; each gets its
+/// own run folder. Callbacks and loggers are shared by all of them. Not
+/// thread-safe.
 class Trainer {
  public:
-  /// Throws ConfigError naming the option that is out of range. Progress
-  /// lines go to `out`.
+  /// Throws ConfigError naming the option that is out of range or the
+  /// device that is not there. Progress lines go to `out`.
   explicit Trainer(TrainerOptions options, std::ostream& out = std::cout);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Adds a callback; hooks run in the order callbacks were added.
+  Trainer& add_callback(std::shared_ptr<Callback> callback);
+  /// Adds a logger; every logged metric goes to all of them.
+  Trainer& add_logger(std::shared_ptr<log::Logger> logger);
 
   /// Trains `module` on `train` for max_epochs (or max_steps), validating on
-  /// `val` (may be null) and checkpointing each epoch. With `ckpt_path`,
-  /// resumes where that checkpoint was written, mid-epoch included: the
-  /// weights then match an uninterrupted run bit for bit.
+  /// `val` (may be null). Moves the module to device(). With `ckpt_path`,
+  /// resumes where that checkpoint was written, mid-epoch included, with
+  /// the callbacks' state: the weights then match an uninterrupted run bit
+  /// for bit.
   FitResult fit(
       Module& module,
       data::DataLoader& train,
@@ -119,8 +176,15 @@ class Trainer {
       data::DataLoader& loader,
       const std::string& ckpt_path = "");
 
-  /// Like validate with test_step.
+  /// Like validate with test_step and limit_test_batches.
   std::map<std::string, double> test(
+      Module& module,
+      data::DataLoader& loader,
+      const std::string& ckpt_path = "");
+
+  /// Runs predict_step over `loader` (limit_predict_batches) in eval mode
+  /// without gradients and returns its outputs, one per batch, in order.
+  std::vector<at::Tensor> predict(
       Module& module,
       data::DataLoader& loader,
       const std::string& ckpt_path = "");
@@ -132,21 +196,129 @@ class Trainer {
   const TrainerOptions& options() const {
     return options_;
   }
+  /// The device modules and batches are moved to.
+  c10::Device device() const {
+    return device_;
+  }
+
+  // State for callbacks, valid during fit (and its last values after).
+
+  /// The epoch in progress, from 0 (Lightning's current_epoch).
+  int64_t current_epoch() const {
+    return current_epoch_;
+  }
+  /// Optimizer steps taken.
+  int64_t global_step() const {
+    return progress_.global_step;
+  }
+  /// Epochs completed, steps, batches of the epoch in progress: what a
+  /// checkpoint written now records.
+  const TrainingProgress& progress() const {
+    return progress_;
+  }
+  /// The latest training-epoch means and validation metrics; what
+  /// ModelCheckpoint and EarlyStopping monitor.
+  const std::map<std::string, double>& callback_metrics() const {
+    return callback_metrics_;
+  }
+  /// The last value of everything sent to the loggers.
+  const std::map<std::string, double>& logged_metrics() const {
+    return logged_metrics_;
+  }
+  /// Whether a fit is running (false in validate, test and predict).
+  bool fitting() const {
+    return fit_ != nullptr;
+  }
+  /// Whether the fit in progress validates (a validation loader and
+  /// limit_val_batches != 0).
+  bool has_validation() const {
+    return has_validation_;
+  }
+  /// True while the pre-training validation batches run.
+  bool sanity_checking() const {
+    return sanity_checking_;
+  }
+  /// Asks the fit to stop after the current optimizer step (or epoch end),
+  /// once min_epochs are done.
+  void should_stop(bool stop) {
+    should_stop_ = stop;
+  }
+  bool should_stop() const {
+    return should_stop_;
+  }
+  /// The optimizer and schedule of the fit in progress; null outside fit.
+  torch::optim::Optimizer* optimizer();
+  optim::LRScheduler* lr_scheduler();
+  ScheduleInterval lr_scheduler_interval() const;
+  /// The fit's callbacks: those added plus the defaults (ModelCheckpoint,
+  /// Timer) the options ask for.
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const {
+    return active_callbacks_;
+  }
+
+  /// Writes a checkpoint of the fit in progress (model, optimizer,
+  /// schedule, scaler, progress, callbacks, RNG) to `path`, atomically.
+  /// Throws Error when no fit is running.
+  void save_checkpoint(const std::string& path);
+  /// Sends `metrics` to every logger. Everything logged during one optimizer
+  /// step (or epoch end) goes out as one record at that global_step.
+  void log_metrics(const std::map<std::string, double>& metrics);
+  /// Where callbacks print; nothing is printed when the progress bar is off.
+  std::ostream& out() {
+    return out_;
+  }
 
  private:
+  struct FitState;
   enum class Stage { kValidate, kTest };
+
+  FitResult run_fit(FitState& state, const std::string& ckpt_path);
+  void prepare_callbacks(const std::string& run_dir);
+  void restore(FitState& state, const std::string& ckpt_path);
+  // Trains one epoch (validating as due); true when the fit should end.
+  bool train_epoch(FitState& state, int64_t epoch);
+  void run_validation(FitState& state);
+  // should_stop, honoured once min_epochs are done.
+  bool stop_requested(int64_t completed_epochs);
+  // A stop signal: write last.ckpt and end the fit.
+  void interrupt(FitState& state);
+  // Sends the metrics logged since the last flush as one record.
+  void flush_logs();
+  void print_epoch_line(
+      int64_t samples, const log::StepTimes& phases, double seconds);
+  Precision prepare_evaluation(Module& module, const std::string& ckpt_path);
   std::map<std::string, double> evaluate(
       Module& module,
       data::DataLoader& loader,
       Stage stage,
       const Precision& precision,
       int64_t limit_batches);
+  data::Batch prepare_batch(
+      const Precision& precision, const data::Batch& batch) const;
+  void prepare_module(Module& module);
   Precision precision_for(Module& module) const;
   void write_summary(const FitResult& result);
+  template <typename Hook>
+  void each_callback(Hook&& hook);
 
   TrainerOptions options_;
   std::ostream& out_;
+  c10::Device device_;
   std::string log_dir_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<Callback>> active_callbacks_;
+  std::vector<std::shared_ptr<log::Logger>> loggers_;
+  FitState* fit_ = nullptr;
+  TrainingProgress progress_;
+  int64_t current_epoch_ = 0;
+  std::map<std::string, double> callback_metrics_;
+  std::map<std::string, double> logged_metrics_;
+  bool sanity_checking_ = false;
+  bool has_validation_ = false;
+  bool should_stop_ = false;
+  bool min_epochs_noted_ = false;
+  std::map<std::string, double> pending_logs_;
+  std::string last_checkpoint_;
 };
 
 } // namespace hotloop::train

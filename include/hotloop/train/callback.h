@@ -1,0 +1,80 @@
+#pragma once
+
+#include "hotloop/data/batch.h"
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include <exception>
+#include <string>
+
+namespace torch::optim {
+class Optimizer;
+} // namespace torch::optim
+
+namespace hotloop::train {
+
+class Module;
+class Trainer;
+
+/// Code that runs at fixed points of a Trainer's loops (Lightning's
+/// Callback). Every hook is a no-op; subclass and override the ones you need.
+/// Hooks see the Trainer (progress, callback_metrics, should_stop,
+/// save_checkpoint) and the Module. They run on the training thread, in the
+/// order the callbacks were added.
+///
+/// A callback with state overrides state_dict/load_state_dict: the Trainer
+/// stores it in every checkpoint under state_key() and gives it back on
+/// resume, so a resumed run continues exactly where the callback was.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+
+  /// The name of this callback's state in checkpoints; must be unique among
+  /// the Trainer's callbacks. Defaults to the class name.
+  virtual std::string state_key() const;
+
+  /// At the start of fit, before a checkpoint's state is restored into
+  /// the callbacks: resolve paths and settings here.
+  virtual void setup(Trainer& trainer, Module& module) {}
+  /// Before the first training batch (after a resume's state is restored).
+  virtual void on_fit_start(Trainer& trainer, Module& module) {}
+  /// After the last epoch, or when the fit stopped early.
+  virtual void on_fit_end(Trainer& trainer, Module& module) {}
+  virtual void on_train_epoch_start(Trainer& trainer, Module& module) {}
+  /// After the epoch's batches and its validation; `callback_metrics` hold
+  /// the epoch's training means and the latest validation metrics.
+  virtual void on_train_epoch_end(Trainer& trainer, Module& module) {}
+  virtual void on_train_batch_start(
+      Trainer& trainer,
+      Module& module,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  /// `loss`: the batch's loss, detached, before the accumulation division.
+  virtual void on_train_batch_end(
+      Trainer& trainer,
+      Module& module,
+      const at::Tensor& loss,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  /// Once per optimizer step, after the micro-batches' gradients are summed
+  /// and unscaled (fp16), before clipping and the step.
+  virtual void on_before_optimizer_step(
+      Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer) {}
+  virtual void on_validation_start(Trainer& trainer, Module& module) {}
+  /// After a validation run during fit (not the sanity check) and after
+  /// Trainer::validate; `callback_metrics` hold its metrics.
+  virtual void on_validation_end(Trainer& trainer, Module& module) {}
+  virtual void on_test_start(Trainer& trainer, Module& module) {}
+  virtual void on_test_end(Trainer& trainer, Module& module) {}
+  /// When fit ends with an exception, before it propagates.
+  virtual void on_exception(
+      Trainer& trainer, Module& module, const std::exception& error) {}
+
+  /// This callback's state for checkpoints; null when it has none.
+  virtual nlohmann::json state_dict() const;
+  /// Restores what state_dict returned.
+  virtual void load_state_dict(const nlohmann::json& state);
+};
+
+} // namespace hotloop::train

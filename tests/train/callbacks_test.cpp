@@ -1,0 +1,790 @@
+#include "hotloop/core/error.h"
+#include "hotloop/log/logger.h"
+#include "hotloop/train/early_stopping.h"
+#include "hotloop/train/lr_monitor.h"
+#include "hotloop/train/model_checkpoint.h"
+#include "hotloop/train/timer.h"
+#include "test_util.h"
+#include "train/trainer_fixture.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+namespace hotloop::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records every hook it sees, by name.
+class RecordingCallback : public Callback {
+ public:
+  void setup(Trainer&, Module&) override {
+    calls.push_back("setup");
+  }
+  void on_fit_start(Trainer&, Module&) override {
+    calls.push_back("fit_start");
+  }
+  void on_fit_end(Trainer&, Module&) override {
+    calls.push_back("fit_end");
+  }
+  void on_train_epoch_start(Trainer&, Module&) override {
+    calls.push_back("epoch_start");
+  }
+  void on_train_epoch_end(Trainer& trainer, Module&) override {
+    calls.push_back("epoch_end");
+    EXPECT_TRUE(trainer.callback_metrics().count("train_loss"));
+  }
+  void on_train_batch_start(
+      Trainer&, Module&, const data::Batch&, int64_t batch_idx) override {
+    calls.push_back("batch_start " + std::to_string(batch_idx));
+  }
+  void on_train_batch_end(
+      Trainer&,
+      Module&,
+      const at::Tensor& loss,
+      const data::Batch&,
+      int64_t batch_idx) override {
+    EXPECT_FALSE(loss.requires_grad());
+    calls.push_back("batch_end " + std::to_string(batch_idx));
+  }
+  void on_before_optimizer_step(
+      Trainer& trainer, Module&, torch::optim::Optimizer&) override {
+    calls.push_back("optimizer_step " + std::to_string(trainer.global_step()));
+  }
+  void on_validation_start(Trainer& trainer, Module&) override {
+    EXPECT_FALSE(trainer.sanity_checking());
+    calls.push_back("val_start");
+  }
+  void on_validation_end(Trainer& trainer, Module&) override {
+    calls.push_back(
+        "val_end " +
+        std::to_string(trainer.callback_metrics().count("val_acc")));
+  }
+  void on_test_start(Trainer&, Module&) override {
+    calls.push_back("test_start");
+  }
+  void on_test_end(Trainer&, Module&) override {
+    calls.push_back("test_end");
+  }
+  void on_exception(Trainer&, Module&, const std::exception& e) override {
+    calls.push_back(std::string("exception ") + e.what());
+  }
+  std::vector<std::string> calls;
+};
+
+// Keeps every record the Trainer sends, as a Logger would write them.
+class RecordingLogger : public log::Logger {
+ public:
+  void log_metrics(
+      const std::map<std::string, double>& metrics, int64_t step) override {
+    records.emplace_back(step, metrics);
+  }
+  void finalize(const std::string& status) override {
+    statuses.push_back(status);
+  }
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> records;
+  std::vector<std::string> statuses;
+};
+
+// A classifier whose validation logs a scripted `score`, one value per
+// validation run, so checkpoint ranking and early stopping are exact.
+class ScriptedClassifier : public ImageClassifier {
+ public:
+  ScriptedClassifier(ImageClassifier&& base, std::vector<double> scores)
+      : ImageClassifier(std::move(base)), scores_(std::move(scores)) {}
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    ImageClassifier::validation_step(batch, batch_idx, metrics);
+    if (batch_idx == 0) {
+      const size_t run = std::min(runs_++, scores_.size() - 1);
+      metrics.log("score", scores_[run]);
+    }
+  }
+
+ private:
+  std::vector<double> scores_;
+  size_t runs_ = 0;
+};
+
+class CallbackTest : public TrainerTest {
+ protected:
+  TrainerOptions options() {
+    return TrainerTest::options().num_sanity_val_steps(0);
+  }
+  std::set<std::string> files(const std::string& dir) {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.insert(entry.path().filename().string());
+    }
+    return names;
+  }
+};
+
+TEST_F(CallbackTest, HooksRunInLightningsOrder) {
+  auto recorder = std::make_shared<RecordingCallback>();
+  auto train = train_loader();
+  Trainer trainer(TrainerTest::options()
+                      .max_epochs(1)
+                      .limit_train_batches(3)
+                      .accumulate_grad_batches(2)
+                      .limit_val_batches(1)
+                      .num_sanity_val_steps(1)
+                      .enable_checkpointing(false));
+  trainer.add_callback(recorder);
+  trainer.fit(*make_module(0), train, &val_loader_);
+  // The sanity check runs no validation hooks; the optimizer hook comes
+  // once per accumulated step, before the step counts.
+  EXPECT_THAT(
+      recorder->calls,
+      ElementsAre(
+          "setup",
+          "fit_start",
+          "epoch_start",
+          "batch_start 0",
+          "batch_end 0",
+          "batch_start 1",
+          "optimizer_step 0",
+          "batch_end 1",
+          "batch_start 2",
+          "optimizer_step 1",
+          "batch_end 2",
+          "val_start",
+          "val_end 1",
+          "epoch_end",
+          "fit_end"));
+  recorder->calls.clear();
+  trainer.test(*make_module(0), val_loader_);
+  EXPECT_THAT(recorder->calls, ElementsAre("test_start", "test_end"));
+}
+
+TEST_F(CallbackTest, AnExceptionReachesCallbacksAndLoggersThenPropagates) {
+  class Failing : public ImageClassifier {
+   public:
+    using ImageClassifier::ImageClassifier;
+    explicit Failing(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    at::Tensor training_step(
+        const data::Batch&, int64_t, MetricCollection&) override {
+      throw Error("the step failed");
+    }
+  };
+  Failing module(std::move(*make_module(0)));
+  auto recorder = std::make_shared<RecordingCallback>();
+  auto logger = std::make_shared<RecordingLogger>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(recorder).add_logger(logger);
+  EXPECT_THROWS_WITH(Error, trainer.fit(module, train), "the step failed");
+  EXPECT_EQ(recorder->calls.back(), "exception the step failed");
+  EXPECT_THAT(logger->statuses, ElementsAre("failed"));
+  EXPECT_FALSE(trainer.fitting());
+}
+
+TEST_F(CallbackTest, LoggersGetOneRecordPerLoggingStepAndPerEpoch) {
+  auto logger = std::make_shared<RecordingLogger>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(2).log_every_n_steps(3));
+  trainer.add_logger(logger);
+  trainer.add_callback(std::make_shared<LearningRateMonitor>());
+  trainer.fit(*make_module(0), train, &val_loader_);
+  // 8 steps per epoch: records at steps 3, 6 (epoch 0), 8 (epoch end, with
+  // validation), then 9, 12, 15 and 16 (epoch end).
+  std::vector<int64_t> steps;
+  for (const auto& [step, metrics] : logger->records) {
+    steps.push_back(step);
+  }
+  EXPECT_THAT(steps, ElementsAre(3, 6, 8, 9, 12, 15, 16));
+  const auto& step3 = logger->records[0].second;
+  EXPECT_EQ(step3.at("epoch"), 0);
+  EXPECT_TRUE(step3.count("train_loss_step"));
+  // Adam with no weight decay on norms and biases: two parameter groups.
+  EXPECT_DOUBLE_EQ(step3.at("lr-Adam/pg1"), 1e-2);
+  EXPECT_DOUBLE_EQ(step3.at("lr-Adam/pg2"), 1e-2);
+  // Step 6 ran with the rate halved after 5 steps.
+  EXPECT_DOUBLE_EQ(logger->records[1].second.at("lr-Adam/pg1"), 5e-3);
+  const auto& epoch_end = logger->records[2].second;
+  for (const char* key : {"train_loss", "val_loss", "val_acc", "epoch"}) {
+    EXPECT_TRUE(epoch_end.count(key)) << key;
+  }
+  EXPECT_EQ(logger->records[6].second.at("epoch"), 1);
+  EXPECT_THAT(logger->statuses, ElementsAre("success"));
+  // The last logged rate is step 15's: halved after steps 5 and 10.
+  EXPECT_DOUBLE_EQ(trainer.logged_metrics().at("lr-Adam/pg1"), 2.5e-3);
+}
+
+TEST(LearningRateMonitor, NamesOneGroupAfterTheOptimizerAndLogsMomentum) {
+  auto module = make_module(0);
+  auto logger = std::make_shared<RecordingLogger>();
+  optim::OptimizerOptions sgd;
+  sgd.name = "sgd";
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  sgd.no_decay_norm_and_bias = false;
+  optim::SchedulerOptions none;
+  none.name = "none";
+  ImageClassifier plain(
+      torch::nn::AnyModule(models::FashionCnn(small_model())), sgd, none);
+  auto [images, labels] = hotloop::testing::quadrant_images(64, kSize, 1);
+  data::DataLoader train(
+      quadrants(64, 1), data::DataLoaderOptions(32).shuffle(true));
+  Trainer trainer(TrainerOptions()
+                      .max_epochs(1)
+                      .default_root_dir("")
+                      .enable_progress_bar(false)
+                      .log_every_n_steps(1));
+  trainer.add_logger(logger).add_callback(
+      std::make_shared<LearningRateMonitor>("step", /*log_momentum=*/true));
+  trainer.fit(plain, train);
+  const auto& first = logger->records.at(0).second;
+  EXPECT_DOUBLE_EQ(first.at("lr-SGD"), 0.1);
+  EXPECT_DOUBLE_EQ(first.at("lr-SGD-momentum"), 0.9);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      LearningRateMonitor("batch"),
+      "lr_monitor.logging_interval: expected step, epoch or empty, got "
+      "'batch'");
+}
+
+TEST_F(CallbackTest, ModelCheckpointKeepsTheBestKByTheMonitoredMetric) {
+  ScriptedClassifier module(
+      std::move(*make_module(0)), {0.5, 0.2, 0.9, 0.1, 0.7});
+  auto checkpoint =
+      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions()
+                                            .monitor("score")
+                                            .mode("max")
+                                            .save_top_k(2)
+                                            .save_last(true)
+                                            .filename("{epoch}-{score:.2f}"));
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(5));
+  trainer.add_callback(checkpoint);
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  const std::string dir = trainer.log_dir() + "/checkpoints";
+  EXPECT_EQ(checkpoint->dirpath(), dir);
+  EXPECT_EQ(
+      files(dir),
+      (std::set<std::string>{
+          "epoch=2-score=0.90.ckpt", "epoch=4-score=0.70.ckpt", "last.ckpt"}));
+  EXPECT_EQ(checkpoint->best_model_path(), dir + "/epoch=2-score=0.90.ckpt");
+  EXPECT_DOUBLE_EQ(checkpoint->best_model_score(), 0.9);
+  EXPECT_EQ(result.best_model_path, checkpoint->best_model_path());
+  EXPECT_EQ(result.checkpoint_path, dir + "/last.ckpt");
+  // last.ckpt is the newest save, linked rather than written twice.
+  struct stat last {
+  }, newest{};
+  ASSERT_EQ(::stat((dir + "/last.ckpt").c_str(), &last), 0);
+  ASSERT_EQ(::stat((dir + "/epoch=4-score=0.70.ckpt").c_str(), &newest), 0);
+  EXPECT_EQ(last.st_ino, newest.st_ino);
+  // The best checkpoint holds the weights of epoch 2's end: it resumes at
+  // epoch 3.
+  auto fresh = make_module(5);
+  Trainer resumed(options().max_epochs(3));
+  const FitResult rest =
+      resumed.fit(*fresh, train, &val_loader_, checkpoint->best_model_path());
+  EXPECT_EQ(rest.steps, 24);
+}
+
+TEST_F(CallbackTest, ModelCheckpointWithoutMonitorKeepsTheNewestFile) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(3));
+  const FitResult result = trainer.fit(*make_module(0), train, &val_loader_);
+  EXPECT_EQ(
+      files(trainer.log_dir() + "/checkpoints"),
+      (std::set<std::string>{"epoch=2-step=24.ckpt", "last.ckpt"}));
+  EXPECT_TRUE(result.best_model_path.empty());
+}
+
+TEST_F(CallbackTest, ModelCheckpointEveryNStepsResumesMidEpochBitForBit) {
+  auto train = train_loader();
+  auto straight = make_module(0);
+  Trainer(options().max_epochs(2).enable_checkpointing(false))
+      .fit(*straight, train, &val_loader_);
+
+  auto module = make_module(0);
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(
+      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions()
+                                            .every_n_train_steps(5)
+                                            .every_n_epochs(0)
+                                            .save_top_k(-1)));
+  trainer.fit(*module, train, &val_loader_);
+  const std::string dir = trainer.log_dir() + "/checkpoints";
+  EXPECT_EQ(
+      files(dir),
+      (std::set<std::string>{
+          "epoch=0-step=5.ckpt",
+          "epoch=1-step=10.ckpt",
+          "epoch=1-step=15.ckpt"}));
+
+  auto resumed = make_module(42);
+  Trainer(options().max_epochs(2).enable_checkpointing(false))
+      .fit(*resumed, train, &val_loader_, dir + "/epoch=1-step=10.ckpt");
+  const auto a = straight->parameters();
+  const auto b = resumed->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+  }
+}
+
+TEST_F(CallbackTest, ModelCheckpointStateCarriesOverOnResumeIntoItsFolder) {
+  const std::string dir = dir_.file("ckpts");
+  auto options_for = [&] {
+    return ModelCheckpointOptions()
+        .dirpath(dir)
+        .monitor("score")
+        .mode("min")
+        .save_top_k(1)
+        .save_last(true);
+  };
+  ScriptedClassifier first(std::move(*make_module(0)), {0.3, 0.6});
+  auto checkpoint = std::make_shared<ModelCheckpoint>(options_for());
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(checkpoint);
+  trainer.fit(first, train, &val_loader_);
+  EXPECT_DOUBLE_EQ(checkpoint->best_model_score(), 0.3);
+
+  // Epoch 3 scores 0.4: worse than the restored best, so nothing new is
+  // kept and the best stays epoch 0's file.
+  ScriptedClassifier second(std::move(*make_module(0)), {0.4});
+  auto restored = std::make_shared<ModelCheckpoint>(options_for());
+  Trainer again(options().max_epochs(3));
+  again.add_callback(restored);
+  again.fit(second, train, &val_loader_, dir + "/last.ckpt");
+  EXPECT_DOUBLE_EQ(restored->best_model_score(), 0.3);
+  EXPECT_EQ(restored->best_model_path(), dir + "/epoch=0-step=8.ckpt");
+  EXPECT_EQ(
+      files(dir), (std::set<std::string>{"epoch=0-step=8.ckpt", "last.ckpt"}));
+}
+
+TEST(ModelCheckpoint, FormatsFileNamesAsLightningDoes) {
+  const std::map<std::string, double> metrics{{"val_loss", 0.12345}};
+  ModelCheckpoint named(
+      ModelCheckpointOptions().filename("{epoch}-{step}-{val_loss:.3f}"));
+  EXPECT_EQ(
+      named.format_filename(1, 20, metrics), "epoch=1-step=20-val_loss=0.123");
+  ModelCheckpoint plain(ModelCheckpointOptions()
+                            .filename("model_{epoch:d}_{val_loss:.2e}")
+                            .auto_insert_metric_name(false));
+  EXPECT_EQ(plain.format_filename(3, 9, metrics), "model_3_1.23e-01");
+  ModelCheckpoint missing(ModelCheckpointOptions().filename("{val_acc}"));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      missing.format_filename(0, 0, metrics),
+      "uses {val_acc}, which is not a logged metric (logged: val_loss)");
+  ModelCheckpoint bad_spec(ModelCheckpointOptions().filename("{val_loss:x}"));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      bad_spec.format_filename(0, 0, metrics),
+      "unsupported format ':x'");
+}
+
+TEST(ModelCheckpoint, InvalidOptionsNameTheOption) {
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ModelCheckpoint(ModelCheckpointOptions().mode("best")),
+      "model_checkpoint.mode: expected min or max, got 'best'");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ModelCheckpoint(ModelCheckpointOptions().save_top_k(3)),
+      "model_checkpoint.save_top_k=3 ranks checkpoints, which needs "
+      "model_checkpoint.monitor");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ModelCheckpoint(ModelCheckpointOptions().filename("a/b")),
+      "must be a file name, not a path");
+}
+
+TEST_F(CallbackTest, ModelCheckpointNamesAMissingMonitor) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().monitor("val_f1")));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      trainer.fit(*make_module(0), train, &val_loader_),
+      "ModelCheckpoint monitors 'val_f1', which no step logged (logged: "
+      "train_loss, val_acc, val_loss)");
+}
+
+TEST_F(CallbackTest, EarlyStoppingStopsAfterPatienceChecksWithoutImprovement) {
+  // Improvements must beat the best by more than min_delta = 0.05: 0.81
+  // and 0.79 do not beat 0.8, so the second of them stops the fit.
+  ScriptedClassifier module(
+      std::move(*make_module(0)), {1.0, 0.8, 0.81, 0.79, 0.1});
+  auto stopper = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("score").patience(2).min_delta(0.05).verbose(false));
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(10));
+  trainer.add_callback(stopper);
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  EXPECT_EQ(result.epochs, 4);
+  EXPECT_EQ(stopper->stopped_epoch(), 3);
+  EXPECT_DOUBLE_EQ(stopper->best_score(), 0.8);
+  EXPECT_EQ(stopper->wait_count(), 2);
+  EXPECT_THAT(
+      stopper->reason(),
+      HasSubstr("score did not improve in the last 2 records; best 0.8"));
+}
+
+TEST_F(CallbackTest, MinEpochsOverridesAnEarlyStop) {
+  ScriptedClassifier module(std::move(*make_module(0)), {1.0, 2.0});
+  auto stopper = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("score").patience(1).verbose(false));
+  auto train = train_loader();
+  std::ostringstream log;
+  Trainer trainer(
+      options().max_epochs(10).min_epochs(4).enable_progress_bar(true), log);
+  trainer.add_callback(stopper);
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  // Asked to stop after epoch 2; the minimum keeps it going to 4.
+  EXPECT_EQ(result.epochs, 4);
+  EXPECT_THAT(
+      log.str(),
+      HasSubstr("a stop was requested, but trainer.min_epochs=4 is not "
+                "reached; training continues"));
+}
+
+TEST_F(CallbackTest, EarlyStoppingStopsOnANonFiniteMetricAndOnThresholds) {
+  auto run = [&](std::vector<double> scores, EarlyStoppingOptions options) {
+    ScriptedClassifier module(std::move(*make_module(0)), std::move(scores));
+    auto stopper = std::make_shared<EarlyStopping>(options.verbose(false));
+    auto train = train_loader();
+    Trainer trainer(this->options().max_epochs(6).limit_train_batches(1));
+    trainer.add_callback(stopper);
+    return std::make_pair(
+        trainer.fit(module, train, &val_loader_).epochs, stopper->reason());
+  };
+  const auto [nan_epochs, nan_reason] =
+      run({1.0, NAN}, EarlyStoppingOptions("score").patience(5));
+  EXPECT_EQ(nan_epochs, 2);
+  EXPECT_THAT(nan_reason, HasSubstr("score = nan is not finite"));
+  const auto [good_epochs, good_reason] =
+      run({0.5, 0.4, 0.05},
+          EarlyStoppingOptions("score").patience(5).stopping_threshold(0.1));
+  EXPECT_EQ(good_epochs, 3);
+  EXPECT_THAT(good_reason, HasSubstr("stopping threshold reached"));
+  const auto [bad_epochs, bad_reason] =
+      run({0.5, 7.0},
+          EarlyStoppingOptions("score").patience(5).divergence_threshold(5));
+  EXPECT_EQ(bad_epochs, 2);
+  EXPECT_THAT(bad_reason, HasSubstr("divergence threshold reached"));
+}
+
+TEST_F(CallbackTest, EarlyStoppingNamesAMissingMetricUnlessNotStrict) {
+  auto train = train_loader();
+  Trainer strict(options().max_epochs(1));
+  strict.add_callback(
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions("val_f1")));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      strict.fit(*make_module(0), train, &val_loader_),
+      "EarlyStopping monitors 'val_f1', which no step logged (logged: "
+      "train_loss, val_acc, val_loss)");
+  Trainer lenient(options().max_epochs(2));
+  lenient.add_callback(std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("val_f1").strict(false)));
+  EXPECT_EQ(lenient.fit(*make_module(0), train, &val_loader_).epochs, 2);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      EarlyStopping(EarlyStoppingOptions("val_loss").patience(0)),
+      "early_stopping.patience must be >= 1, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      EarlyStopping(EarlyStoppingOptions("val_loss").mode("up")),
+      "early_stopping.mode: expected min or max, got 'up'");
+}
+
+TEST_F(CallbackTest, EarlyStoppingCountersComeBackFromTheCheckpoint) {
+  // One record without improvement before the cut; the resumed run's
+  // first check makes it two and stops, as the uninterrupted run would.
+  ScriptedClassifier first(std::move(*make_module(0)), {0.5, 0.6});
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("score").patience(2).verbose(false)));
+  const FitResult cut = trainer.fit(first, train, &val_loader_);
+
+  ScriptedClassifier second(std::move(*make_module(0)), {0.7});
+  auto stopper = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("score").patience(2).verbose(false));
+  Trainer again(options().max_epochs(10));
+  again.add_callback(stopper);
+  const FitResult rest =
+      again.fit(second, train, &val_loader_, cut.checkpoint_path);
+  EXPECT_EQ(rest.epochs, 3);
+  EXPECT_EQ(stopper->stopped_epoch(), 2);
+  EXPECT_DOUBLE_EQ(stopper->best_score(), 0.5);
+}
+
+// Counts training batches; its count is its checkpointed state.
+class BatchCounter : public Callback {
+ public:
+  void on_train_batch_end(
+      Trainer&,
+      Module&,
+      const at::Tensor&,
+      const data::Batch&,
+      int64_t) override {
+    ++batches;
+  }
+  nlohmann::json state_dict() const override {
+    return {{"batches", batches}};
+  }
+  void load_state_dict(const nlohmann::json& state) override {
+    batches = state.at("batches").get<int64_t>();
+  }
+  int64_t batches = 0;
+};
+
+TEST_F(CallbackTest, UserCallbackStateIsSavedAndRestored) {
+  auto counter = std::make_shared<BatchCounter>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(counter);
+  const FitResult cut = trainer.fit(*make_module(0), train);
+  EXPECT_EQ(counter->batches, 16);
+
+  std::string state;
+  auto module = make_module(0);
+  load_checkpoint(
+      cut.checkpoint_path, *module, nullptr, nullptr, nullptr, &state);
+  const auto json = nlohmann::json::parse(state);
+  EXPECT_EQ(json.at(counter->state_key()).at("batches"), 16);
+
+  auto resumed = std::make_shared<BatchCounter>();
+  Trainer again(options().max_epochs(3));
+  again.add_callback(resumed);
+  again.fit(*make_module(0), train, nullptr, cut.checkpoint_path);
+  EXPECT_EQ(resumed->batches, 24);
+}
+
+TEST_F(CallbackTest, CallbacksWithTheSameStateKeyAreRejected) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(std::make_shared<BatchCounter>())
+      .add_callback(std::make_shared<BatchCounter>());
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      trainer.fit(*make_module(0), train),
+      "two callbacks share the state key");
+}
+
+TEST_F(CallbackTest, TimerCountsTimeFromEarlierRunsOfAResumedFit) {
+  auto timer = std::make_shared<Timer>(5.0, "step", /*verbose=*/false);
+  timer->load_state_dict({{"time_elapsed", {{"train", 4.9999}}}});
+  EXPECT_NEAR(timer->time_elapsed(), 4.9999, 1e-9);
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(3));
+  trainer.add_callback(timer);
+  // As if restored from a checkpoint: 4.9999 s of 5 were spent by earlier
+  // runs, so the first step crosses the limit.
+  const FitResult result = trainer.fit(*make_module(0), train);
+  EXPECT_EQ(result.steps, 1);
+  EXPECT_GE(timer->time_elapsed(), 5.0);
+  EXPECT_THROWS_WITH(ConfigError, Timer(0), "must be positive seconds");
+  EXPECT_THROWS_WITH(
+      ConfigError, Timer(1, "batch"), "expected step or epoch, got 'batch'");
+}
+
+TEST_F(CallbackTest, ValCheckIntervalValidatesWithinTheEpoch) {
+  auto count_validations = [&](TrainerOptions options) {
+    auto recorder = std::make_shared<RecordingCallback>();
+    auto train = train_loader();
+    Trainer trainer(options.max_epochs(1).enable_checkpointing(false));
+    trainer.add_callback(recorder);
+    trainer.fit(*make_module(0), train, &val_loader_);
+    return std::count(
+        recorder->calls.begin(), recorder->calls.end(), "val_start");
+  };
+  // 8 batches: a quarter is 2 batches, so after 2, 4, 6 and 8.
+  EXPECT_EQ(count_validations(options().val_check_interval(0.25)), 4);
+  EXPECT_EQ(count_validations(options().val_check_interval(3)), 3);
+  // A fraction rounds to whole optimizer steps: 0.25 * 8 = 2 -> 3 batches.
+  EXPECT_EQ(
+      count_validations(
+          options().val_check_interval(0.25).accumulate_grad_batches(3)),
+      3);
+  auto train = train_loader();
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().val_check_interval(9))
+          .fit(*make_module(0), train, &val_loader_),
+      "trainer.val_check_interval (9) must be at most the number of training "
+      "batches per epoch (8)");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().val_check_interval(3).accumulate_grad_batches(2))
+          .fit(*make_module(0), train, &val_loader_),
+      "must be a multiple of trainer.accumulate_grad_batches (2)");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().val_check_interval(2.5)),
+      "trainer.val_check_interval: expected a fraction in (0, 1] or a whole "
+      "number of batches, got 2.5");
+}
+
+// Records the targets of every training batch and how evaluation ran.
+class ObservingClassifier : public ImageClassifier {
+ public:
+  explicit ObservingClassifier(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    targets.push_back(batch.target.clone());
+    // With one channel both layouts count as contiguous; the channel
+    // stride tells them apart.
+    channels_last_input = batch.input.stride(1) == 1;
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    ++val_batches;
+    inference_mode = c10::InferenceMode::is_enabled();
+    grad_mode = at::GradMode::is_enabled();
+    ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+  std::vector<at::Tensor> targets;
+  int64_t val_batches = 0;
+  bool inference_mode = false;
+  bool grad_mode = true;
+  bool channels_last_input = false;
+};
+
+TEST_F(CallbackTest, OverfitBatchesRepeatsTheSameBatchesEveryEpoch) {
+  ObservingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  Trainer(options().max_epochs(3).overfit_batches(2))
+      .fit(module, train, &val_loader_);
+  ASSERT_EQ(module.targets.size(), 6u);
+  for (size_t i = 2; i < 6; ++i) {
+    EXPECT_TRUE(module.targets[i].equal(module.targets[i % 2])) << i;
+  }
+  EXPECT_FALSE(module.targets[0].equal(module.targets[1]));
+  EXPECT_EQ(module.val_batches, 3 * 2); // two validation batches per epoch
+}
+
+TEST_F(CallbackTest, InferenceModeFlagChoosesHowEvaluationTurnsGradsOff) {
+  ObservingClassifier inference(std::move(*make_module(0)));
+  Trainer(options()).validate(inference, val_loader_);
+  EXPECT_TRUE(inference.inference_mode);
+  EXPECT_FALSE(inference.grad_mode);
+  ObservingClassifier no_grad(std::move(*make_module(0)));
+  Trainer(options().inference_mode(false)).validate(no_grad, val_loader_);
+  EXPECT_FALSE(no_grad.inference_mode);
+  EXPECT_FALSE(no_grad.grad_mode);
+}
+
+TEST_F(CallbackTest, ChannelsLastConvertsWeightsAndInputsAndTrainsTheSame) {
+  // Three channels: with one, both layouts are the same strides.
+  auto [images, labels] = hotloop::testing::quadrant_images(128, kSize, 1);
+  data::ImageTransformOptions transform;
+  transform.mean = {0.3, 0.3, 0.3};
+  transform.std = {0.3, 0.3, 0.3};
+  auto rgb = std::make_shared<data::ImageClassificationDataset>(
+      images.unsqueeze(1).repeat({1, 3, 1, 1}), labels, transform);
+  data::DataLoader train(rgb, data::DataLoaderOptions(32).shuffle(true));
+  data::DataLoader val(rgb, data::DataLoaderOptions(64));
+  auto make_rgb = [] {
+    seed_everything(0);
+    models::FashionCnnOptions model = small_model();
+    model.in_channels = 3;
+    optim::OptimizerOptions sgd;
+    sgd.name = "sgd";
+    sgd.lr = 0.05;
+    optim::SchedulerOptions none;
+    none.name = "none";
+    return ObservingClassifier(ImageClassifier(
+        torch::nn::AnyModule(models::FashionCnn(model)), sgd, none));
+  };
+  ObservingClassifier standard = make_rgb();
+  const FitResult a =
+      Trainer(options().max_epochs(1).enable_checkpointing(false))
+          .fit(standard, train, &val);
+  ObservingClassifier last = make_rgb();
+  const FitResult b =
+      Trainer(options().max_epochs(1).enable_checkpointing(false).channels_last(
+                  true))
+          .fit(last, train, &val);
+  EXPECT_FALSE(standard.channels_last_input);
+  EXPECT_TRUE(last.channels_last_input);
+  int64_t converted = 0;
+  for (const auto& parameter : last.parameters()) {
+    if (parameter.dim() == 4) {
+      EXPECT_TRUE(parameter.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_FALSE(parameter.is_contiguous());
+      ++converted;
+    }
+  }
+  EXPECT_GT(converted, 0);
+  // Same math in another memory order: equal up to summation order.
+  EXPECT_NEAR(a.metrics.at("val_loss"), b.metrics.at("val_loss"), 1e-4);
+  EXPECT_NEAR(a.metrics.at("train_loss"), b.metrics.at("train_loss"), 1e-4);
+}
+
+TEST_F(CallbackTest, PredictReturnsClassProbabilitiesPerBatch) {
+  auto module = make_module(0);
+  Trainer trainer(options().limit_predict_batches(1));
+  const auto outputs = trainer.predict(*module, val_loader_);
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].sizes(), (at::IntArrayRef{40, 4}));
+  EXPECT_TRUE(outputs[0].sum(1).allclose(at::ones({40})));
+  EXPECT_EQ(Trainer(options()).predict(*module, val_loader_).size(), 2u);
+
+  class NoPredict : public ImageClassifier {
+   public:
+    explicit NoPredict(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    at::Tensor predict_step(const data::Batch& batch, int64_t i) override {
+      return Module::predict_step(batch, i);
+    }
+  };
+  NoPredict none(std::move(*make_module(0)));
+  EXPECT_THROWS_WITH(
+      Error,
+      Trainer(options()).predict(none, val_loader_),
+      "needs the Module to override predict_step");
+}
+
+TEST_F(CallbackTest, ClassifierLogsTopKAccuracy) {
+  auto module = make_module(0, /*top_k=*/2);
+  const auto metrics = Trainer(options()).validate(*module, val_loader_);
+  ASSERT_TRUE(metrics.count("val_acc_top2"));
+  EXPECT_GE(metrics.at("val_acc_top2"), metrics.at("val_acc"));
+  EXPECT_LE(metrics.at("val_acc_top2"), 1.0);
+  EXPECT_THROWS_WITH(
+      ConfigError, make_module(0, 0), "model.top_k must be >= 1");
+}
+
+TEST_F(CallbackTest, FastDevRunSkipsCheckpointCallbacksAndLoggers) {
+  auto logger = std::make_shared<RecordingLogger>();
+  auto train = train_loader();
+  Trainer trainer(options().fast_dev_run(1));
+  trainer.add_logger(logger).add_callback(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().dirpath(dir_.file("ckpt"))));
+  trainer.fit(*make_module(0), train, &val_loader_);
+  EXPECT_TRUE(logger->records.empty());
+  EXPECT_TRUE(fs::is_empty(dir_.path()));
+}
+
+} // namespace
+} // namespace hotloop::train

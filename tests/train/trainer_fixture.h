@@ -1,0 +1,80 @@
+#pragma once
+
+// The small classification setup the Trainer and callback tests share:
+// quadrant images that a tiny CNN learns in a few steps.
+
+#include "hotloop/data/dataloader.h"
+#include "hotloop/data/image_dataset.h"
+#include "hotloop/models/fashion_cnn.h"
+#include "hotloop/train/classifier.h"
+#include "hotloop/train/trainer.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+namespace hotloop::train {
+
+constexpr int64_t kSize = 12;
+
+inline std::shared_ptr<data::ImageClassificationDataset> quadrants(
+    int64_t n, uint64_t seed) {
+  auto [images, labels] = hotloop::testing::quadrant_images(n, kSize, seed);
+  data::ImageTransformOptions transform;
+  transform.mean = {0.3};
+  transform.std = {0.3};
+  return std::make_shared<data::ImageClassificationDataset>(
+      images, labels, transform);
+}
+
+// A small classifier with a horizon-independent schedule (halve the LR
+// every 5 steps), so a run cut short is a prefix of a longer one.
+inline models::FashionCnnOptions small_model() {
+  models::FashionCnnOptions model;
+  model.channels = {8};
+  model.hidden = 16;
+  model.num_classes = 4;
+  model.image_size = kSize;
+  return model;
+}
+
+inline std::shared_ptr<ImageClassifier> make_module(
+    uint64_t seed, int64_t top_k = 1) {
+  seed_everything(seed);
+  const models::FashionCnnOptions model = small_model();
+  optim::OptimizerOptions optimizer;
+  optimizer.name = "adam";
+  optimizer.lr = 1e-2;
+  optim::SchedulerOptions scheduler;
+  scheduler.name = "step";
+  scheduler.step_size = 5;
+  scheduler.gamma = 0.5;
+  return std::make_shared<ImageClassifier>(
+      torch::nn::AnyModule(models::FashionCnn(model)),
+      optimizer,
+      scheduler,
+      top_k);
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  TrainerOptions options() {
+    return TrainerOptions()
+        .default_root_dir(dir_.path())
+        .name("t")
+        .enable_progress_bar(false);
+  }
+  data::DataLoader train_loader(int64_t workers = 0) {
+    return data::DataLoader(
+        train_set_,
+        data::DataLoaderOptions(32).shuffle(true).seed(3).num_workers(workers));
+  }
+  hotloop::testing::TempDir dir_;
+  std::shared_ptr<data::ImageClassificationDataset> train_set_ =
+      quadrants(256, 1);
+  std::shared_ptr<data::ImageClassificationDataset> val_set_ = quadrants(64, 2);
+  data::DataLoader val_loader_{val_set_, data::DataLoaderOptions(40)};
+};
+
+} // namespace hotloop::train
