@@ -5,10 +5,13 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/lr_monitor.h"
 #include "hotloop/train/trainer.h"
 #include "hotloop/version.h"
 
+#include <ATen/ATen.h>
 #include <torch/version.h>
 
 #include <filesystem>
@@ -27,6 +30,8 @@ constexpr const char* kUsage =
     "  fit        train a model (resume with --ckpt_path PATH|last)\n"
     "  validate   evaluate a checkpoint on the validation split (--ckpt_path)\n"
     "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
+    "  predict    write the test split's predicted classes to a CSV file\n"
+    "             (--ckpt_path, --output FILE.csv)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -59,8 +64,25 @@ Session build_session(const FitConfig& config, bool with_train) {
   session.module = std::make_shared<train::ImageClassifier>(
       torch::nn::AnyModule(models::FashionCnn(model)),
       config.optimizer,
-      config.scheduler);
+      config.scheduler,
+      config.top_k);
   return session;
+}
+
+// The callbacks the config's sections ask for.
+void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
+  if (config.trainer.enable_checkpointing()) {
+    trainer.add_callback(
+        std::make_shared<train::ModelCheckpoint>(config.checkpoint));
+  }
+  if (config.early_stopping) {
+    trainer.add_callback(
+        std::make_shared<train::EarlyStopping>(*config.early_stopping));
+  }
+  if (config.lr_monitor) {
+    trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
+        config.lr_monitor_interval, config.lr_monitor_momentum));
+  }
 }
 
 data::DataLoaderOptions loader_options(const FitConfig& config, bool train) {
@@ -128,6 +150,7 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
       session.train_set, loader_options(config, true));
   data::DataLoader val_loader(session.val_set, loader_options(config, false));
   train::Trainer trainer(config.trainer, out);
+  add_callbacks(trainer, config);
   const std::string ckpt_path =
       args.extra.count("ckpt_path")
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
@@ -159,6 +182,9 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
   if (!run_dir.empty()) {
     out << "; run folder " << run_dir;
   }
+  if (!result.best_model_path.empty()) {
+    out << "; best checkpoint " << result.best_model_path;
+  }
   out << std::defaultfloat << "\n";
   return 0;
 }
@@ -183,6 +209,44 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
            : trainer.validate(*session.module, loader, ckpt_path);
   out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
   print_metrics(out, metrics);
+  return 0;
+}
+
+// Writes one row per test image: index, predicted class, its probability,
+// the true class.
+int run_predict(const ParsedArgs& args, std::ostream& out) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      args.extra.count("ckpt_path"),
+      "hotloop predict needs --ckpt_path PATH (or last)");
+  FitConfig config = to_fit_config(args.config);
+  const std::string ckpt_path =
+      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  const std::string output = args.extra.count("output")
+                                 ? args.extra.at("output")
+                                 : std::string("predictions.csv");
+  Session session = build_session(config, /*with_train=*/false);
+  data::DataLoader loader(session.val_set, loader_options(config, false));
+  train::Trainer trainer(
+      train::TrainerOptions(config.trainer).default_root_dir(""), out);
+  const std::vector<at::Tensor> batches =
+      trainer.predict(*session.module, loader, ckpt_path);
+  const at::Tensor targets = session.val_set->labels();
+  train::write_file_atomically(output, [&](std::ostream& csv) {
+    csv << "index,prediction,probability,target\n";
+    int64_t index = 0;
+    for (const at::Tensor& probabilities : batches) {
+      const auto [best, predicted] = probabilities.to(at::kCPU).max(1);
+      const auto p = best.to(at::kDouble);
+      for (int64_t i = 0; i < probabilities.size(0); ++i, ++index) {
+        csv << index << "," << predicted[i].item<int64_t>() << ","
+            << p[i].item<double>() << "," << targets[index].item<int64_t>()
+            << "\n";
+      }
+    }
+  });
+  out << "predict of " << ckpt_path << ": " << targets.size(0)
+      << " rows written to " << output << "\n";
   return 0;
 }
 
@@ -211,19 +275,21 @@ int run(
     }
     HOTLOOP_CHECK_AS(
         ConfigError,
-        command == "fit" || command == "validate" || command == "test",
+        command == "fit" || command == "validate" || command == "test" ||
+            command == "predict",
         "unknown command '",
         command,
-        "' (expected fit, validate or test)");
+        "' (expected fit, validate, test or predict)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    ParsedArgs parsed =
-        parse_args(schema, rest, {"ckpt_path", "help", "print_config"});
+    ParsedArgs parsed = parse_args(
+        schema, rest, {"ckpt_path", "output", "help", "print_config"});
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
           << (command == "fit" ? " [--ckpt_path PATH|last]"
                                : " --ckpt_path PATH|last")
+          << (command == "predict" ? " [--output FILE.csv]" : "")
           << " [--print_config]\n\noptions (default in the flag):\n"
           << help_text(schema);
       return 0;
@@ -235,6 +301,9 @@ int run(
     }
     if (command == "fit") {
       return run_fit(parsed, out);
+    }
+    if (command == "predict") {
+      return run_predict(parsed, out);
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {

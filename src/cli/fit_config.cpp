@@ -3,6 +3,9 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 
+#include <cmath>
+#include <cstdlib>
+
 namespace hotloop::cli {
 namespace {
 
@@ -37,11 +40,35 @@ OptionSpec choice(
   return spec;
 }
 
+// A number, or "" for none: the config's way of writing Python's None.
+std::optional<double> optional_number(const Config& c, const std::string& key) {
+  const std::string text = c.get_string(key);
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      end == text.c_str() + text.size() && std::isfinite(value),
+      key,
+      ": expected a number or \"\" (off), got '",
+      text,
+      "'");
+  return value;
+}
+
 ConfigSchema make_schema() {
   using T = OptionType;
   ConfigSchema s;
   // trainer: Lightning's Trainer flags.
   s.add(opt("trainer.max_epochs", T::kInt, "15", "epochs to train", 1));
+  s.add(
+      opt("trainer.min_epochs",
+          T::kInt,
+          "0",
+          "train at least this many epochs, whatever early stopping says",
+          0));
   s.add(
       opt("trainer.max_steps",
           T::kInt,
@@ -60,6 +87,31 @@ ConfigSchema make_schema() {
           "-1",
           "batches per validation; -1: all, 0: no validation",
           -1));
+  s.add(
+      opt("trainer.limit_test_batches",
+          T::kInt,
+          "-1",
+          "batches per test run; -1: all",
+          -1));
+  s.add(
+      opt("trainer.limit_predict_batches",
+          T::kInt,
+          "-1",
+          "batches per predict run; -1: all",
+          -1));
+  s.add(
+      opt("trainer.val_check_interval",
+          T::kFloat,
+          "1.0",
+          "validate every this fraction of an epoch (<= 1) or every this "
+          "many training batches (> 1)",
+          0));
+  s.add(
+      opt("trainer.overfit_batches",
+          T::kInt,
+          "0",
+          "train and validate on the same first n batches; 0: off",
+          0));
   s.add(
       opt("trainer.check_val_every_n_epoch",
           T::kInt,
@@ -122,6 +174,26 @@ ConfigSchema make_schema() {
           "false",
           "autograd anomaly detection (slow; for debugging NaNs)"));
   s.add(
+      opt("trainer.inference_mode",
+          T::kBool,
+          "true",
+          "evaluate under inference mode (false: under no_grad)"));
+  s.add(
+      opt("trainer.accelerator",
+          T::kString,
+          "auto",
+          "auto, cpu, cuda, gpu or cuda:N (N counts CUDA_VISIBLE_DEVICES)"));
+  s.add(
+      opt("trainer.devices",
+          T::kString,
+          "auto",
+          "auto, 1, or one device index as [N]"));
+  s.add(
+      opt("trainer.channels_last",
+          T::kBool,
+          "false",
+          "channels-last memory format for 4-D weights and inputs"));
+  s.add(
       opt("trainer.default_root_dir",
           T::kString,
           "runs",
@@ -156,7 +228,7 @@ ConfigSchema make_schema() {
       opt("trainer.enable_checkpointing",
           T::kBool,
           "true",
-          "write checkpoints/last.ckpt after every epoch"));
+          "save checkpoints as the model_checkpoint section says"));
   s.add(opt(
       "trainer.handle_signals",
       T::kBool,
@@ -172,7 +244,8 @@ ConfigSchema make_schema() {
       opt("trainer.log_every_n_steps",
           T::kInt,
           "50",
-          "batches between progress lines when output is not a terminal",
+          "optimizer steps between logged records (and progress lines when "
+          "output is not a terminal)",
           0));
   // model
   s.add(choice("model.name", "fashion_cnn", {"fashion_cnn"}, "the network"));
@@ -197,6 +270,125 @@ ConfigSchema make_schema() {
           0,
           0.99));
   s.add(opt("model.num_classes", T::kInt, "10", "number of classes", 2));
+  s.add(
+      opt("model.top_k",
+          T::kInt,
+          "5",
+          "also log val/test accuracy within the top k classes; 1: off",
+          1));
+  // model_checkpoint, early_stopping, lr_monitor: the callbacks.
+  s.add(
+      opt("model_checkpoint.dirpath",
+          T::kString,
+          "",
+          "checkpoint folder; \"\": <run folder>/checkpoints"));
+  s.add(
+      opt("model_checkpoint.filename",
+          T::kString,
+          "{epoch}-{step}",
+          "file name pattern: {epoch}, {step}, {metric:.4f}"));
+  s.add(
+      opt("model_checkpoint.monitor",
+          T::kString,
+          "val_acc",
+          "metric that ranks checkpoints; \"\": keep the newest"));
+  s.add(choice(
+      "model_checkpoint.mode",
+      "max",
+      {"min", "max"},
+      "whether lower or higher monitored values are better"));
+  s.add(
+      opt("model_checkpoint.save_top_k",
+          T::kInt,
+          "1",
+          "keep the best k checkpoints; -1: all, 0: only last.ckpt",
+          -1));
+  s.add(
+      opt("model_checkpoint.save_last",
+          T::kBool,
+          "true",
+          "also keep last.ckpt (what --ckpt_path last resumes)"));
+  s.add(
+      opt("model_checkpoint.every_n_epochs",
+          T::kInt,
+          "1",
+          "save after every n-th epoch; 0: off",
+          0));
+  s.add(
+      opt("model_checkpoint.every_n_train_steps",
+          T::kInt,
+          "0",
+          "also save every n optimizer steps; 0: off",
+          0));
+  s.add(
+      opt("model_checkpoint.auto_insert_metric_name",
+          T::kBool,
+          "true",
+          "write name=value for each field of the file name"));
+  s.add(
+      opt("model_checkpoint.verbose",
+          T::kBool,
+          "false",
+          "print a line for each checkpoint saved"));
+  s.add(
+      opt("early_stopping.enabled",
+          T::kBool,
+          "false",
+          "stop when the monitored metric stops improving"));
+  s.add(opt(
+      "early_stopping.monitor", T::kString, "val_loss", "the metric to watch"));
+  s.add(choice(
+      "early_stopping.mode",
+      "min",
+      {"min", "max"},
+      "whether the metric should fall or rise"));
+  s.add(
+      opt("early_stopping.patience",
+          T::kInt,
+          "3",
+          "checks without improvement before stopping",
+          1));
+  s.add(
+      opt("early_stopping.min_delta",
+          T::kFloat,
+          "0",
+          "smallest change that counts as improvement",
+          0));
+  s.add(
+      opt("early_stopping.strict",
+          T::kBool,
+          "true",
+          "fail when the metric is not logged"));
+  s.add(
+      opt("early_stopping.check_finite",
+          T::kBool,
+          "true",
+          "stop when the metric becomes NaN or infinite"));
+  s.add(
+      opt("early_stopping.stopping_threshold",
+          T::kString,
+          "",
+          "stop once the metric is this good; \"\": off"));
+  s.add(
+      opt("early_stopping.divergence_threshold",
+          T::kString,
+          "",
+          "stop once the metric is this bad; \"\": off"));
+  s.add(
+      opt("lr_monitor.enabled",
+          T::kBool,
+          "true",
+          "log each parameter group's learning rate"));
+  s.add(choice(
+      "lr_monitor.logging_interval",
+      "",
+      {"", "step", "epoch"},
+      "step, epoch, or \"\": the schedule's interval"));
+  s.add(
+      opt("lr_monitor.log_momentum",
+          T::kBool,
+          "false",
+          "also log momentum (adam: beta1)"));
   // data
   s.add(
       opt("data.root",
@@ -499,7 +691,17 @@ FitConfig to_fit_config(const Config& c) {
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
       .handle_signals(c.get_bool("trainer.handle_signals"))
       .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"))
-      .log_every_n_steps(c.get_int("trainer.log_every_n_steps"));
+      .log_every_n_steps(c.get_int("trainer.log_every_n_steps"))
+      .min_epochs(c.get_int("trainer.min_epochs"))
+      .limit_test_batches(c.get_int("trainer.limit_test_batches"))
+      .limit_predict_batches(c.get_int("trainer.limit_predict_batches"))
+      .val_check_interval(c.get_float("trainer.val_check_interval"))
+      .overfit_batches(c.get_int("trainer.overfit_batches"))
+      .inference_mode(c.get_bool("trainer.inference_mode"))
+      .accelerator(c.get_string("trainer.accelerator"))
+      .devices(c.get_string("trainer.devices"))
+      .channels_last(c.get_bool("trainer.channels_last"))
+      .seed(c.get_int("trainer.seed"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.trainer.name().empty() &&
@@ -526,6 +728,37 @@ FitConfig to_fit_config(const Config& c) {
   f.model.hidden = c.get_int("model.hidden");
   f.model.dropout = c.get_float("model.dropout");
   f.model.num_classes = c.get_int("model.num_classes");
+  f.top_k = c.get_int("model.top_k");
+
+  f.checkpoint.dirpath(c.get_string("model_checkpoint.dirpath"))
+      .filename(c.get_string("model_checkpoint.filename"))
+      .monitor(c.get_string("model_checkpoint.monitor"))
+      .mode(c.get_string("model_checkpoint.mode"))
+      .save_top_k(c.get_int("model_checkpoint.save_top_k"))
+      .save_last(c.get_bool("model_checkpoint.save_last"))
+      .every_n_epochs(c.get_int("model_checkpoint.every_n_epochs"))
+      .every_n_train_steps(c.get_int("model_checkpoint.every_n_train_steps"))
+      .auto_insert_metric_name(
+          c.get_bool("model_checkpoint.auto_insert_metric_name"))
+      .verbose(c.get_bool("model_checkpoint.verbose"));
+  // Checked even when off: a typo should not wait until it is switched on.
+  const auto stopping_threshold =
+      optional_number(c, "early_stopping.stopping_threshold");
+  const auto divergence_threshold =
+      optional_number(c, "early_stopping.divergence_threshold");
+  if (c.get_bool("early_stopping.enabled")) {
+    f.early_stopping.emplace(c.get_string("early_stopping.monitor"));
+    f.early_stopping->mode(c.get_string("early_stopping.mode"))
+        .patience(c.get_int("early_stopping.patience"))
+        .min_delta(c.get_float("early_stopping.min_delta"))
+        .strict(c.get_bool("early_stopping.strict"))
+        .check_finite(c.get_bool("early_stopping.check_finite"))
+        .stopping_threshold(stopping_threshold)
+        .divergence_threshold(divergence_threshold);
+  }
+  f.lr_monitor = c.get_bool("lr_monitor.enabled");
+  f.lr_monitor_interval = c.get_string("lr_monitor.logging_interval");
+  f.lr_monitor_momentum = c.get_bool("lr_monitor.log_momentum");
 
   f.data.root = c.get_string("data.root");
   f.data.batch_size = c.get_int("data.batch_size");

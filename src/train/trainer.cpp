@@ -122,7 +122,10 @@ void seed_everything(uint64_t seed) {
 }
 
 Trainer::Trainer(TrainerOptions options, std::ostream& out)
-    : options_(std::move(options)), out_(out), device_(c10::kCPU) {
+    : options_(std::move(options)),
+      out_(out),
+      device_(c10::kCPU),
+      reducer_(std::make_shared<Reducer>()) {
   auto check_at_least = [](int64_t value, int64_t min, const char* name) {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -220,8 +223,16 @@ Trainer& Trainer::add_logger(std::shared_ptr<log::Logger> logger) {
   return *this;
 }
 
+Trainer& Trainer::set_reducer(std::shared_ptr<Reducer> reducer) {
+  HOTLOOP_CHECK(reducer != nullptr, "set_reducer: the reducer is null");
+  reducer_ = std::move(reducer);
+  return *this;
+}
+
 const std::string& Trainer::log_dir() {
-  if (log_dir_.empty() && !options_.default_root_dir().empty()) {
+  // Only the process that writes files gets a run folder.
+  if (log_dir_.empty() && !options_.default_root_dir().empty() &&
+      reducer_->is_global_zero()) {
     log_dir_ = create_version_dir(options_.default_root_dir(), options_.name());
   }
   return log_dir_;
@@ -252,6 +263,9 @@ void Trainer::save_checkpoint(const std::string& path) {
       "Trainer::save_checkpoint('",
       path,
       "'): no fit is running");
+  if (!reducer_->is_global_zero()) {
+    return;
+  }
   nlohmann::json states = nlohmann::json::object();
   for (const auto& callback : active_callbacks_) {
     nlohmann::json state = callback->state_dict();
@@ -622,6 +636,12 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     progress_.epoch_batches = ++batch_idx;
     const bool step_now = batch_idx % accumulate == 0 || batch_idx == batches;
     if (step_now) {
+      for (at::Tensor& parameter : state.parameters) {
+        if (parameter.grad().defined()) {
+          reducer_->add(parameter.mutable_grad());
+        }
+      }
+      reducer_->finalize(); // gradients now agree across processes
       if (scaler.is_enabled()) {
         scaler.unscale_(optimizer); // callbacks and clipping see true grads
       }
@@ -803,7 +823,7 @@ void Trainer::flush_logs() {
   if (pending_logs_.empty()) {
     return;
   }
-  if (options_.fast_dev_run() == 0) {
+  if (options_.fast_dev_run() == 0 && reducer_->is_global_zero()) {
     for (const auto& logger : loggers_) {
       logger->log_metrics(pending_logs_, progress_.global_step);
     }

@@ -67,7 +67,7 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate or test)"));
+                "validate, test or predict)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -176,6 +176,70 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
           "resumed from " + (run / "checkpoints" / "last.ckpt").string()));
   EXPECT_THAT(r.out, HasSubstr("epoch 3/3"));
   EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/3")));
+}
+
+TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  Result r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=4",
+       "--model_checkpoint.filename={epoch}-{val_acc:.3f}",
+       "--early_stopping.enabled=true",
+       "--early_stopping.monitor=val_acc",
+       "--early_stopping.mode=max",
+       "--early_stopping.stopping_threshold=0.0"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Any accuracy beats 0: early stopping ends the fit after epoch 1.
+  EXPECT_THAT(r.out, HasSubstr("early stopping: stopping threshold reached"));
+  EXPECT_THAT(r.out, HasSubstr("done: 1 epochs, 8 steps"));
+  const fs::path checkpoints = fs::path(dir.file("runs")) / "fashion_mnist" /
+                               "version_0" / "checkpoints";
+  int64_t best = 0;
+  for (const auto& entry : fs::directory_iterator(checkpoints)) {
+    best += entry.path().filename().string().rfind("epoch=0-val_acc=", 0) == 0;
+  }
+  EXPECT_EQ(best, 1);
+  EXPECT_THAT(r.out, HasSubstr("; best checkpoint " + checkpoints.string()));
+
+  const std::string config =
+      "--config=" + (checkpoints.parent_path() / "config.yaml").string();
+  const std::string csv = dir.file("predictions.csv");
+  r = run_cli({"predict", config, "--ckpt_path=last", "--output=" + csv});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("100 rows written to " + csv));
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "index,prediction,probability,target");
+  int64_t rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, 100);
+  r = run_cli({"predict", config});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err, HasSubstr("hotloop predict needs --ckpt_path PATH (or last)"));
+}
+
+TEST(Cli, CallbackAndDeviceOptionErrorsNameTheKey) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  Result r =
+      run_cli(small_fit(dir, {"--early_stopping.stopping_threshold=low"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("early_stopping.stopping_threshold: expected a number or \"\" "
+                "(off), got 'low'"));
+  r = run_cli(small_fit(dir, {"--trainer.devices=4"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("trainer.devices=4 asks for 4 devices"));
+  r = run_cli(small_fit(dir, {"--model_checkpoint.monitor=val_f1"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err, HasSubstr("ModelCheckpoint monitors 'val_f1', which no step"));
 }
 
 } // namespace

@@ -786,5 +786,42 @@ TEST_F(CallbackTest, FastDevRunSkipsCheckpointCallbacksAndLoggers) {
   EXPECT_TRUE(fs::is_empty(dir_.path()));
 }
 
+// A second process of a data-parallel run, as the Trainer sees it: counts
+// what it is handed and does not write files.
+class RankOneReducer : public Reducer {
+ public:
+  void add(at::Tensor& grad) override {
+    ++added;
+    EXPECT_TRUE(grad.defined());
+  }
+  void finalize() override {
+    ++finalized;
+  }
+  bool is_global_zero() const override {
+    return false;
+  }
+  int64_t added = 0;
+  int64_t finalized = 0;
+};
+
+TEST_F(CallbackTest, TheReducerSeesEveryStepsGradientsAndDecidesWhoWrites) {
+  auto reducer = std::make_shared<RankOneReducer>();
+  auto logger = std::make_shared<RecordingLogger>();
+  auto module = make_module(0);
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1).accumulate_grad_batches(2));
+  trainer.set_reducer(reducer).add_logger(logger);
+  const FitResult result = trainer.fit(*module, train, &val_loader_);
+  EXPECT_EQ(result.steps, 4);
+  EXPECT_EQ(reducer->finalized, 4);
+  EXPECT_EQ(
+      reducer->added, 4 * static_cast<int64_t>(module->parameters().size()));
+  EXPECT_TRUE(trainer.log_dir().empty());
+  EXPECT_TRUE(
+      result.checkpoint_path.empty() || !fs::exists(result.checkpoint_path));
+  EXPECT_TRUE(fs::is_empty(dir_.path()));
+  EXPECT_TRUE(logger->records.empty());
+}
+
 } // namespace
 } // namespace hotloop::train

@@ -4,8 +4,11 @@
 #include "hotloop/data/transforms.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/optim/optimizer_factory.h"
+#include "hotloop/train/early_stopping.h"
+#include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/trainer.h"
 
+#include <optional>
 #include <string>
 
 namespace hotloop::cli {
@@ -33,6 +36,16 @@ struct FitConfig {
   train::TrainerOptions trainer;
   std::string model_name;
   models::FashionCnnOptions model;
+  /// model.top_k: the extra top-k accuracy the classifier logs.
+  int64_t top_k = 5;
+  /// The model_checkpoint section (used when trainer.enable_checkpointing).
+  train::ModelCheckpointOptions checkpoint;
+  /// The early_stopping section; empty unless early_stopping.enabled.
+  std::optional<train::EarlyStoppingOptions> early_stopping;
+  /// The lr_monitor section.
+  bool lr_monitor = true;
+  std::string lr_monitor_interval;
+  bool lr_monitor_momentum = false;
   DataConfig data;
   optim::OptimizerOptions optimizer;
   optim::SchedulerOptions scheduler;

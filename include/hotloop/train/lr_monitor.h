@@ -14,8 +14,8 @@ namespace hotloop::train {
 class LearningRateMonitor : public Callback {
  public:
   /// logging_interval: "step" (the rate each log_every_n_steps-th optimizer
-  /// step uses, in that step's record), "epoch" (at each epoch start), or "" (the schedule's own
-  /// interval). Throws ConfigError on another value.
+  /// step uses, in that step's record), "epoch" (at each epoch start), or ""
+  /// (the schedule's own interval). Throws ConfigError on another value.
   explicit LearningRateMonitor(
       std::string logging_interval = "", bool log_momentum = false);
 

@@ -7,6 +7,7 @@
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/precision.h"
+#include "hotloop/train/reducer.h"
 
 #include <torch/arg.h>
 
@@ -155,8 +156,15 @@ class Trainer {
 
   /// Adds a callback; hooks run in the order callbacks were added.
   Trainer& add_callback(std::shared_ptr<Callback> callback);
-  /// Adds a logger; every logged metric goes to all of them.
+  /// Adds a logger; every logged metric goes to all of them (on the
+  /// process whose reducer is_global_zero).
   Trainer& add_logger(std::shared_ptr<log::Logger> logger);
+  /// Replaces the single-process Reducer: how gradients are synchronised
+  /// and which process writes files.
+  Trainer& set_reducer(std::shared_ptr<Reducer> reducer);
+  const Reducer& reducer() const {
+    return *reducer_;
+  }
 
   /// Trains `module` on `train` for max_epochs (or max_steps), validating on
   /// `val` (may be null). Moves the module to device(). With `ckpt_path`,
@@ -257,8 +265,9 @@ class Trainer {
   }
 
   /// Writes a checkpoint of the fit in progress (model, optimizer,
-  /// schedule, scaler, progress, callbacks, RNG) to `path`, atomically.
-  /// Throws Error when no fit is running.
+  /// schedule, scaler, progress, callbacks, RNG) to `path`, atomically; a
+  /// no-op on processes that are not global zero. Throws Error when no fit
+  /// is running.
   void save_checkpoint(const std::string& path);
   /// Sends `metrics` to every logger. Everything logged during one optimizer
   /// step (or epoch end) goes out as one record at that global_step.
@@ -308,6 +317,7 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Callback>> active_callbacks_;
   std::vector<std::shared_ptr<log::Logger>> loggers_;
+  std::shared_ptr<Reducer> reducer_;
   FitState* fit_ = nullptr;
   TrainingProgress progress_;
   int64_t current_epoch_ = 0;
