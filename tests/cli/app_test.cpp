@@ -1,11 +1,19 @@
 #include "hotloop/cli/app.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/models/fashion_cnn.h"
+#include "hotloop/train/checkpoint.h"
+#include "hotloop/train/classifier.h"
 #include "hotloop/version.h"
 #include "test_util.h"
 
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -240,6 +248,81 @@ TEST(Cli, CallbackAndDeviceOptionErrorsNameTheKey) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err, HasSubstr("ModelCheckpoint monitors 'val_f1', which no step"));
+}
+
+// Runs the hotloop program in a fresh process; returns its exit code.
+int run_process(const std::vector<std::string>& args, const std::string& log) {
+  std::string command = HOTLOOP_CLI_PATH;
+  for (const std::string& arg : args) {
+    command += " '" + arg + "'";
+  }
+  command += " > '" + log + "' 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<at::Tensor> checkpoint_weights(const std::string& path) {
+  models::FashionCnnOptions options;
+  options.channels = {4, 8};
+  options.hidden = 16;
+  train::ImageClassifier model(
+      torch::nn::AnyModule(models::FashionCnn(options)), {}, {});
+  train::load_checkpoint(path, model, nullptr, nullptr);
+  std::vector<at::Tensor> tensors = model.parameters();
+  for (const auto& buffer : model.buffers()) {
+    tensors.push_back(buffer);
+  }
+  return tensors;
+}
+
+TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  // A schedule that does not depend on the run's length, two loader
+  // threads, and a cut in the middle of epoch 2 (8 batches per epoch).
+  const std::vector<std::string> recipe = {
+      "--lr_scheduler.name=step",
+      "--lr_scheduler.step_size=5",
+      "--data.num_workers=2",
+      "--trainer.enable_progress_bar=false"};
+  auto args = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> all = small_fit(dir, recipe);
+    all.push_back("--trainer.name=" + name);
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  ASSERT_EQ(run_process(args("straight", {}), dir.file("straight.log")), 0);
+  ASSERT_EQ(
+      run_process(args("cut", {"--trainer.max_steps=12"}), dir.file("cut.log")),
+      0);
+  ASSERT_EQ(
+      run_process(args("cut", {"--ckpt_path=last"}), dir.file("resume.log")),
+      0);
+  std::ifstream resume_log(dir.file("resume.log"));
+  const std::string resumed_text(
+      (std::istreambuf_iterator<char>(resume_log)),
+      std::istreambuf_iterator<char>());
+  EXPECT_THAT(resumed_text, HasSubstr("at epoch 1, batch 4 (step 12)"));
+
+  const fs::path runs(dir.file("runs"));
+  const auto a = checkpoint_weights(
+      (runs / "straight" / "version_0" / "checkpoints" / "last.ckpt").string());
+  const auto b = checkpoint_weights(
+      (runs / "cut" / "version_1" / "checkpoints" / "last.ckpt").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << "tensor " << i;
+  }
+  auto summary = [&](const std::string& name, int version) {
+    std::ifstream in(
+        runs / name / ("version_" + std::to_string(version)) / "summary.json");
+    return nlohmann::json::parse(in);
+  };
+  const auto straight = summary("straight", 0);
+  const auto resumed = summary("cut", 1);
+  for (const char* key : {"val_loss", "val_acc", "steps", "epochs"}) {
+    EXPECT_EQ(straight.at(key), resumed.at(key)) << key;
+  }
 }
 
 } // namespace
