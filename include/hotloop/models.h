@@ -3,3 +3,6 @@
 // Every public header of hotloop::models.
 
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/gpt.h"
+#include "hotloop/models/mlp.h"
+#include "hotloop/models/resnet.h"

@@ -10,8 +10,17 @@
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include <cmath>
+
 /// LibTorch's version as one comparable number: 1.13 -> 113, 2.4 -> 204.
 #define HOTLOOP_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
+
+#if HOTLOOP_TORCH_VERSION >= 200
+#include <ATen/ops/scaled_dot_product_attention.h>
+#else
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/ones.h>
+#endif
 
 namespace hotloop::compat {
 
@@ -84,6 +93,36 @@ inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 /// the dispatcher of the LibTorch it is built with.
 constexpr bool cpu_has_amp_scaler_kernels() {
   return HOTLOOP_TORCH_VERSION >= 203;
+}
+
+/// Causal scaled-dot-product attention, softmax(q k^T / sqrt(D)) v, where
+/// position i attends to positions 0..i only; `dropout_p` drops attention
+/// weights (pass 0 when not training). q, k, v: [B, H, T, D], same dtype and
+/// device; returns [B, H, T, D]. LibTorch 2.x has
+/// `at::scaled_dot_product_attention` (fused flash / memory-efficient
+/// kernels that never build the [T, T] matrix); 1.13 has only the private
+/// `_scaled_dot_product_attention`, so there the masked softmax is written
+/// out as nanoGPT's non-flash path does.
+inline at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    double dropout_p) {
+#if HOTLOOP_TORCH_VERSION >= 200
+  return at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+#else
+  const int64_t t = q.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(k.size(-1)));
+  at::Tensor att = q.matmul(k.transpose(-2, -1)).mul(scale);
+  const at::Tensor future =
+      at::ones({t, t}, q.options().dtype(at::kBool)).triu(/*diagonal=*/1);
+  att = att.masked_fill(future, -INFINITY).softmax(-1);
+  if (dropout_p > 0) {
+    att = at::dropout(att, dropout_p, /*train=*/true);
+  }
+  return att.matmul(v);
+#endif
 }
 
 } // namespace hotloop::compat

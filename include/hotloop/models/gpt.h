@@ -1,0 +1,98 @@
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace hotloop::models {
+
+namespace detail {
+class GptBlockImpl;
+class GptLayerNormImpl;
+} // namespace detail
+
+/// Shape of a GPT-2-style decoder; names and defaults as nanoGPT's
+/// GPTConfig, except vocab_size (GPT-2's 50257, where nanoGPT pads to 50304).
+struct GptOptions {
+  /// GPT-2 small (124M parameters), the defaults.
+  static GptOptions gpt2_124m();
+  /// 64 tokens, 16 positions, 2 layers of 2 heads, 32 dims: for tests and
+  /// smoke runs.
+  static GptOptions tiny();
+
+  /// Tokens in the vocabulary; > 0.
+  TORCH_ARG(int64_t, vocab_size) = 50257;
+  /// Longest sequence (number of position embeddings); > 0.
+  TORCH_ARG(int64_t, block_size) = 1024;
+  /// Transformer blocks; > 0.
+  TORCH_ARG(int64_t, n_layer) = 12;
+  /// Attention heads per block; > 0 and divides n_embd.
+  TORCH_ARG(int64_t, n_head) = 12;
+  /// Width of the residual stream; > 0.
+  TORCH_ARG(int64_t, n_embd) = 768;
+  /// Dropout on embeddings, attention weights and residual branches, in
+  /// [0, 1).
+  TORCH_ARG(double, dropout) = 0.0;
+  /// Biases in the Linear layers and LayerNorms, as GPT-2.
+  TORCH_ARG(bool, bias) = true;
+};
+
+/// nanoGPT's GPT: token + position embeddings -> n_layer pre-LayerNorm blocks
+/// (x + attn(ln_1(x)), then x + mlp(ln_2(x))) -> ln_f -> lm_head. Attention
+/// is causal and multi-head (compat::causal_attention); the MLP is
+/// c_fc (4 n_embd) -> exact erf GELU (nanoGPT's nn.GELU(); GPT-2 used the
+/// tanh approximation) -> c_proj. Parameter names equal nanoGPT's
+/// named_parameters(): transformer.wte, transformer.wpe,
+/// transformer.h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+/// mlp.c_proj}, transformer.ln_f. lm_head's weight is transformer.wte.weight
+/// itself (weight tying), registered once, so it is counted and optimised
+/// once; a nanoGPT state_dict's `lm_head.weight` entry is that same tensor.
+///
+/// Initialised as nanoGPT: Linear and Embedding weights normal(0, 0.02),
+/// the residual projections (attn.c_proj, mlp.c_proj) normal(0,
+/// 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0.
+class GptImpl : public torch::nn::Module {
+ public:
+  /// Throws ConfigError naming the model option that is out of range.
+  explicit GptImpl(GptOptions options = {});
+
+  /// idx: [B, T] int64 token ids, T <= block_size; returns [B, T, vocab_size]
+  /// float logits for the token after each position (nanoGPT computes only
+  /// the last position when it has no targets; this always computes all).
+  /// Throws hotloop::Error when T > block_size.
+  at::Tensor forward(const at::Tensor& idx);
+
+  /// lm_head's weight: [vocab_size, n_embd], the same tensor as
+  /// transformer.wte.weight.
+  const at::Tensor& lm_head_weight() const;
+
+  /// Parameters in the model; without the position embeddings when
+  /// `non_embedding` (nanoGPT's get_num_params: 123.65M for gpt2_124m).
+  int64_t num_params(bool non_embedding = true) const;
+
+  /// The options the model was built with.
+  const GptOptions& options() const {
+    return options_;
+  }
+
+ private:
+  GptOptions options_;
+  torch::nn::Embedding wte_{nullptr};
+  torch::nn::Embedding wpe_{nullptr};
+  torch::nn::ModuleList h_{nullptr};
+  std::vector<std::shared_ptr<detail::GptBlockImpl>> blocks_;
+  std::shared_ptr<detail::GptLayerNormImpl> ln_f_;
+};
+TORCH_MODULE(Gpt);
+
+/// Mean next-token cross-entropy, as nanoGPT: logits [B, T, V] float,
+/// targets [B, T] int64; targets equal to -1 are ignored.
+at::Tensor gpt_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+} // namespace hotloop::models

@@ -1,0 +1,290 @@
+#include "hotloop/models/gpt.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+namespace hotloop::models {
+
+namespace detail {
+
+namespace nn = torch::nn;
+
+/// nanoGPT's LayerNorm (eps 1e-5): the bias is optional, which
+/// torch::nn::LayerNorm does not allow.
+class GptLayerNormImpl : public nn::Module {
+ public:
+  GptLayerNormImpl(int64_t width, bool bias) : width_(width) {
+    weight_ = register_parameter("weight", at::ones({width}));
+    if (bias) {
+      bias_ = register_parameter("bias", at::zeros({width}));
+    }
+  }
+
+  at::Tensor forward(const at::Tensor& x) {
+    return at::layer_norm(x, {width_}, weight_, bias_, /*eps=*/1e-5);
+  }
+
+ private:
+  int64_t width_;
+  at::Tensor weight_;
+  at::Tensor bias_;
+};
+
+namespace {
+
+nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return nn::Linear(nn::LinearOptions(in, out).bias(bias));
+}
+
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
+  return p > 0 && training ? at::dropout(x, p, /*train=*/true) : x;
+}
+
+/// nanoGPT's CausalSelfAttention: c_attn makes q, k, v for all heads at once;
+/// c_proj mixes the heads' outputs.
+class GptAttentionImpl : public nn::Module {
+ public:
+  explicit GptAttentionImpl(const GptOptions& options)
+      : n_head_(options.n_head()),
+        dropout_(options.dropout()),
+        c_attn_(register_module(
+            "c_attn",
+            linear(options.n_embd(), 3 * options.n_embd(), options.bias()))),
+        c_proj_(register_module(
+            "c_proj",
+            linear(options.n_embd(), options.n_embd(), options.bias()))) {}
+
+  /// x: [B, T, C] -> [B, T, C]
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t b = x.size(0);
+    const int64_t t = x.size(1);
+    const int64_t c = x.size(2);
+    const auto qkv = c_attn_->forward(x).split(c, /*dim=*/2);
+    const auto heads = [&](const at::Tensor& y) {
+      return y.view({b, t, n_head_, c / n_head_}).transpose(1, 2);
+    };
+    at::Tensor y = compat::causal_attention(
+        heads(qkv[0]),
+        heads(qkv[1]),
+        heads(qkv[2]),
+        is_training() ? dropout_ : 0.0);
+    y = y.transpose(1, 2).contiguous().view({b, t, c});
+    return maybe_dropout(c_proj_->forward(y), dropout_, is_training());
+  }
+
+ private:
+  int64_t n_head_;
+  double dropout_;
+  nn::Linear c_attn_;
+  nn::Linear c_proj_;
+};
+TORCH_MODULE(GptAttention);
+
+/// nanoGPT's MLP: c_fc (4x wider) -> exact GELU -> c_proj.
+class GptMlpImpl : public nn::Module {
+ public:
+  explicit GptMlpImpl(const GptOptions& options)
+      : dropout_(options.dropout()),
+        c_fc_(register_module(
+            "c_fc",
+            linear(options.n_embd(), 4 * options.n_embd(), options.bias()))),
+        c_proj_(register_module(
+            "c_proj",
+            linear(4 * options.n_embd(), options.n_embd(), options.bias()))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    return maybe_dropout(
+        c_proj_->forward(at::gelu(c_fc_->forward(x))), dropout_, is_training());
+  }
+
+ private:
+  double dropout_;
+  nn::Linear c_fc_;
+  nn::Linear c_proj_;
+};
+TORCH_MODULE(GptMlp);
+
+} // namespace
+
+/// nanoGPT's Block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+class GptBlockImpl : public nn::Module {
+ public:
+  explicit GptBlockImpl(const GptOptions& options)
+      : ln_1_(register_module(
+            "ln_1",
+            std::make_shared<GptLayerNormImpl>(
+                options.n_embd(), options.bias()))),
+        attn_(register_module("attn", GptAttention(options))),
+        ln_2_(register_module(
+            "ln_2",
+            std::make_shared<GptLayerNormImpl>(
+                options.n_embd(), options.bias()))),
+        mlp_(register_module("mlp", GptMlp(options))) {}
+
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = input + attn_->forward(ln_1_->forward(input));
+    return x + mlp_->forward(ln_2_->forward(x));
+  }
+
+ private:
+  std::shared_ptr<GptLayerNormImpl> ln_1_;
+  GptAttention attn_;
+  std::shared_ptr<GptLayerNormImpl> ln_2_;
+  GptMlp mlp_;
+};
+
+} // namespace detail
+
+GptOptions GptOptions::gpt2_124m() {
+  return GptOptions()
+      .vocab_size(50257)
+      .block_size(1024)
+      .n_layer(12)
+      .n_head(12)
+      .n_embd(768)
+      .dropout(0.0)
+      .bias(true);
+}
+
+GptOptions GptOptions::tiny() {
+  return GptOptions()
+      .vocab_size(64)
+      .block_size(16)
+      .n_layer(2)
+      .n_head(2)
+      .n_embd(32)
+      .dropout(0.0)
+      .bias(true);
+}
+
+GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
+  namespace nn = torch::nn;
+  const auto positive = [](const char* name, int64_t value) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        value > 0,
+        "model.",
+        name,
+        " must be positive, got ",
+        value);
+  };
+  positive("vocab_size", options_.vocab_size());
+  positive("block_size", options_.block_size());
+  positive("n_layer", options_.n_layer());
+  positive("n_head", options_.n_head());
+  positive("n_embd", options_.n_embd());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.n_embd() % options_.n_head() == 0,
+      "model.n_embd (",
+      options_.n_embd(),
+      ") must be divisible by model.n_head (",
+      options_.n_head(),
+      ")");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.dropout() >= 0 && options_.dropout() < 1,
+      "model.dropout must be in [0, 1), got ",
+      options_.dropout());
+
+  // nanoGPT's nn.ModuleDict `transformer`; lm_head has no parameter of its
+  // own (it is wte's weight), so it is not a module here.
+  auto transformer = register_module(
+      "transformer", std::make_shared<nn::Module>("GptTransformer"));
+  wte_ = transformer->register_module(
+      "wte", nn::Embedding(options_.vocab_size(), options_.n_embd()));
+  wpe_ = transformer->register_module(
+      "wpe", nn::Embedding(options_.block_size(), options_.n_embd()));
+  h_ = transformer->register_module("h", nn::ModuleList());
+  for (int64_t i = 0; i < options_.n_layer(); ++i) {
+    blocks_.push_back(std::make_shared<detail::GptBlockImpl>(options_));
+    h_->push_back(blocks_.back());
+  }
+  ln_f_ = transformer->register_module(
+      "ln_f",
+      std::make_shared<detail::GptLayerNormImpl>(
+          options_.n_embd(), options_.bias()));
+
+  torch::NoGradGuard no_grad;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = module->as<nn::Linear>()) {
+      nn::init::normal_(linear->weight, 0.0, 0.02);
+      if (linear->bias.defined()) {
+        nn::init::zeros_(linear->bias);
+      }
+    } else if (auto* embedding = module->as<nn::Embedding>()) {
+      nn::init::normal_(embedding->weight, 0.0, 0.02);
+    }
+  }
+  // GPT-2's scaled init of the projections that write into the residual
+  // stream: their sum over 2 n_layer branches keeps the stream's variance.
+  const double residual_std =
+      0.02 / std::sqrt(2.0 * static_cast<double>(options_.n_layer()));
+  const std::string suffix = "c_proj.weight";
+  for (auto& param : named_parameters()) {
+    const std::string& name = param.key();
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      nn::init::normal_(param.value(), 0.0, residual_std);
+    }
+  }
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& idx) {
+  TORCH_CHECK(
+      idx.dim() == 2, "Gpt: idx must be [B, T] token ids, got ", idx.sizes());
+  const int64_t t = idx.size(1);
+  HOTLOOP_CHECK(
+      t <= options_.block_size(),
+      "Gpt: cannot forward a sequence of length ",
+      t,
+      ", model.block_size is only ",
+      options_.block_size());
+  const at::Tensor pos = at::arange(t, idx.options().dtype(at::kLong));
+  at::Tensor x = detail::maybe_dropout(
+      wte_->forward(idx) + wpe_->forward(pos),
+      options_.dropout(),
+      is_training());
+  for (const auto& block : blocks_) {
+    x = block->forward(x);
+  }
+  return at::linear(ln_f_->forward(x), wte_->weight);
+}
+
+const at::Tensor& GptImpl::lm_head_weight() const {
+  return wte_->weight;
+}
+
+int64_t GptImpl::num_params(bool non_embedding) const {
+  int64_t n = 0;
+  for (const auto& param : parameters()) {
+    n += param.numel();
+  }
+  return non_embedding ? n - wpe_->weight.numel() : n;
+}
+
+at::Tensor gpt_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(
+      logits.reshape({-1, logits.size(-1)}),
+      targets.reshape({-1}),
+      F::CrossEntropyFuncOptions().ignore_index(-1));
+}
+
+} // namespace hotloop::models

@@ -1,0 +1,152 @@
+#include "hotloop/models/resnet.h"
+
+#include "hotloop/core/error.h"
+
+#include <ATen/ops/adaptive_avg_pool2d.h>
+#include <torch/nn/init.h>
+#include <torch/utils.h>
+
+#include <array>
+#include <utility>
+
+namespace hotloop::models {
+
+namespace {
+
+namespace nn = torch::nn;
+
+/// A conv without bias and with "same" padding for odd kernels, as
+/// torchvision's conv3x3 / conv1x1 and its 7x7 stem.
+nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel)
+                        .stride(stride)
+                        .padding(kernel / 2)
+                        .bias(false));
+}
+
+/// torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + x), with
+/// a 1x1 conv + BatchNorm shortcut (`downsample`) where the shape changes.
+class BasicBlockImpl : public nn::Module {
+ public:
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1_(register_module("conv1", conv(in, out, 3, stride))),
+        bn1_(register_module("bn1", nn::BatchNorm2d(out))),
+        conv2_(register_module("conv2", conv(out, out, 3, 1))),
+        bn2_(register_module("bn2", nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      downsample_ = register_module(
+          "downsample",
+          nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+    }
+  }
+
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = bn1_->forward(conv1_->forward(input)).relu_();
+    x = bn2_->forward(conv2_->forward(x));
+    x += downsample_.is_empty() ? input : downsample_->forward(input);
+    return x.relu_();
+  }
+
+  nn::BatchNorm2d& bn2() {
+    return bn2_;
+  }
+
+ private:
+  nn::Conv2d conv1_;
+  nn::BatchNorm2d bn1_;
+  nn::Conv2d conv2_;
+  nn::BatchNorm2d bn2_;
+  nn::Sequential downsample_{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+/// `blocks` BasicBlocks, the first one changing channels and stride.
+nn::Sequential make_layer(
+    int64_t in, int64_t out, int64_t blocks, int64_t stride) {
+  nn::Sequential layer;
+  layer->push_back(BasicBlock(in, out, stride));
+  for (int64_t i = 1; i < blocks; ++i) {
+    layer->push_back(BasicBlock(out, out, 1));
+  }
+  return layer;
+}
+
+} // namespace
+
+ResNetOptions::ResNetOptions(int64_t depth) : depth_(depth) {}
+
+ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.depth() == 18 || options_.depth() == 34,
+      "model.depth must be 18 or 34 (the BasicBlock ResNets), got ",
+      options_.depth());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.num_classes() > 1,
+      "model.num_classes must be > 1, got ",
+      options_.num_classes());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.in_channels() > 0,
+      "model.in_channels must be positive, got ",
+      options_.in_channels());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.stem() == "imagenet" || options_.stem() == "cifar",
+      "model.stem must be imagenet or cifar, got '",
+      options_.stem(),
+      "'");
+
+  const bool imagenet = options_.stem() == "imagenet";
+  conv1_ = register_module(
+      "conv1",
+      imagenet ? conv(options_.in_channels(), 64, 7, 2)
+               : conv(options_.in_channels(), 64, 3, 1));
+  bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+  if (imagenet) {
+    maxpool_ = register_module(
+        "maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+  }
+  const std::array<int64_t, 4> blocks =
+      options_.depth() == 18 ? std::array<int64_t, 4>{2, 2, 2, 2}
+                             : std::array<int64_t, 4>{3, 4, 6, 3};
+  layer1_ = register_module("layer1", make_layer(64, 64, blocks[0], 1));
+  layer2_ = register_module("layer2", make_layer(64, 128, blocks[1], 2));
+  layer3_ = register_module("layer3", make_layer(128, 256, blocks[2], 2));
+  layer4_ = register_module("layer4", make_layer(256, 512, blocks[3], 2));
+  fc_ = register_module("fc", nn::Linear(512, options_.num_classes()));
+
+  torch::NoGradGuard no_grad;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(
+          conv->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+  if (options_.zero_init_residual()) {
+    for (const auto& module : modules(/*include_self=*/false)) {
+      if (auto* block = module->as<BasicBlock>()) {
+        nn::init::zeros_(block->bn2()->weight);
+      }
+    }
+  }
+}
+
+at::Tensor ResNetImpl::forward(const at::Tensor& input) {
+  at::Tensor x = bn1_->forward(conv1_->forward(input)).relu_();
+  if (!maxpool_.is_empty()) {
+    x = maxpool_->forward(x);
+  }
+  x = layer1_->forward(x);
+  x = layer2_->forward(x);
+  x = layer3_->forward(x);
+  x = layer4_->forward(x);
+  x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(/*start_dim=*/1);
+  return fc_->forward(x);
+}
+
+} // namespace hotloop::models

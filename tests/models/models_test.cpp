@@ -1,0 +1,692 @@
+#include "hotloop/models/gpt.h"
+#include "hotloop/models/mlp.h"
+#include "hotloop/models/resnet.h"
+
+#include "hotloop/core/error.h"
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef HOTLOOP_TEST_REFERENCE_DIR
+#define HOTLOOP_TEST_REFERENCE_DIR "tests/reference"
+#endif
+
+namespace hotloop::models {
+namespace {
+
+// Written by tests/reference/make_models_reference.py (see its docstring):
+// "<case> <field> <name> <shape> <values...>".
+constexpr double kParamScale = 1024; // `param` values are k / 1024
+constexpr double kInputScale = 64;   // `input` values are k / 64
+// Forward outputs are O(1); float32 kernels that sum in another order
+// differ by ~1e-7.
+constexpr double kParityTolerance = 1e-5;
+
+struct Entry {
+  std::string name;
+  std::string shape; // "[d0,d1,...]"
+  std::vector<double> values;
+};
+
+class Reference {
+ public:
+  static const Reference& get(const std::string& file) {
+    static std::map<std::string, Reference> cache;
+    auto it = cache.find(file);
+    if (it == cache.end()) {
+      it = cache
+               .emplace(
+                   file,
+                   Reference(
+                       std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
+               .first;
+    }
+    return it->second;
+  }
+
+  /// The entries of `case_name` with `field`, in file order.
+  std::vector<Entry> all(
+      const std::string& case_name, const std::string& field) const {
+    std::vector<Entry> out;
+    for (const auto& row : rows_) {
+      if (row.first == case_name + " " + field) {
+        out.push_back(row.second);
+      }
+    }
+    if (out.empty()) {
+      throw std::out_of_range(
+          "no reference rows '" + case_name + " " + field +
+          "' (regenerate with tests/reference/make_models_reference.py)");
+    }
+    return out;
+  }
+
+  const Entry& one(
+      const std::string& case_name,
+      const std::string& field,
+      const std::string& name) const {
+    for (const auto& row : rows_) {
+      if (row.first == case_name + " " + field && row.second.name == name) {
+        return row.second;
+      }
+    }
+    throw std::out_of_range(
+        "no reference row '" + case_name + " " + field + " " + name + "'");
+  }
+
+ private:
+  explicit Reference(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) {
+      throw std::runtime_error("cannot open reference file " + path);
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') {
+        continue;
+      }
+      std::istringstream fields(line);
+      std::string case_name, field;
+      Entry entry;
+      fields >> case_name >> field >> entry.name >> entry.shape;
+      for (double value = 0; fields >> value;) {
+        entry.values.push_back(value);
+      }
+      rows_.emplace_back(case_name + " " + field, std::move(entry));
+    }
+  }
+
+  std::vector<std::pair<std::string, Entry>> rows_;
+};
+
+std::string shape_string(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(sizes[i]);
+  }
+  return out + "]";
+}
+
+std::vector<int64_t> parse_shape(const std::string& shape) {
+  std::vector<int64_t> sizes;
+  std::istringstream in(shape.substr(1, shape.size() - 2));
+  for (std::string item; std::getline(in, item, ',');) {
+    sizes.push_back(std::stoll(item));
+  }
+  return sizes;
+}
+
+/// The entry's values as a tensor of its shape, divided by `scale`.
+at::Tensor to_tensor(
+    const Entry& entry, at::ScalarType dtype, double scale = 1.0) {
+  at::Tensor values = at::tensor(entry.values, at::kDouble) / scale;
+  return values.to(dtype).reshape(parse_shape(entry.shape));
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Parameters and buffers in the order of Python's state_dict(): modules
+/// in pre-order, each one's parameters then its buffers.
+std::vector<std::pair<std::string, at::Tensor>> state_dict(
+    const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_modules()) {
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
+      out.emplace_back(prefix + p.key(), p.value());
+    }
+    for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
+      out.emplace_back(prefix + b.key(), b.value());
+    }
+  }
+  return out;
+}
+
+/// "name shape" lines, to compare with the reference's `state` entries.
+std::vector<std::string> state_lines(const torch::nn::Module& module) {
+  std::vector<std::string> out;
+  for (const auto& [name, tensor] : state_dict(module)) {
+    out.push_back(name + " " + shape_string(tensor.sizes()));
+  }
+  return out;
+}
+
+std::vector<std::string> reference_lines(const std::vector<Entry>& entries) {
+  std::vector<std::string> out;
+  for (const auto& entry : entries) {
+    out.push_back(entry.name + " " + entry.shape);
+  }
+  return out;
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) {
+    n += p.numel();
+  }
+  return n;
+}
+
+/// Copies the reference's `param` entries of `case_name` into `module` by
+/// name; every parameter of `module` must be among them.
+void load_reference_parameters(
+    torch::nn::Module& module, const std::string& case_name) {
+  const auto entries =
+      Reference::get("models_forward.txt").all(case_name, "param");
+  auto params = module.named_parameters();
+  ASSERT_EQ(params.size(), entries.size())
+      << "the model and the reference have different parameter counts";
+  torch::NoGradGuard no_grad;
+  for (const auto& entry : entries) {
+    at::Tensor* param = params.find(entry.name);
+    ASSERT_NE(param, nullptr) << "no parameter named " << entry.name;
+    ASSERT_EQ(shape_string(param->sizes()), entry.shape) << entry.name;
+    param->copy_(to_tensor(entry, at::kFloat, kParamScale));
+  }
+}
+
+void expect_close(
+    const at::Tensor& actual, const at::Tensor& expected, double tolerance) {
+  ASSERT_EQ(actual.sizes(), expected.sizes());
+  const at::Tensor diff =
+      (actual.to(at::kDouble) - expected.to(at::kDouble)).abs();
+  const int64_t worst = diff.flatten().argmax().item<int64_t>();
+  EXPECT_LE(diff.max().item<double>(), tolerance)
+      << "worst at flat index " << worst << ": got "
+      << actual.flatten()[worst].item<double>() << ", PyTorch "
+      << expected.flatten()[worst].item<double>();
+}
+
+/// Expects std(t) within `tolerance` (relative) of `expected` and mean(t)
+/// within `tolerance` * expected of 0.
+void expect_std(
+    const at::Tensor& t,
+    double expected,
+    double tolerance,
+    const std::string& name) {
+  const double std = t.std().item<double>();
+  const double mean = t.mean().item<double>();
+  EXPECT_NEAR(std / expected, 1.0, tolerance)
+      << name << ": std " << std << ", expected " << expected;
+  EXPECT_LE(std::abs(mean), tolerance * expected) << name << ": mean " << mean;
+}
+
+bool all_equal(const at::Tensor& t, double value) {
+  return t.eq(value).all().item<bool>();
+}
+
+// ----------------------------------------------------------------------
+// ResNet
+
+ResNet make_resnet(int64_t depth, const std::string& stem) {
+  return ResNet(ResNetOptions(depth).stem(stem).num_classes(
+      stem == "imagenet" ? 1000 : 10));
+}
+
+/// make_models_reference.py's deterministic_fill(), step for step.
+void deterministic_fill(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  int64_t i = 0;
+  for (auto& [name, t] : state_dict(module)) {
+    const int64_t index = i++;
+    if (ends_with(name, "num_batches_tracked")) {
+      continue;
+    }
+    const at::Tensor j = at::arange(t.numel(), at::kLong);
+    const at::Tensor k =
+        (j * j * 7 + j * 7919 + (index + 1) * 104729).remainder(1000003) -
+        500001;
+    const at::Tensor u = k.to(at::kDouble) / 500001.0;
+    at::Tensor v;
+    if (ends_with(name, "running_var")) {
+      v = u * 0.5 + 1.5;
+    } else if (ends_with(name, "running_mean")) {
+      v = u * 0.1;
+    } else if (t.dim() >= 2) {
+      v = u * std::sqrt(6.0 / static_cast<double>(t.numel() / t.size(0)));
+    } else if (ends_with(name, "weight")) {
+      v = u * 0.1 + 0.9;
+    } else {
+      v = u * 0.1;
+    }
+    t.copy_(v.to(t.scalar_type()).reshape(t.sizes()));
+  }
+}
+
+TEST(ResNet, StateDictNamesAndShapesEqualTorchvisionForEachDepthAndStem) {
+  const auto& reference = Reference::get("resnet_state_dicts.txt");
+  for (int64_t depth : {18, 34}) {
+    for (const std::string stem : {"imagenet", "cifar"}) {
+      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
+      SCOPED_TRACE(name);
+      EXPECT_EQ(
+          state_lines(*make_resnet(depth, stem)),
+          reference_lines(reference.all(name, "state")));
+    }
+  }
+}
+
+TEST(ResNet, HasTorchvisionParameterCounts) {
+  const auto& reference = Reference::get("resnet_state_dicts.txt");
+  EXPECT_EQ(parameter_count(*make_resnet(18, "imagenet")), 11689512);
+  EXPECT_EQ(parameter_count(*make_resnet(34, "imagenet")), 21797672);
+  for (int64_t depth : {18, 34}) {
+    for (const std::string stem : {"imagenet", "cifar"}) {
+      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
+      EXPECT_EQ(
+          parameter_count(*make_resnet(depth, stem)),
+          reference.one(name, "count", "params").values.at(0))
+          << name;
+    }
+  }
+}
+
+TEST(ResNet, ConvWeightsAreKaimingNormalWithFanOut) {
+  torch::manual_seed(0);
+  ResNet model = make_resnet(18, "imagenet");
+  int convs = 0;
+  for (const auto& item : model->named_modules()) {
+    if (auto* conv = item.value()->as<torch::nn::Conv2d>()) {
+      const at::Tensor& w = conv->weight;
+      // fan_out = out_channels * kernel area; fan_in would differ in the
+      // stem, the downsample convs and the first conv of layers 2-4.
+      const double fan_out =
+          static_cast<double>(w.size(0) * w.size(2) * w.size(3));
+      // The smallest conv has 8192 weights: the std estimate's relative
+      // error is ~0.8%, so 4% is five standard errors.
+      expect_std(w, std::sqrt(2.0 / fan_out), 0.04, item.key());
+      EXPECT_FALSE(conv->bias.defined()) << item.key();
+      ++convs;
+    }
+  }
+  EXPECT_EQ(convs, 20); // stem + 8 blocks x 2 + 3 downsample convs
+}
+
+TEST(ResNet, BatchNormStartsAtWeightOneBiasZero) {
+  ResNet model = make_resnet(34, "cifar");
+  int norms = 0;
+  for (const auto& item : model->named_modules()) {
+    if (auto* bn = item.value()->as<torch::nn::BatchNorm2d>()) {
+      EXPECT_TRUE(all_equal(bn->weight, 1.0)) << item.key();
+      EXPECT_TRUE(all_equal(bn->bias, 0.0)) << item.key();
+      EXPECT_TRUE(all_equal(bn->running_mean, 0.0)) << item.key();
+      EXPECT_TRUE(all_equal(bn->running_var, 1.0)) << item.key();
+      ++norms;
+    }
+  }
+  EXPECT_EQ(norms, 1 + 16 * 2 + 3);
+}
+
+TEST(ResNet, ZeroInitResidualZeroesTheLastBatchNormOfEveryBlock) {
+  ResNet model(ResNetOptions(18).zero_init_residual(true));
+  int zeroed = 0;
+  for (const auto& [name, t] : state_dict(*model)) {
+    if (ends_with(name, "bn2.weight")) {
+      EXPECT_TRUE(all_equal(t, 0.0)) << name;
+      ++zeroed;
+    } else if (ends_with(name, "bn1.weight")) {
+      EXPECT_TRUE(all_equal(t, 1.0)) << name;
+    }
+  }
+  EXPECT_EQ(zeroed, 8);
+  ResNet plain(ResNetOptions(18));
+  for (const auto& [name, t] : state_dict(*plain)) {
+    if (ends_with(name, "bn2.weight")) {
+      EXPECT_TRUE(all_equal(t, 1.0)) << name;
+    }
+  }
+}
+
+TEST(ResNet, FcKeepsPyTorchDefaultLinearInit) {
+  torch::manual_seed(0);
+  ResNet model = make_resnet(18, "imagenet");
+  const at::Tensor w = model->named_parameters()["fc.weight"];
+  const at::Tensor b = model->named_parameters()["fc.bias"];
+  // kaiming_uniform(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  const double bound = 1.0 / std::sqrt(512.0);
+  EXPECT_LE(w.abs().max().item<double>(), bound);
+  expect_std(w, bound / std::sqrt(3.0), 0.02, "fc.weight");
+  EXPECT_LE(b.abs().max().item<double>(), bound);
+  EXPECT_GT(b.abs().max().item<double>(), 0.5 * bound);
+}
+
+TEST(ResNet, ForwardMatchesTorchvisionWithDeterministicWeights) {
+  const auto& reference = Reference::get("models_forward.txt");
+  ResNet model = make_resnet(18, "cifar");
+  deterministic_fill(*model);
+  model->eval();
+  const at::Tensor x = to_tensor(
+      reference.one("resnet18_cifar", "input", "x"), at::kFloat, kInputScale);
+  torch::NoGradGuard no_grad;
+  expect_close(
+      model->forward(x),
+      to_tensor(
+          reference.one("resnet18_cifar", "output", "logits"), at::kFloat),
+      kParityTolerance);
+}
+
+TEST(ResNet, OutputsOneLogitPerClassForEitherStemAndAnyChannelCount) {
+  ResNet imagenet(ResNetOptions(18).in_channels(1).num_classes(7));
+  EXPECT_EQ(
+      imagenet->forward(at::randn({2, 1, 64, 64})).sizes(),
+      at::IntArrayRef({2, 7}));
+  EXPECT_EQ(
+      imagenet->named_parameters()["conv1.weight"].sizes(),
+      at::IntArrayRef({64, 1, 7, 7}));
+  ResNet cifar(ResNetOptions(34).stem("cifar").num_classes(10));
+  EXPECT_EQ(
+      cifar->forward(at::randn({2, 3, 32, 32})).sizes(),
+      at::IntArrayRef({2, 10}));
+}
+
+TEST(ResNet, BackwardReachesEveryParameterInTraining) {
+  // The blocks use in-place ReLU and residual adds, as torchvision.
+  ResNet model = make_resnet(18, "cifar");
+  model->train();
+  model->forward(at::randn({2, 3, 16, 16})).square().mean().backward();
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+}
+
+TEST(ResNet, BadOptionsNameTheOption) {
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(50)),
+      "model.depth must be 18 or 34 (the BasicBlock ResNets), got 50");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(18).stem("tiny")),
+      "model.stem must be imagenet or cifar, got 'tiny'");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(18).num_classes(1)),
+      "model.num_classes must be > 1, got 1");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(18).in_channels(0)),
+      "model.in_channels must be positive, got 0");
+}
+
+// ----------------------------------------------------------------------
+// Mlp
+
+// As make_models_reference.py's mlp_lines().
+MlpOptions reference_mlp_options(const std::string& activation) {
+  return MlpOptions(20, 5).hidden({16, 8}).activation(activation);
+}
+
+TEST(Mlp, ForwardMatchesPyTorchForReluAndGelu) {
+  const auto& reference = Reference::get("models_forward.txt");
+  for (const std::string activation : {"relu", "gelu"}) {
+    SCOPED_TRACE(activation);
+    const std::string name = "mlp_" + activation;
+    Mlp model(reference_mlp_options(activation));
+    load_reference_parameters(*model, name);
+    const at::Tensor x =
+        to_tensor(reference.one(name, "input", "x"), at::kFloat, kInputScale);
+    torch::NoGradGuard no_grad;
+    expect_close(
+        model->forward(x),
+        to_tensor(reference.one(name, "output", "logits"), at::kFloat),
+        kParityTolerance);
+  }
+}
+
+TEST(Mlp, FlattensTheInputAndNamesItsLinearLayersInOrder) {
+  Mlp model(reference_mlp_options("relu"));
+  EXPECT_EQ(
+      state_lines(*model),
+      std::vector<std::string>(
+          {"layers.0.weight [16,20]",
+           "layers.0.bias [16]",
+           "layers.1.weight [8,16]",
+           "layers.1.bias [8]",
+           "layers.2.weight [5,8]",
+           "layers.2.bias [5]"}));
+  EXPECT_EQ(
+      model->forward(at::randn({3, 4, 5})).sizes(), at::IntArrayRef({3, 5}));
+  Mlp linear(MlpOptions(6, 2));
+  EXPECT_EQ(parameter_count(*linear), 6 * 2 + 2);
+}
+
+TEST(Mlp, LinearLayersKeepPyTorchDefaultInit) {
+  torch::manual_seed(0);
+  Mlp model(MlpOptions(1024, 10).hidden({512}));
+  const at::Tensor w = model->named_parameters()["layers.0.weight"];
+  const double bound = 1.0 / std::sqrt(1024.0);
+  EXPECT_LE(w.abs().max().item<double>(), bound);
+  expect_std(w, bound / std::sqrt(3.0), 0.02, "layers.0.weight");
+}
+
+TEST(Mlp, DropoutActsOnlyInTraining) {
+  torch::manual_seed(0);
+  Mlp model(MlpOptions(32, 4).hidden({256}).dropout(0.5));
+  const at::Tensor x = at::randn({8, 32});
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const at::Tensor eval = model->forward(x);
+  EXPECT_TRUE(model->forward(x).equal(eval));
+  model->train();
+  EXPECT_FALSE(model->forward(x).allclose(eval));
+}
+
+TEST(Mlp, BadOptionsNameTheOption) {
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Mlp(MlpOptions(20, 5).activation("tanh")),
+      "model.activation must be relu or gelu, got 'tanh'");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Mlp(MlpOptions(20, 5).hidden({16, 0})),
+      "model.hidden must be positive, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Mlp(MlpOptions(0, 5)),
+      "model.in_features must be positive, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Mlp(MlpOptions(20, 5).dropout(1.0)),
+      "model.dropout must be in [0, 1), got 1");
+}
+
+// ----------------------------------------------------------------------
+// Gpt
+
+TEST(Gpt, ParameterNamesAndShapesEqualNanoGpt) {
+  // nanoGPT's named_parameters(), which lists the tied lm_head.weight once,
+  // as transformer.wte.weight.
+  EXPECT_EQ(
+      state_lines(*Gpt(GptOptions::tiny())),
+      reference_lines(
+          Reference::get("models_forward.txt").all("gpt_tiny", "param")));
+}
+
+TEST(Gpt, ForwardMatchesNanoGptLogitsAndLoss) {
+  const auto& reference = Reference::get("models_forward.txt");
+  Gpt model(GptOptions::tiny());
+  load_reference_parameters(*model, "gpt_tiny");
+  model->eval();
+  const at::Tensor idx =
+      to_tensor(reference.one("gpt_tiny", "tokens", "idx"), at::kLong);
+  const at::Tensor targets =
+      to_tensor(reference.one("gpt_tiny", "targets", "targets"), at::kLong);
+  torch::NoGradGuard no_grad;
+  const at::Tensor logits = model->forward(idx);
+  expect_close(
+      logits,
+      to_tensor(reference.one("gpt_tiny", "output", "logits"), at::kFloat),
+      kParityTolerance);
+  // The reference's targets hold -1s, which the loss ignores.
+  EXPECT_NEAR(
+      gpt_loss(logits, targets).item<double>(),
+      reference.one("gpt_tiny", "loss", "loss").values.at(0),
+      kParityTolerance);
+}
+
+TEST(Gpt, Gpt2SmallHasNanoGptParameterCount) {
+  const GptOptions options = GptOptions::gpt2_124m();
+  Gpt model(options);
+  const auto& counts = Reference::get("models_forward.txt")
+                           .one("gpt2_124m", "count", "params")
+                           .values;
+  // 124,439,808 = wte 50257*768 + wpe 1024*768 + 12 blocks * 7,087,872
+  // + ln_f 2*768; nanoGPT reports 123.65M, without wpe.
+  EXPECT_EQ(model->num_params(/*non_embedding=*/false), 124439808);
+  EXPECT_EQ(model->num_params(), 123653376);
+  EXPECT_EQ(parameter_count(*model), counts.at(0));
+  EXPECT_EQ(model->num_params(), counts.at(1));
+  const GptOptions defaults;
+  EXPECT_EQ(options.vocab_size(), defaults.vocab_size());
+  EXPECT_EQ(options.n_embd(), defaults.n_embd());
+}
+
+TEST(Gpt, InitialisesWeightsAsNanoGpt) {
+  torch::manual_seed(0);
+  // Big enough for tight std estimates: the smallest matrix has 16384
+  // weights.
+  Gpt model(GptOptions::tiny()
+                .vocab_size(1024)
+                .block_size(256)
+                .n_layer(4)
+                .n_head(4)
+                .n_embd(128));
+  // GPT-2's scaled init of the residual projections.
+  const double residual_std = 0.02 / std::sqrt(2.0 * 4);
+  int scaled = 0;
+  for (const auto& [name, p] : state_dict(*model)) {
+    if (ends_with(name, "c_proj.weight")) {
+      // std estimates err by ~0.6% here: 4% is over six standard errors.
+      expect_std(p, residual_std, 0.04, name);
+      ++scaled;
+    } else if (p.dim() == 2) {
+      expect_std(p, 0.02, 0.04, name);
+    } else if (
+        name.find(".ln_") != std::string::npos && ends_with(name, "weight")) {
+      EXPECT_TRUE(all_equal(p, 1.0)) << name;
+    } else {
+      EXPECT_TRUE(ends_with(name, "bias")) << name;
+      EXPECT_TRUE(all_equal(p, 0.0)) << name;
+    }
+  }
+  EXPECT_EQ(scaled, 2 * 4);
+}
+
+TEST(Gpt, LmHeadIsTheTokenEmbeddingWeight) {
+  Gpt model(GptOptions::tiny());
+  const auto params = model->named_parameters();
+  EXPECT_TRUE(
+      model->lm_head_weight().is_same(params["transformer.wte.weight"]));
+  for (const auto& p : params) {
+    EXPECT_EQ(p.key().find("lm_head"), std::string::npos) << p.key();
+  }
+  // Gradients of the logits reach wte through lm_head even for tokens that
+  // are not in the input.
+  const at::Tensor idx = at::zeros({1, 4}, at::kLong);
+  model->forward(idx).sum().backward();
+  const at::Tensor grad = params["transformer.wte.weight"].grad();
+  ASSERT_TRUE(grad.defined());
+  EXPECT_GT(grad[5].abs().sum().item<double>(), 0.0);
+}
+
+TEST(Gpt, LogitsAtAPositionIgnoreLaterTokens) {
+  torch::manual_seed(0);
+  const GptOptions options = GptOptions::tiny();
+  Gpt model(options);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const int64_t t_max = options.block_size();
+  const at::Tensor idx =
+      at::randint(options.vocab_size(), {2, t_max}, at::kLong);
+  const at::Tensor logits = model->forward(idx);
+  for (int64_t t : {0, 5, 14}) {
+    SCOPED_TRACE(t);
+    at::Tensor changed = idx.clone();
+    changed.narrow(1, t + 1, t_max - t - 1)
+        .add_(1)
+        .remainder_(options.vocab_size());
+    const at::Tensor other = model->forward(changed);
+    EXPECT_TRUE(
+        other.narrow(1, 0, t + 1)
+            .allclose(logits.narrow(1, 0, t + 1), /*rtol=*/0, /*atol=*/1e-6));
+    // Positions that see a changed token do change.
+    EXPECT_FALSE(
+        other.narrow(1, t + 1, 1)
+            .allclose(logits.narrow(1, t + 1, 1), /*rtol=*/0, /*atol=*/1e-4));
+  }
+}
+
+TEST(Gpt, DropoutActsOnlyInTraining) {
+  torch::manual_seed(0);
+  Gpt model(GptOptions::tiny().dropout(0.2));
+  const at::Tensor idx = at::randint(64, {2, 16}, at::kLong);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const at::Tensor eval = model->forward(idx);
+  EXPECT_TRUE(model->forward(idx).equal(eval));
+  model->train();
+  EXPECT_FALSE(model->forward(idx).allclose(eval));
+}
+
+TEST(Gpt, WithoutBiasHasNoBiasParameters) {
+  Gpt model(GptOptions::tiny().bias(false));
+  int64_t expected = 64 * 32 + 16 * 32 + 32; // wte, wpe, ln_f
+  expected += 2 * (2 * 32 + 32 * 96 + 32 * 32 + 32 * 128 + 128 * 32);
+  EXPECT_EQ(model->num_params(/*non_embedding=*/false), expected);
+  for (const auto& p : model->named_parameters()) {
+    EXPECT_FALSE(ends_with(p.key(), "bias")) << p.key();
+  }
+  EXPECT_EQ(
+      model->forward(at::zeros({1, 3}, at::kLong)).sizes(),
+      at::IntArrayRef({1, 3, 64}));
+}
+
+TEST(Gpt, RejectsSequencesLongerThanBlockSize) {
+  Gpt model(GptOptions::tiny());
+  EXPECT_THROWS_WITH(
+      Error,
+      model->forward(at::zeros({1, 17}, at::kLong)),
+      "Gpt: cannot forward a sequence of length 17, model.block_size is only "
+      "16");
+}
+
+TEST(Gpt, BadOptionsNameTheOption) {
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions().n_embd(100).n_head(12)),
+      "model.n_embd (100) must be divisible by model.n_head (12)");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions::tiny().n_head(0)),
+      "model.n_head must be positive, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions::tiny().vocab_size(0)),
+      "model.vocab_size must be positive, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions::tiny().dropout(1.0)),
+      "model.dropout must be in [0, 1), got 1");
+}
+
+} // namespace
+} // namespace hotloop::models
