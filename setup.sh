@@ -20,6 +20,7 @@ PACKAGES=(
   libpng-dev libturbojpeg0-dev  # image folders (PNG, JPEG)
   libgtest-dev libgmock-dev
   dataset-fashion-mnist   # the main job's data: /usr/share/datasets/fashion-mnist
+  chromium                # renders the run report in its headless test
 )
 
 missing=()

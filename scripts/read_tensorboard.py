@@ -9,7 +9,7 @@ package's EventAccumulator) and lists or checks what it holds.
     read_tensorboard.py LOGDIR --self-check
         Checks the run that hotloop's C++ test writes (tests/log/
         tensorboard_test.cpp, write_self_check_run). To make one:
-            HOTLOOP_TENSORBOARD_SELF_CHECK_DIR=/tmp/tb build/tensorboard_test \\
+            HOTLOOP_TENSORBOARD_SELF_CHECK_DIR=/tmp/tb build/tests/hotloop_tests \\
                 --gtest_filter='*SelfCheck*'
             python3 scripts/read_tensorboard.py /tmp/tb --self-check
 

@@ -4,6 +4,9 @@
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
+#include "hotloop/log/csv_logger.h"
+#include "hotloop/log/report.h"
+#include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
@@ -32,6 +35,8 @@ constexpr const char* kUsage =
     "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
     "  predict    write the test split's predicted classes to a CSV file\n"
     "             (--ckpt_path, --output FILE.csv)\n"
+    "  report     write RUN_DIR/report.html: loss, accuracy, learning rate\n"
+    "             and step-time plots of a run (hotloop report RUN_DIR)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -61,11 +66,13 @@ Session build_session(const FitConfig& config, bool with_train) {
   const auto& images = session.val_set->images();
   model.in_channels = images.size(1);
   model.image_size = images.size(2);
+  const models::FashionCnn network(model);
   session.module = std::make_shared<train::ImageClassifier>(
-      torch::nn::AnyModule(models::FashionCnn(model)),
+      torch::nn::AnyModule(network),
       config.optimizer,
       config.scheduler,
       config.top_k);
+  session.module->set_flops_per_sample(network->flops_per_sample());
   return session;
 }
 
@@ -159,6 +166,13 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
   if (!run_dir.empty()) {
     const std::string yaml = args.config.to_yaml();
     std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
+    if (config.logger) {
+      trainer.add_logger(std::make_shared<log::CsvLogger>(run_dir));
+      auto tensorboard = std::make_shared<log::TensorBoardLogger>(run_dir);
+      tensorboard->writer().add_text("config", "```\n" + yaml + "```", 0);
+      trainer.add_logger(tensorboard).add_callback(tensorboard);
+      trainer.set_hyperparams(args.config.flat());
+    }
   }
   const train::FitResult result =
       trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
@@ -186,6 +200,31 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
     out << "; best checkpoint " << result.best_model_path;
   }
   out << std::defaultfloat << "\n";
+  if (!run_dir.empty()) {
+    out << "report: hotloop report " << run_dir << "\n";
+  }
+  return 0;
+}
+
+int run_report(const std::vector<std::string>& args, std::ostream& out) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !args.empty() && args[0].rfind("--", 0) != 0,
+      "hotloop report needs the run folder: hotloop report RUN_DIR "
+      "[--output FILE.html]");
+  std::string output;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].rfind("--output=", 0) == 0) {
+      output = args[i].substr(9);
+    } else if (args[i] == "--output" && i + 1 < args.size()) {
+      output = args[++i];
+    } else {
+      throw ConfigError(
+          "hotloop report: unexpected argument '" + args[i] +
+          "' (expected --output FILE.html)");
+    }
+  }
+  out << "wrote " << log::write_run_report(args[0], output) << "\n";
   return 0;
 }
 
@@ -273,13 +312,16 @@ int run(
           << TORCH_VERSION_PATCH << ")\n";
       return 0;
     }
+    if (command == "report") {
+      return run_report({args.begin() + 1, args.end()}, out);
+    }
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
             command == "predict",
         "unknown command '",
         command,
-        "' (expected fit, validate, test or predict)");
+        "' (expected fit, validate, test, predict or report)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     ParsedArgs parsed = parse_args(

@@ -507,6 +507,16 @@ std::string Config::to_yaml() const {
   return YAML::Dump(root) + "\n";
 }
 
+std::map<std::string, std::string> Config::flat() const {
+  std::map<std::string, std::string> values;
+  for (const OptionSpec& spec : schema_->options()) {
+    YAML::Emitter out;
+    out << YAML::Flow << to_node(values_.at(spec.key));
+    values[spec.key] = out.c_str();
+  }
+  return values;
+}
+
 ParsedArgs parse_args(
     const ConfigSchema& schema,
     const std::vector<std::string>& args,

@@ -174,6 +174,22 @@ ConfigSchema make_schema() {
           "false",
           "autograd anomaly detection (slow; for debugging NaNs)"));
   s.add(
+      opt("trainer.logger",
+          T::kBool,
+          "true",
+          "write metrics.csv and TensorBoard event files into the run folder"));
+  s.add(choice(
+      "trainer.profiler",
+      "",
+      {"", "pytorch"},
+      "pytorch: also write a Chrome trace of a few steps to trace.json"));
+  s.add(
+      opt("trainer.profiler_steps",
+          T::kInt,
+          "5",
+          "optimizer steps the pytorch profiler records",
+          1));
+  s.add(
       opt("trainer.inference_mode",
           T::kBool,
           "true",
@@ -701,7 +717,9 @@ FitConfig to_fit_config(const Config& c) {
       .accelerator(c.get_string("trainer.accelerator"))
       .devices(c.get_string("trainer.devices"))
       .channels_last(c.get_bool("trainer.channels_last"))
-      .seed(c.get_int("trainer.seed"));
+      .seed(c.get_int("trainer.seed"))
+      .profiler(c.get_string("trainer.profiler"))
+      .profiler_steps(c.get_int("trainer.profiler_steps"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.trainer.name().empty() &&
@@ -756,6 +774,7 @@ FitConfig to_fit_config(const Config& c) {
         .stopping_threshold(stopping_threshold)
         .divergence_threshold(divergence_threshold);
   }
+  f.logger = c.get_bool("trainer.logger");
   f.lr_monitor = c.get_bool("lr_monitor.enabled");
   f.lr_monitor_interval = c.get_string("lr_monitor.logging_interval");
   f.lr_monitor_momentum = c.get_bool("lr_monitor.log_momentum");

@@ -51,8 +51,8 @@ class Reader {
       if (got < 0) {
         int code = 0;
         const char* message = gzerror(file_, &code);
-        throw DataError(
-            hotloop::detail::str_cat(path_, ": corrupt gzip data (", message, ")"));
+        throw DataError(hotloop::detail::str_cat(
+            path_, ": corrupt gzip data (", message, ")"));
       }
       if (got == 0) {
         break;

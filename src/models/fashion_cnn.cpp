@@ -78,4 +78,22 @@ at::Tensor FashionCnnImpl::forward(const at::Tensor& input) {
   return head_->forward(features_->forward(input));
 }
 
+double FashionCnnImpl::flops_per_sample() const {
+  double flops = 0;
+  int64_t in = options_.in_channels;
+  int64_t size = options_.image_size;
+  for (int64_t out : options_.channels) {
+    // 3x3 convolution with padding 1 keeps the size; the pool halves it.
+    flops += 2.0 * in * out * 9 * size * size;
+    in = out;
+    size /= 2;
+  }
+  int64_t width = in * size * size;
+  if (options_.hidden > 0) {
+    flops += 2.0 * width * options_.hidden;
+    width = options_.hidden;
+  }
+  return flops + 2.0 * width * options_.num_classes;
+}
+
 } // namespace hotloop::models

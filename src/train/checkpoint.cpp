@@ -11,6 +11,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -82,6 +83,11 @@ void write_file_atomically(
       ": cannot create a temporary file next to it: ",
       std::strerror(errno));
   try {
+    // mkstemp makes the file private (0600); give it the permissions any
+    // other file would get.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
     write_all(fd, bytes, temp);
     HOTLOOP_CHECK(
         ::fsync(fd) == 0, temp, ": fsync failed: ", std::strerror(errno));

@@ -5,6 +5,7 @@
 #include "hotloop/core/memory.h"
 #include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"
+#include "hotloop/log/model_summary.h"
 #include "hotloop/log/progress.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/device.h"
@@ -12,6 +13,7 @@
 #include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/run_dir.h"
+#include "hotloop/train/step_profile.h"
 #include "hotloop/train/timer.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +21,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/csrc/autograd/profiler.h>
 #include <torch/nn/utils/clip_grad.h>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +40,10 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double seconds_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double>(end - start).count();
 }
 
 int64_t limited(int64_t available, int64_t limit) {
@@ -115,6 +122,10 @@ struct Trainer::FitState {
   bool interrupted = false;
   // The global step of the last validation, so none runs twice.
   int64_t validated_step = -1;
+  StepProfile profile;
+  // LibTorch's profiler while trace steps run (trainer.profiler=pytorch).
+  std::optional<torch::autograd::profiler::RecordProfile> trace;
+  int64_t trace_steps_left = 0;
 };
 
 void seed_everything(uint64_t seed) {
@@ -189,6 +200,13 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
   check_at_least(options_.num_sanity_val_steps(), 0, "num_sanity_val_steps");
   check_at_least(options_.log_every_n_steps(), 0, "log_every_n_steps");
   check_at_least(options_.seed(), -1, "seed");
+  check_at_least(options_.profiler_steps(), 1, "profiler_steps");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.profiler().empty() || options_.profiler() == "pytorch",
+      "trainer.profiler: expected \"\" or pytorch, got '",
+      options_.profiler(),
+      "'");
   if (options_.fast_dev_run() > 0) {
     // Lightning's fast_dev_run: n batches of each, once, leaving no files.
     const int64_t n = options_.fast_dev_run();
@@ -220,6 +238,11 @@ Trainer& Trainer::add_callback(std::shared_ptr<Callback> callback) {
 Trainer& Trainer::add_logger(std::shared_ptr<log::Logger> logger) {
   HOTLOOP_CHECK(logger != nullptr, "add_logger: the logger is null");
   loggers_.push_back(std::move(logger));
+  return *this;
+}
+
+Trainer& Trainer::set_hyperparams(std::map<std::string, std::string> params) {
+  hyperparams_ = std::move(params);
   return *this;
 }
 
@@ -503,6 +526,11 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
     sanity_checking_ = false;
   }
 
+  model_summary_ = summarize(module, train, *state.precision);
+  if (options_.enable_progress_bar()) {
+    model_summary_.print(out_);
+  }
+  state.profile.flops_per_sample = 3 * module.flops_per_sample();
   each_callback([&](Callback& c) { c.on_fit_start(*this, module); });
   bool stop = false;
   for (int64_t epoch = progress_.epoch; epoch < options_.max_epochs() && !stop;
@@ -510,6 +538,7 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
     stop = train_epoch(state, epoch);
   }
   flush_logs();
+  state.trace.reset(); // writes the trace when the fit ended inside it
   each_callback([&](Callback& c) { c.on_fit_end(*this, module); });
 
   FitResult result;
@@ -534,9 +563,17 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
     }
     break;
   }
-  write_summary(result);
-  if (options_.fast_dev_run() == 0) {
+  result.profile = state.profile;
+  const ProfileContext context = profile_context(train);
+  if (options_.enable_progress_bar() && state.profile.steps > 0) {
+    state.profile.print(out_, context);
+  }
+  write_summary(result, context);
+  if (options_.fast_dev_run() == 0 && reducer_->is_global_zero()) {
     for (const auto& logger : loggers_) {
+      if (!hyperparams_.empty()) {
+        logger->log_hyperparams(hyperparams_, result.metrics);
+      }
       logger->finalize(state.interrupted ? "interrupted" : "success");
     }
   }
@@ -605,6 +642,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
 
   int64_t samples = 0;
   bool stop = false;
+  StepProfile& profile = state.profile;
   auto wait_start = Clock::now();
   for (auto it = train.begin(); it != train.end() && batch_idx < batches;
        ++it) {
@@ -612,10 +650,16 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     // accumulation -> backward (scaled) -> on the last micro-batch:
     // unscale, clip, step, update the scale, zero grads (set to none),
     // schedule.
-    const data::Batch batch = prepare_batch(precision, *it);
+    if (batch_idx % accumulate == 0) {
+      trace_steps(state);
+    }
+    const data::Batch& loaded = *it;
+    const auto transfer_start = Clock::now();
+    const data::Batch batch = prepare_batch(precision, loaded);
     const auto compute_start = Clock::now();
-    phases.data +=
-        std::chrono::duration<double>(compute_start - wait_start).count();
+    profile.data += seconds_between(wait_start, transfer_start);
+    profile.h2d += seconds_between(transfer_start, compute_start);
+    phases.data += seconds_between(wait_start, transfer_start);
     each_callback([&](Callback& c) {
       c.on_train_batch_start(*this, module, batch, batch_idx);
     });
@@ -628,10 +672,12 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     if (accumulate > 1) {
       loss = loss / static_cast<double>(accumulate);
     }
+    const auto backward_start = Clock::now();
     (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
     const auto optimizer_start = Clock::now();
-    phases.compute +=
-        std::chrono::duration<double>(optimizer_start - compute_start).count();
+    profile.forward += seconds_between(compute_start, backward_start);
+    profile.backward += seconds_between(backward_start, optimizer_start);
+    phases.compute += seconds_between(transfer_start, optimizer_start);
     samples += batch.size();
     progress_.epoch_batches = ++batch_idx;
     const bool step_now = batch_idx % accumulate == 0 || batch_idx == batches;
@@ -669,7 +715,11 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
         scheduler->step();
       }
       ++progress_.global_step;
+      ++profile.steps;
     }
+    const auto logging_start = Clock::now();
+    profile.optimizer += seconds_between(optimizer_start, logging_start);
+    const double validation_before = profile.validation;
     each_callback([&](Callback& c) {
       c.on_train_batch_end(*this, module, loss_value, batch, batch_idx - 1);
     });
@@ -698,8 +748,10 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
       stop = stop || stop_requested(epoch);
     }
     wait_start = Clock::now();
-    phases.optimizer +=
-        std::chrono::duration<double>(wait_start - optimizer_start).count();
+    profile.logging += seconds_between(logging_start, wait_start) -
+                       (profile.validation - validation_before);
+    phases.optimizer += seconds_between(optimizer_start, wait_start) -
+                        (profile.validation - validation_before);
     if (state.bar) {
       state.bar->update(
           batch_idx,
@@ -717,6 +769,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   }
   state.train_seconds += phases.total();
   state.train_samples += samples;
+  profile.samples += samples;
   if (state.interrupted) {
     return true;
   }
@@ -800,8 +853,28 @@ void Trainer::interrupt(FitState& state) {
        << ")\n";
 }
 
+void Trainer::trace_steps(FitState& state) {
+  // Skips two steps (first-call allocations and algorithm searches), then
+  // records profiler_steps whole optimizer steps.
+  if (options_.profiler() != "pytorch" || log_dir_.empty()) {
+    return;
+  }
+  if (!state.trace && state.trace_steps_left == 0 &&
+      progress_.global_step == 2) {
+    state.trace_steps_left = options_.profiler_steps();
+    state.trace.emplace(
+        (std::filesystem::path(log_dir_) / "trace.json").string());
+  } else if (state.trace && --state.trace_steps_left == 0) {
+    state.trace.reset(); // writes the file
+    if (options_.enable_progress_bar()) {
+      out_ << "profiler trace written to " << log_dir_ << "/trace.json\n";
+    }
+  }
+}
+
 void Trainer::run_validation(FitState& state) {
   Module& module = *state.module;
+  const auto start = Clock::now();
   each_callback([&](Callback& c) { c.on_validation_start(*this, module); });
   const auto metrics = evaluate(
       module,
@@ -817,6 +890,7 @@ void Trainer::run_validation(FitState& state) {
   log_metrics(logged);
   state.validated_step = progress_.global_step;
   each_callback([&](Callback& c) { c.on_validation_end(*this, module); });
+  state.profile.validation += seconds_since(start);
 }
 
 void Trainer::flush_logs() {
@@ -946,7 +1020,38 @@ std::vector<at::Tensor> Trainer::predict(
   return outputs;
 }
 
-void Trainer::write_summary(const FitResult& result) {
+ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
+  ProfileContext context;
+  context.num_workers = train.options().num_workers();
+  context.pin_memory = train.options().pin_memory();
+  context.cuda = device_.is_cuda();
+  context.log_every_n_steps = options_.log_every_n_steps();
+  return context;
+}
+
+log::ModelSummary Trainer::summarize(
+    Module& module, data::DataLoader& train, const Precision& precision) {
+  // One sample through predict_step gives the layers' output shapes when
+  // the model is a chain of Sequentials; any failure just leaves them out.
+  at::Tensor example;
+  try {
+    example = prepare_batch(
+                  precision,
+                  data::Batch{
+                      train.dataset().get(0, data::SampleContext{}).input,
+                      at::Tensor()})
+                  .input.unsqueeze(0);
+  } catch (const std::exception&) {
+    example = at::Tensor();
+  }
+  return log::summarize_model(
+      module, /*max_depth=*/3, example, [&](const at::Tensor& input) {
+        return module.predict_step(data::Batch{input, at::Tensor()}, 0);
+      });
+}
+
+void Trainer::write_summary(
+    const FitResult& result, const ProfileContext& context) {
   if (log_dir_.empty()) {
     return;
   }
@@ -961,6 +1066,24 @@ void Trainer::write_summary(const FitResult& result) {
   summary["checkpoint"] = result.checkpoint_path;
   summary["best_checkpoint"] = result.best_model_path;
   summary["interrupted"] = result.interrupted;
+  const StepProfile& profile = result.profile;
+  summary["profile"] = {
+      {"phases", profile.phases()},
+      {"validation", profile.validation},
+      {"steps", profile.steps},
+      {"samples_per_s", profile.samples_per_s()},
+      {"verdict", profile.verdict(context)},
+  };
+  if (profile.flops_per_sample > 0) {
+    summary["profile"]["flops_per_sample"] = profile.flops_per_sample;
+    summary["profile"]["flops_per_s"] = profile.flops_per_s();
+  }
+  summary["model"] = {
+      {"total_params", model_summary_.total_params()},
+      {"trainable_params", model_summary_.trainable_params},
+      {"frozen_params", model_summary_.frozen_params},
+      {"size_mb", model_summary_.size_mb},
+  };
   write_file_atomically(
       (std::filesystem::path(log_dir_) / "summary.json").string(),
       [&](std::ostream& out) { out << summary.dump(2) << "\n"; });

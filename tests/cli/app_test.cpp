@@ -75,7 +75,7 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test or predict)"));
+                "validate, test, predict or report)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -153,6 +153,33 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
       fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
   EXPECT_TRUE(fs::is_regular_file(run / "summary.json"));
   EXPECT_TRUE(fs::is_regular_file(run / "checkpoints" / "last.ckpt"));
+  // The loggers' files, the model summary and the profile.
+  EXPECT_TRUE(fs::is_regular_file(run / "metrics.csv"));
+  EXPECT_TRUE(fs::is_regular_file(run / "hparams.yaml"));
+  int64_t event_files = 0;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    event_files +=
+        entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 1);
+  EXPECT_THAT(r.out, HasSubstr("network.features.0  Conv2d"));
+  EXPECT_THAT(r.out, HasSubstr("verdict: "));
+  std::ifstream summary_file(run / "summary.json");
+  const auto summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary.at("profile").at("steps"), 16);
+  EXPECT_GT(summary.at("profile").at("flops_per_s").get<double>(), 0);
+  EXPECT_GT(summary.at("model").at("total_params").get<int64_t>(), 0);
+
+  r = run_cli({"report", run.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("wrote " + (run / "report.html").string()));
+  EXPECT_TRUE(fs::is_regular_file(run / "report.html"));
+  r = run_cli({"report", dir.file("nothing")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(dir.file("nothing")));
+  r = run_cli({"report"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("hotloop report needs the run folder"));
 
   // The saved config is complete: it reproduces the run's settings.
   Config saved(fit_schema());

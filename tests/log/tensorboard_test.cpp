@@ -1,6 +1,8 @@
 #include "hotloop/log/tensorboard.h"
 #include "hotloop/core/error.h"
+#include "hotloop/log/tensorboard_logger.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -892,6 +894,63 @@ TEST(EventReader, DetectsTornAndCorruptRecords) {
   expect_error(altered, "record 1: length CRC mismatch");
   write(good);
   EXPECT_EQ(read_records(path).size(), 3u);
+}
+
+TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
+  TempDir dir;
+  auto logger = std::make_shared<TensorBoardLogger>(dir.path());
+  auto module = train::make_module(0);
+  data::DataLoader train_loader(
+      train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));
+  data::DataLoader val_loader(
+      train::quadrants(32, 2), data::DataLoaderOptions(32));
+  train::Trainer trainer(train::TrainerOptions()
+                             .max_epochs(2)
+                             .default_root_dir("")
+                             .enable_progress_bar(false)
+                             .log_every_n_steps(2));
+  trainer.add_logger(logger).add_callback(logger);
+  trainer.set_hyperparams({{"optimizer.lr", "0.01"}, {"model.name", "cnn"}});
+  trainer.fit(*module, train_loader, &val_loader);
+  const std::string path = logger->writer().path();
+
+  std::vector<int64_t> steps;
+  for (const Message& event : events_tagged(path, "train_loss_step")) {
+    steps.push_back(event.int64(kStep));
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 6, 8}));
+  // Two epoch ends, then the final value beside the hparams.
+  const auto val_acc = events_tagged(path, "val_acc");
+  ASSERT_EQ(val_acc.size(), 3u);
+  EXPECT_EQ(val_acc[1].int64(kStep), 8);
+  EXPECT_FLOAT_EQ(
+      value_of(val_acc[1]).float32(kSimpleValue),
+      static_cast<float>(trainer.callback_metrics().at("val_acc")));
+  // Weights at each epoch end, gradients at each epoch's first step.
+  const auto weights = events_tagged(path, "weights/network.features.0.weight");
+  ASSERT_EQ(weights.size(), 2u);
+  EXPECT_TRUE(value_of(weights[0]).has(kHisto));
+  EXPECT_EQ(weights[0].int64(kStep), 4);
+  const auto gradients =
+      events_tagged(path, "gradients/network.features.0.weight");
+  ASSERT_EQ(gradients.size(), 2u);
+  EXPECT_EQ(gradients[0].int64(kStep), 0);
+  EXPECT_EQ(gradients[1].int64(kStep), 4);
+  // One grid of the first batch: 16 images of 12x12, 8 per row.
+  const auto images = events_tagged(path, "train/input_samples");
+  ASSERT_EQ(images.size(), 1u);
+  const Message image = value_of(images[0]).message(kImage);
+  EXPECT_EQ(image.int64(1), 2 + 2 * (12 + 2)); // height
+  EXPECT_EQ(image.int64(2), 2 + 8 * (12 + 2)); // width
+  // The hparams summaries, then the final metrics.
+  int64_t hparams = 0;
+  for (const Message& event : read_events(path)) {
+    if (event.has(kSummary) && value_of(event).has(kMetadata) &&
+        plugin_name(value_of(event)) == "hparams") {
+      ++hparams;
+    }
+  }
+  EXPECT_EQ(hparams, 3);
 }
 
 } // namespace

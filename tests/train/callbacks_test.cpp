@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -92,9 +93,17 @@ class RecordingLogger : public log::Logger {
       const std::map<std::string, double>& metrics, int64_t step) override {
     records.emplace_back(step, metrics);
   }
+  void log_hyperparams(
+      const std::map<std::string, std::string>& params,
+      const std::map<std::string, double>& metrics) override {
+    hyperparams = params;
+    final_metrics = metrics;
+  }
   void finalize(const std::string& status) override {
     statuses.push_back(status);
   }
+  std::map<std::string, std::string> hyperparams;
+  std::map<std::string, double> final_metrics;
   std::vector<std::pair<int64_t, std::map<std::string, double>>> records;
   std::vector<std::string> statuses;
 };
@@ -223,8 +232,51 @@ TEST_F(CallbackTest, LoggersGetOneRecordPerLoggingStepAndPerEpoch) {
   }
   EXPECT_EQ(logger->records[6].second.at("epoch"), 1);
   EXPECT_THAT(logger->statuses, ElementsAre("success"));
+  EXPECT_TRUE(logger->hyperparams.empty()); // none were set
   // The last logged rate is step 15's: halved after steps 5 and 10.
   EXPECT_DOUBLE_EQ(trainer.logged_metrics().at("lr-Adam/pg1"), 2.5e-3);
+}
+
+TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
+  auto logger = std::make_shared<RecordingLogger>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_logger(logger).set_hyperparams({{"optimizer.lr", "0.01"}});
+  const FitResult result = trainer.fit(*make_module(0), train, &val_loader_);
+  EXPECT_EQ(logger->hyperparams.at("optimizer.lr"), "0.01");
+  EXPECT_EQ(logger->final_metrics, result.metrics);
+  EXPECT_EQ(result.profile.steps, 8);
+  EXPECT_EQ(result.profile.samples, 256);
+  EXPECT_GT(result.profile.forward, 0);
+  EXPECT_GT(result.profile.validation, 0);
+  EXPECT_EQ(trainer.model_summary().total_params(), [&] {
+    int64_t n = 0;
+    for (const auto& p : make_module(0)->parameters()) {
+      n += p.numel();
+    }
+    return n;
+  }());
+}
+
+TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
+  auto train = train_loader();
+  Trainer trainer(
+      options().max_epochs(1).profiler("pytorch").profiler_steps(2));
+  trainer.fit(*make_module(0), train);
+  std::ifstream in(trainer.log_dir() + "/trace.json");
+  ASSERT_TRUE(in.good());
+  const auto trace = nlohmann::json::parse(in);
+  ASSERT_TRUE(trace.is_array());
+  int64_t convolutions = 0;
+  for (const auto& event : trace) {
+    convolutions += event.value("name", "") == "aten::convolution";
+  }
+  // Two steps of a one-conv model: two forward convolutions.
+  EXPECT_EQ(convolutions, 2);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().profiler("advanced")),
+      "trainer.profiler: expected \"\" or pytorch, got 'advanced'");
 }
 
 TEST(LearningRateMonitor, NamesOneGroupAfterTheOptimizerAndLogsMomentum) {

@@ -42,6 +42,8 @@ struct FitConfig {
   train::ModelCheckpointOptions checkpoint;
   /// The early_stopping section; empty unless early_stopping.enabled.
   std::optional<train::EarlyStoppingOptions> early_stopping;
+  /// trainer.logger: CSV and TensorBoard loggers in the run folder.
+  bool logger = true;
   /// The lr_monitor section.
   bool lr_monitor = true;
   std::string lr_monitor_interval;

@@ -74,5 +74,4 @@ class Dataset {
   void check_index(int64_t index) const;
 };
 
-
 } // namespace hotloop::data

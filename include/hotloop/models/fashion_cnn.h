@@ -39,6 +39,10 @@ class FashionCnnImpl : public torch::nn::Module {
     return options_;
   }
 
+  /// Forward FLOPs for one image (2 per multiply-add of the convolutions
+  /// and linear layers; normalization, activations and pooling left out).
+  double flops_per_sample() const;
+
  private:
   FashionCnnOptions options_;
   torch::nn::Sequential features_{nullptr};

@@ -39,6 +39,13 @@ class ImageClassifier : public Module {
       MetricCollection& metrics) override;
   at::Tensor predict_step(const data::Batch& batch, int64_t batch_idx) override;
   OptimizerSetup configure_optimizers(const FitPlan& plan) override;
+  double flops_per_sample() const override {
+    return flops_per_sample_;
+  }
+  /// The network's forward FLOPs per sample, for the step profile.
+  void set_flops_per_sample(double flops) {
+    flops_per_sample_ = flops;
+  }
 
  private:
   void evaluate(
@@ -50,6 +57,7 @@ class ImageClassifier : public Module {
   optim::OptimizerOptions optimizer_options_;
   optim::SchedulerOptions scheduler_options_;
   int64_t top_k_;
+  double flops_per_sample_ = 0;
 };
 
 } // namespace hotloop::train

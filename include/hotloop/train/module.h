@@ -67,6 +67,13 @@ class Module : public torch::nn::Module {
   /// that supports Trainer::predict overrides it.
   virtual at::Tensor predict_step(const data::Batch& batch, int64_t batch_idx);
 
+  /// Forward FLOPs for one sample, when known (0: unknown). The step
+  /// profile reports achieved FLOP/s as 3x this (forward + backward) per
+  /// trained sample.
+  virtual double flops_per_sample() const {
+    return 0;
+  }
+
   /// Builds the optimizer and schedule for a fit as long as `plan`.
   virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
 };

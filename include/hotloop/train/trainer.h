@@ -2,12 +2,14 @@
 
 #include "hotloop/data/dataloader.h"
 #include "hotloop/log/logger.h"
+#include "hotloop/log/model_summary.h"
 #include "hotloop/log/progress.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/precision.h"
 #include "hotloop/train/reducer.h"
+#include "hotloop/train/step_profile.h"
 
 #include <torch/arg.h>
 
@@ -93,6 +95,12 @@ struct TrainerOptions {
   /// When >= 0, fit/validate/test/predict first seed LibTorch's generators
   /// with it (Lightning's seed_everything); -1 leaves them as they are.
   TORCH_ARG(int64_t, seed) = -1;
+  /// The step-time profile (printed at the end of fit, in summary.json) is
+  /// always kept; "pytorch" also records LibTorch's profiler over
+  /// profiler_steps optimizer steps after the first two, as a Chrome trace
+  /// `<run folder>/trace.json` (open in chrome://tracing or Perfetto).
+  TORCH_ARG(std::string, profiler) = "";
+  TORCH_ARG(int64_t, profiler_steps) = 5;
   /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
   TORCH_ARG(std::string, default_root_dir) = "runs";
   TORCH_ARG(std::string, name) = "default";
@@ -136,6 +144,8 @@ struct FitResult {
   std::string best_model_path;
   /// A stop signal ended the fit early, after checkpointing mid-epoch.
   bool interrupted = false;
+  /// Where the training steps' time went.
+  StepProfile profile;
 };
 
 /// Seeds LibTorch's default generators (Lightning's seed_everything).
@@ -159,6 +169,9 @@ class Trainer {
   /// Adds a logger; every logged metric goes to all of them (on the
   /// process whose reducer is_global_zero).
   Trainer& add_logger(std::shared_ptr<log::Logger> logger);
+  /// The run's settings (name -> value as text), which every logger gets
+  /// with the final metrics at the end of each fit.
+  Trainer& set_hyperparams(std::map<std::string, std::string> params);
   /// Replaces the single-process Reducer: how gradients are synchronised
   /// and which process writes files.
   Trainer& set_reducer(std::shared_ptr<Reducer> reducer);
@@ -272,6 +285,10 @@ class Trainer {
   /// Sends `metrics` to every logger. Everything logged during one optimizer
   /// step (or epoch end) goes out as one record at that global_step.
   void log_metrics(const std::map<std::string, double>& metrics);
+  /// The model summary of the last fit (printed at its start).
+  const log::ModelSummary& model_summary() const {
+    return model_summary_;
+  }
   /// Where callbacks print; nothing is printed when the progress bar is off.
   std::ostream& out() {
     return out_;
@@ -287,6 +304,8 @@ class Trainer {
   // Trains one epoch (validating as due); true when the fit should end.
   bool train_epoch(FitState& state, int64_t epoch);
   void run_validation(FitState& state);
+  // Starts and stops LibTorch's profiler around the traced steps.
+  void trace_steps(FitState& state);
   // should_stop, honoured once min_epochs are done.
   bool stop_requested(int64_t completed_epochs);
   // A stop signal: write last.ckpt and end the fit.
@@ -306,7 +325,10 @@ class Trainer {
       const Precision& precision, const data::Batch& batch) const;
   void prepare_module(Module& module);
   Precision precision_for(Module& module) const;
-  void write_summary(const FitResult& result);
+  void write_summary(const FitResult& result, const ProfileContext& context);
+  ProfileContext profile_context(const data::DataLoader& train) const;
+  log::ModelSummary summarize(
+      Module& module, data::DataLoader& train, const Precision& precision);
   template <typename Hook>
   void each_callback(Hook&& hook);
 
@@ -318,6 +340,8 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> active_callbacks_;
   std::vector<std::shared_ptr<log::Logger>> loggers_;
   std::shared_ptr<Reducer> reducer_;
+  std::map<std::string, std::string> hyperparams_;
+  log::ModelSummary model_summary_;
   FitState* fit_ = nullptr;
   TrainingProgress progress_;
   int64_t current_epoch_ = 0;

@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace hotloop::train {
+
+/// What a bottleneck verdict needs to know about the run's settings.
+struct ProfileContext {
+  int64_t num_workers = 0;
+  bool pin_memory = false;
+  bool cuda = false;
+  int64_t log_every_n_steps = 0;
+};
+
+/// Where the training steps' time went over a fit, by phase, in seconds
+/// (host time: on CUDA the device runs asynchronously behind it). Validation
+/// is kept apart from the step time.
+struct StepProfile {
+  /// Waiting for the loader's next batch.
+  double data = 0;
+  /// Host-to-device copy and input conversion (dtype, memory format).
+  double h2d = 0;
+  /// training_step under autocast.
+  double forward = 0;
+  double backward = 0;
+  /// Gradient sync, unscale, clipping, optimizer and schedule steps.
+  double optimizer = 0;
+  /// Callbacks, logging and checkpoints between steps.
+  double logging = 0;
+  double validation = 0;
+  int64_t samples = 0;
+  int64_t steps = 0;
+  /// Training FLOPs per sample (forward + backward), 0 when unknown.
+  double flops_per_sample = 0;
+
+  double step_seconds() const {
+    return data + h2d + forward + backward + optimizer + logging;
+  }
+  double samples_per_s() const;
+  /// Achieved FLOP/s over the step time; 0 when FLOPs are unknown.
+  double flops_per_s() const;
+  /// The six step phases by name (data, h2d, forward, backward, optimizer,
+  /// logging), in seconds.
+  std::map<std::string, double> phases() const;
+  /// One line naming the bottleneck and the option to change, such as
+  /// "input-bound: 63% of step time waiting for data - raise
+  /// data.num_workers (now 1)".
+  std::string verdict(const ProfileContext& context) const;
+  /// The profile as printed at the end of fit: phase shares, rates, verdict.
+  void print(std::ostream& out, const ProfileContext& context) const;
+};
+
+} // namespace hotloop::train

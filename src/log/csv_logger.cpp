@@ -1,0 +1,114 @@
+#include "hotloop/log/csv_logger.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/train/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace hotloop::log {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The shortest text that reads back as the same double (Python's repr).
+std::string format_cell(double value) {
+  if (std::isnan(value)) {
+    return "nan";
+  }
+  if (std::isinf(value)) {
+    return value > 0 ? "inf" : "-inf";
+  }
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+} // namespace
+
+CsvLogger::CsvLogger(std::string dir)
+    : dir_(std::move(dir)), path_((fs::path(dir_) / "metrics.csv").string()) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  HOTLOOP_CHECK(
+      !ec, "cannot create the log folder '", dir_, "': ", ec.message());
+}
+
+CsvLogger::~CsvLogger() {
+  try {
+    flush();
+  } catch (...) {
+    // A destructor must not throw; an explicit flush() reports errors.
+  }
+}
+
+void CsvLogger::log_metrics(
+    const std::map<std::string, double>& metrics, int64_t step) {
+  for (const auto& [name, value] : metrics) {
+    if (name != "epoch" && name != "step" &&
+        !std::binary_search(columns_.begin(), columns_.end(), name)) {
+      columns_.insert(
+          std::upper_bound(columns_.begin(), columns_.end(), name), name);
+      header_changed_ = true;
+    }
+  }
+  rows_.emplace_back(step, metrics);
+}
+
+void CsvLogger::flush() {
+  if (written_ == rows_.size() && !header_changed_) {
+    return;
+  }
+  auto write_rows = [&](std::ostream& out, size_t from) {
+    for (size_t i = from; i < rows_.size(); ++i) {
+      const auto& [step, metrics] = rows_[i];
+      const auto epoch = metrics.find("epoch");
+      if (epoch != metrics.end()) {
+        out << format_cell(epoch->second);
+      }
+      out << "," << step;
+      for (const std::string& column : columns_) {
+        out << ",";
+        const auto found = metrics.find(column);
+        if (found != metrics.end()) {
+          out << format_cell(found->second);
+        }
+      }
+      out << "\n";
+    }
+  };
+  if (header_changed_ || written_ == 0) {
+    // A new column changes every row: write the whole file again.
+    train::write_file_atomically(path_, [&](std::ostream& out) {
+      out << "epoch,step";
+      for (const std::string& column : columns_) {
+        out << "," << column;
+      }
+      out << "\n";
+      write_rows(out, 0);
+    });
+  } else {
+    std::ofstream out(path_, std::ios::app);
+    write_rows(out, written_);
+    out.flush();
+    HOTLOOP_CHECK(out.good(), path_, ": write failed");
+  }
+  written_ = rows_.size();
+  header_changed_ = false;
+}
+
+void CsvLogger::log_hyperparams(
+    const std::map<std::string, std::string>& params,
+    const std::map<std::string, double>& metrics) {
+  train::write_file_atomically(
+      (fs::path(dir_) / "hparams.yaml").string(), [&](std::ostream& out) {
+        for (const auto& [name, value] : params) {
+          out << name << ": " << (value.empty() ? "''" : value) << "\n";
+        }
+      });
+}
+
+} // namespace hotloop::log

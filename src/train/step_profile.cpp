@@ -1,0 +1,95 @@
+#include "hotloop/train/step_profile.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace hotloop::train {
+namespace {
+
+std::string percent(double part, double whole) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0)
+      << (whole > 0 ? 100 * part / whole : 0) << "%";
+  return out.str();
+}
+
+} // namespace
+
+double StepProfile::samples_per_s() const {
+  return step_seconds() > 0 ? samples / step_seconds() : 0;
+}
+
+double StepProfile::flops_per_s() const {
+  return flops_per_sample * samples_per_s();
+}
+
+std::map<std::string, double> StepProfile::phases() const {
+  return {
+      {"data", data},
+      {"h2d", h2d},
+      {"forward", forward},
+      {"backward", backward},
+      {"optimizer", optimizer},
+      {"logging", logging},
+  };
+}
+
+std::string StepProfile::verdict(const ProfileContext& context) const {
+  const double total = step_seconds();
+  if (total <= 0) {
+    return "no training steps were timed";
+  }
+  // The first phase over its threshold is the one to fix first: time not
+  // spent computing is pure loss.
+  if (data / total > 0.2) {
+    return "input-bound: " + percent(data, total) +
+           " of step time waiting for data - raise data.num_workers (now " +
+           std::to_string(context.num_workers) + ") or data.prefetch_factor";
+  }
+  if (h2d / total > 0.15) {
+    return "transfer-bound: " + percent(h2d, total) +
+           " of step time copying batches to the device - " +
+           (context.pin_memory ? std::string("use larger batches")
+                               : std::string("set data.pin_memory=true"));
+  }
+  if (optimizer / total > 0.3) {
+    return "optimizer-bound: " + percent(optimizer, total) +
+           " of step time in the optimizer step - raise data.batch_size or "
+           "trainer.accumulate_grad_batches";
+  }
+  if (logging / total > 0.1) {
+    return "logging-bound: " + percent(logging, total) +
+           " of step time in callbacks and logging - raise "
+           "trainer.log_every_n_steps (now " +
+           std::to_string(context.log_every_n_steps) + ")";
+  }
+  return "compute-bound: forward+backward take " +
+         percent(forward + backward, total) + " of step time - " +
+         (context.cuda
+              ? std::string("try trainer.precision=bf16-mixed and "
+                            "trainer.channels_last=true")
+              : std::string("a smaller model, trainer.num_threads, or a "
+                            "GPU"));
+}
+
+void StepProfile::print(
+    std::ostream& out, const ProfileContext& context) const {
+  const double total = step_seconds();
+  out << "profile: " << steps << " steps, " << std::fixed
+      << std::setprecision(0) << samples_per_s() << " samples/s; step time";
+  for (const char* phase :
+       {"data", "h2d", "forward", "backward", "optimizer", "logging"}) {
+    out << " " << phase << " " << percent(phases().at(phase), total);
+  }
+  out << std::setprecision(1) << "; validation " << validation << " s";
+  if (flops_per_sample > 0) {
+    out << std::setprecision(2) << "; " << flops_per_s() / 1e9
+        << " GFLOP/s achieved";
+  }
+  if (context.cuda) {
+    out << " (host times; CUDA work runs asynchronously)";
+  }
+  out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";
+}
+
+} // namespace hotloop::train

@@ -1,0 +1,80 @@
+#include "hotloop/train/step_profile.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace hotloop::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+StepProfile profile(
+    double data,
+    double h2d,
+    double forward,
+    double backward,
+    double optimizer,
+    double logging) {
+  StepProfile p;
+  p.data = data;
+  p.h2d = h2d;
+  p.forward = forward;
+  p.backward = backward;
+  p.optimizer = optimizer;
+  p.logging = logging;
+  p.samples = 1000;
+  p.steps = 10;
+  return p;
+}
+
+TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
+  ProfileContext context;
+  context.num_workers = 1;
+  context.log_every_n_steps = 50;
+  EXPECT_EQ(
+      profile(63, 0, 20, 15, 2, 0).verdict(context),
+      "input-bound: 63% of step time waiting for data - raise "
+      "data.num_workers (now 1) or data.prefetch_factor");
+  EXPECT_EQ(
+      profile(0, 20, 40, 40, 0, 0).verdict(context),
+      "transfer-bound: 20% of step time copying batches to the device - set "
+      "data.pin_memory=true");
+  EXPECT_EQ(
+      profile(0, 0, 30, 30, 40, 0).verdict(context),
+      "optimizer-bound: 40% of step time in the optimizer step - raise "
+      "data.batch_size or trainer.accumulate_grad_batches");
+  EXPECT_EQ(
+      profile(0, 0, 40, 40, 5, 15).verdict(context),
+      "logging-bound: 15% of step time in callbacks and logging - raise "
+      "trainer.log_every_n_steps (now 50)");
+  EXPECT_EQ(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      "compute-bound: forward+backward take 95% of step time - a smaller "
+      "model, trainer.num_threads, or a GPU");
+  context.cuda = true;
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("try trainer.precision=bf16-mixed"));
+  EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
+}
+
+TEST(StepProfile, RatesComeFromStepTimeOnly) {
+  StepProfile p = profile(1, 0, 2, 2, 0, 0);
+  p.validation = 100; // not step time
+  p.flops_per_sample = 3e6;
+  EXPECT_DOUBLE_EQ(p.step_seconds(), 5);
+  EXPECT_DOUBLE_EQ(p.samples_per_s(), 200);
+  EXPECT_DOUBLE_EQ(p.flops_per_s(), 6e8);
+  std::ostringstream out;
+  p.print(out, ProfileContext{});
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("profile: 10 steps, 200 samples/s; step time data 20% h2d 0% "
+                "forward 40% backward 40% optimizer 0% logging 0%; "
+                "validation 100.0 s; 0.60 GFLOP/s achieved"));
+}
+
+} // namespace
+} // namespace hotloop::train
