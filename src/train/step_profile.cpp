@@ -1,5 +1,9 @@
 #include "hotloop/train/step_profile.h"
 
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
 #include <iomanip>
 #include <sstream>
 
@@ -85,11 +89,41 @@ void StepProfile::print(
   if (flops_per_sample > 0) {
     out << std::setprecision(2) << "; " << flops_per_s() / 1e9
         << " GFLOP/s achieved";
+    if (peak_flops > 0) {
+      out << ", " << std::setprecision(1) << 100 * utilization()
+          << "% of the device's measured matmul peak (" << std::setprecision(2)
+          << peak_flops / 1e9 << " GFLOP/s)";
+    }
   }
   if (context.cuda) {
     out << " (host times; CUDA work runs asynchronously)";
   }
   out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";
+}
+
+double measure_peak_flops(c10::Device device, c10::ScalarType dtype) {
+  const at::NoGradGuard no_grad;
+  // Large enough to reach the kernels' steady rate, small enough to be quick
+  // on a 2-core CPU.
+  const int64_t n = device.is_cpu() ? 768 : 8192;
+  const auto options = at::TensorOptions().device(device).dtype(dtype);
+  const at::Tensor a = at::full({n, n}, 0.5, options);
+  const at::Tensor b = at::full({n, n}, 0.25, options);
+  at::Tensor c = at::mm(a, b);
+  c.sum().item<double>(); // warm up and wait for the device
+  int64_t reps = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double seconds = 0;
+  while (seconds < 0.2) {
+    for (int i = 0; i < 4; ++i, ++reps) {
+      c = at::mm(a, b);
+    }
+    c.sum().item<double>(); // waits for asynchronous devices
+    seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
+  return 2.0 * n * n * n * reps / seconds;
 }
 
 } // namespace hotloop::train

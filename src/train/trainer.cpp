@@ -563,6 +563,10 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
     }
     break;
   }
+  if (state.profile.flops_per_sample > 0 && state.profile.steps > 0) {
+    state.profile.peak_flops =
+        measure_peak_flops(device_, state.precision->compute_dtype());
+  }
   result.profile = state.profile;
   const ProfileContext context = profile_context(train);
   if (options_.enable_progress_bar() && state.profile.steps > 0) {
@@ -1077,6 +1081,8 @@ void Trainer::write_summary(
   if (profile.flops_per_sample > 0) {
     summary["profile"]["flops_per_sample"] = profile.flops_per_sample;
     summary["profile"]["flops_per_s"] = profile.flops_per_s();
+    summary["profile"]["peak_flops"] = profile.peak_flops;
+    summary["profile"]["utilization"] = profile.utilization();
   }
   summary["model"] = {
       {"total_params", model_summary_.total_params()},

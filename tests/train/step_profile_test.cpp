@@ -1,5 +1,6 @@
 #include "hotloop/train/step_profile.h"
 
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -74,6 +75,30 @@ TEST(StepProfile, RatesComeFromStepTimeOnly) {
       HasSubstr("profile: 10 steps, 200 samples/s; step time data 20% h2d 0% "
                 "forward 40% backward 40% optimizer 0% logging 0%; "
                 "validation 100.0 s; 0.60 GFLOP/s achieved"));
+}
+
+TEST(StepProfile, UtilizationIsAchievedOverTheMeasuredPeak) {
+  StepProfile p = profile(0, 0, 1, 1, 0, 0);
+  p.flops_per_sample = 1e6; // 500 samples/s -> 5e8 FLOP/s
+  EXPECT_DOUBLE_EQ(p.utilization(), 0);
+  p.peak_flops = 2e9;
+  EXPECT_DOUBLE_EQ(p.utilization(), 0.25);
+  std::ostringstream out;
+  p.print(out, ProfileContext{});
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("0.50 GFLOP/s achieved, 25.0% of the device's measured "
+                "matmul peak (2.00 GFLOP/s)"));
+}
+
+TEST(StepProfile, MeasuredPeakIsPositiveAndLeavesTheRngAlone) {
+  at::manual_seed(3);
+  const at::Tensor expected = at::rand({4});
+  at::manual_seed(3);
+  const double peak = measure_peak_flops(c10::Device(c10::kCPU), at::kFloat);
+  EXPECT_TRUE(at::rand({4}).equal(expected));
+  // Even one slow core multiplies floats faster than 100 MFLOP/s.
+  EXPECT_GT(peak, 1e8);
 }
 
 } // namespace

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -35,6 +38,9 @@ struct StepProfile {
   int64_t steps = 0;
   /// Training FLOPs per sample (forward + backward), 0 when unknown.
   double flops_per_sample = 0;
+  /// The device's measured matrix-multiply rate in the training dtype
+  /// (measure_peak_flops), 0 when not measured.
+  double peak_flops = 0;
 
   double step_seconds() const {
     return data + h2d + forward + backward + optimizer + logging;
@@ -42,6 +48,10 @@ struct StepProfile {
   double samples_per_s() const;
   /// Achieved FLOP/s over the step time; 0 when FLOPs are unknown.
   double flops_per_s() const;
+  /// flops_per_s() / peak_flops; 0 when either is unknown.
+  double utilization() const {
+    return peak_flops > 0 ? flops_per_s() / peak_flops : 0;
+  }
   /// The six step phases by name (data, h2d, forward, backward, optimizer,
   /// logging), in seconds.
   std::map<std::string, double> phases() const;
@@ -52,5 +62,12 @@ struct StepProfile {
   /// The profile as printed at the end of fit: phase shares, rates, verdict.
   void print(std::ostream& out, const ProfileContext& context) const;
 };
+
+/// The rate at which `device` multiplies large square matrices of `dtype`,
+/// in FLOP/s: the practical peak a training step can approach (vendor peaks
+/// are not reachable, and a CPU's depends on its clock and vector units).
+/// Takes about a quarter of a second; uses no random numbers, so training
+/// stays reproducible. Works on any device LibTorch supports.
+double measure_peak_flops(c10::Device device, c10::ScalarType dtype);
 
 } // namespace hotloop::train
