@@ -2,6 +2,7 @@
 
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/session.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/log/csv_logger.h"
@@ -41,41 +42,6 @@ constexpr const char* kUsage =
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
 
-// Everything one command needs, built from the resolved config.
-struct Session {
-  FitConfig config;
-  std::shared_ptr<data::ImageClassificationDataset> train_set;
-  std::shared_ptr<data::ImageClassificationDataset> val_set;
-  std::shared_ptr<train::ImageClassifier> module;
-};
-
-Session build_session(const FitConfig& config, bool with_train) {
-  Session session{config, nullptr, nullptr, nullptr};
-  train::seed_everything(config.seed);
-  data::ImageTransformOptions eval_transform;
-  eval_transform.mean = config.data.transform.mean;
-  eval_transform.std = config.data.transform.std;
-  eval_transform.dtype = config.data.transform.dtype;
-  if (with_train) {
-    session.train_set =
-        data::load_mnist_split(config.data.root, true, config.data.transform);
-  }
-  session.val_set =
-      data::load_mnist_split(config.data.root, false, eval_transform);
-  models::FashionCnnOptions model = config.model;
-  const auto& images = session.val_set->images();
-  model.in_channels = images.size(1);
-  model.image_size = images.size(2);
-  const models::FashionCnn network(model);
-  session.module = std::make_shared<train::ImageClassifier>(
-      torch::nn::AnyModule(network),
-      config.optimizer,
-      config.scheduler,
-      config.top_k);
-  session.module->set_flops_per_sample(network->flops_per_sample());
-  return session;
-}
-
 // The callbacks the config's sections ask for.
 void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
   if (config.trainer.enable_checkpointing()) {
@@ -90,25 +56,6 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
     trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
         config.lr_monitor_interval, config.lr_monitor_momentum));
   }
-}
-
-data::DataLoaderOptions loader_options(const FitConfig& config, bool train) {
-  const auto& d = config.data;
-  auto options =
-      data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
-          .shuffle(train && d.shuffle)
-          .drop_last(train && d.drop_last)
-          .num_workers(d.num_workers)
-          .pin_memory(d.pin_memory)
-          .timeout(d.timeout)
-          .seed(config.seed);
-  if (d.num_workers > 0) {
-    // Both only mean something with loader threads (PyTorch rejects them
-    // otherwise), so the config's values apply only then.
-    options.prefetch_factor(d.prefetch_factor)
-        .persistent_workers(d.persistent_workers);
-  }
-  return options;
 }
 
 // `last` means the newest run's last.ckpt under default_root_dir/name.
@@ -154,8 +101,9 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
   const FitConfig config = to_fit_config(args.config);
   Session session = build_session(config, /*with_train=*/true);
   data::DataLoader train_loader(
-      session.train_set, loader_options(config, true));
-  data::DataLoader val_loader(session.val_set, loader_options(config, false));
+      session.train_set, loader_options(config, session, true));
+  data::DataLoader val_loader(
+      session.val_set, loader_options(config, session, false));
   train::Trainer trainer(config.trainer, out);
   add_callbacks(trainer, config);
   const std::string ckpt_path =
@@ -239,7 +187,8 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   const std::string ckpt_path =
       resolve_ckpt_path(args.extra.at("ckpt_path"), config);
   Session session = build_session(config, /*with_train=*/false);
-  data::DataLoader loader(session.val_set, loader_options(config, false));
+  data::DataLoader loader(
+      session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
@@ -264,13 +213,20 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")
                                  : std::string("predictions.csv");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      config.data.dataset == "fashion_mnist",
+      "hotloop predict writes class predictions: it needs an image dataset, "
+      "not data.dataset=",
+      config.data.dataset);
   Session session = build_session(config, /*with_train=*/false);
-  data::DataLoader loader(session.val_set, loader_options(config, false));
+  data::DataLoader loader(
+      session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
   const std::vector<at::Tensor> batches =
       trainer.predict(*session.module, loader, ckpt_path);
-  const at::Tensor targets = session.val_set->labels();
+  const at::Tensor targets = session.val_labels;
   train::write_file_atomically(output, [&](std::ostream& csv) {
     csv << "index,prediction,probability,target\n";
     int64_t index = 0;

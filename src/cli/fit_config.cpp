@@ -264,7 +264,37 @@ ConfigSchema make_schema() {
           "output is not a terminal)",
           0));
   // model
-  s.add(choice("model.name", "fashion_cnn", {"fashion_cnn"}, "the network"));
+  s.add(choice(
+      "model.name",
+      "fashion_cnn",
+      {"fashion_cnn", "mlp", "resnet18", "resnet34", "gpt"},
+      "the network (gpt needs data.dataset=text)"));
+  s.add(
+      opt("model.mlp_hidden",
+          T::kIntList,
+          "[512, 256]",
+          "mlp: hidden layer widths",
+          1));
+  s.add(choice(
+      "model.stem",
+      "cifar",
+      {"cifar", "imagenet"},
+      "resnet: 3x3 stride-1 stem (small images) or torchvision's 7x7 + pool"));
+  s.add(
+      opt("model.zero_init_residual",
+          T::kBool,
+          "false",
+          "resnet: zero the last BatchNorm of each block"));
+  s.add(opt("model.n_layer", T::kInt, "4", "gpt: transformer blocks", 1));
+  s.add(opt("model.n_head", T::kInt, "4", "gpt: attention heads", 1));
+  s.add(opt("model.n_embd", T::kInt, "128", "gpt: embedding width", 1));
+  s.add(
+      opt("model.vocab_size",
+          T::kInt,
+          "0",
+          "gpt: vocabulary; 0: 256 for data.token_bytes=1, else required",
+          0));
+  s.add(opt("model.bias", T::kBool, "true", "gpt: biases in linear layers"));
   s.add(opt(
       "model.channels",
       T::kIntList,
@@ -406,6 +436,41 @@ ConfigSchema make_schema() {
           "false",
           "also log momentum (adam: beta1)"));
   // data
+  s.add(choice(
+      "data.dataset",
+      "fashion_mnist",
+      {"fashion_mnist", "text"},
+      "fashion_mnist: the IDX files in data.root; text: next-token windows "
+      "of the file data.path"));
+  s.add(
+      opt("data.path",
+          T::kString,
+          "",
+          "text: a token file, or any file read byte by byte "
+          "(data.token_bytes=1)"));
+  s.add(
+      opt("data.token_bytes",
+          T::kInt,
+          "1",
+          "text: 1 (bytes: the byte-level tokenizer), 2 (uint16) or 4 "
+          "(uint32)",
+          1,
+          4));
+  s.add(opt(
+      "data.block_size", T::kInt, "64", "text: tokens per training window", 1));
+  s.add(
+      opt("data.stride",
+          T::kInt,
+          "0",
+          "text: tokens between window starts; 0: data.block_size (no overlap)",
+          0));
+  s.add(
+      opt("data.val_fraction",
+          T::kFloat,
+          "0.1",
+          "text: the file's last fraction of windows kept for validation",
+          0,
+          0.9));
   s.add(
       opt("data.root",
           T::kString,
@@ -738,6 +803,51 @@ FitConfig to_fit_config(const Config& c) {
       "trainer.limit_train_batches must be positive or -1, got 0");
 
   f.model_name = c.get_string("model.name");
+  f.mlp_hidden = c.get_int_list("model.mlp_hidden");
+  f.stem = c.get_string("model.stem");
+  f.zero_init_residual = c.get_bool("model.zero_init_residual");
+  f.gpt.n_layer(c.get_int("model.n_layer"))
+      .n_head(c.get_int("model.n_head"))
+      .n_embd(c.get_int("model.n_embd"))
+      .bias(c.get_bool("model.bias"))
+      .dropout(c.get_float("model.dropout"))
+      .block_size(c.get_int("data.block_size"));
+  f.data.dataset = c.get_string("data.dataset");
+  f.data.path = c.get_string("data.path");
+  f.data.token_bytes = c.get_int("data.token_bytes");
+  f.data.block_size = c.get_int("data.block_size");
+  f.data.val_fraction = c.get_float("data.val_fraction");
+  f.data.stride = c.get_int("data.stride");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.data.token_bytes == 1 || f.data.token_bytes == 2 ||
+          f.data.token_bytes == 4,
+      "data.token_bytes must be 1, 2 or 4, got ",
+      f.data.token_bytes);
+  int64_t vocab = c.get_int("model.vocab_size");
+  if (vocab == 0 && f.data.token_bytes == 1) {
+    vocab = 256;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      (f.model_name == "gpt") == (f.data.dataset == "text"),
+      "model.name=",
+      f.model_name,
+      " does not fit data.dataset=",
+      f.data.dataset,
+      " (gpt trains on text; the others on images)");
+  if (f.data.dataset == "text") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !f.data.path.empty(),
+        "data.dataset=text needs data.path (a token file or any text file)");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        vocab > 0,
+        "model.vocab_size must be set for data.token_bytes=",
+        f.data.token_bytes);
+  }
+  f.gpt.vocab_size(vocab > 0 ? vocab : 256);
   f.model.channels = c.get_int_list("model.channels");
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -764,6 +874,24 @@ FitConfig to_fit_config(const Config& c) {
       optional_number(c, "early_stopping.stopping_threshold");
   const auto divergence_threshold =
       optional_number(c, "early_stopping.divergence_threshold");
+  // Fail now rather than after the first epoch's training.
+  for (const char* key :
+       {"model_checkpoint.monitor", "early_stopping.monitor"}) {
+    const std::string monitor = c.get_string(key);
+    const bool used = std::string(key) == "model_checkpoint.monitor"
+                          ? f.trainer.enable_checkpointing()
+                          : c.get_bool("early_stopping.enabled");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !used || monitor.rfind("val_", 0) != 0 ||
+            f.trainer.limit_val_batches() != 0,
+        key,
+        "=",
+        monitor,
+        " needs validation, but trainer.limit_val_batches=0: set ",
+        key,
+        "=\"\" or a training metric");
+  }
   if (c.get_bool("early_stopping.enabled")) {
     f.early_stopping.emplace(c.get_string("early_stopping.monitor"));
     f.early_stopping->mode(c.get_string("early_stopping.mode"))

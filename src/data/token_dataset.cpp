@@ -63,8 +63,10 @@ TokenDataset::TokenDataset(const std::string& path, TokenDatasetOptions options)
       ConfigError, stride_ > 0, "data.stride must be positive, got ", stride_);
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.token_bytes() == 2 || options_.token_bytes() == 4,
-      "data.token_bytes must be 2 (uint16) or 4 (uint32), got ",
+      options_.token_bytes() == 1 || options_.token_bytes() == 2 ||
+          options_.token_bytes() == 4,
+      "data.token_bytes must be 1 (bytes of any file), 2 (uint16) or 4 "
+      "(uint32), got ",
       options_.token_bytes());
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -135,7 +137,10 @@ void TokenDataset::read_window(
   const int64_t start = index * stride_;
   const uint8_t* bytes = data_ + start * options_.token_bytes();
   // tokens [start, start + context] -> input[0..context), target[context-1]
-  if (options_.token_bytes() == 2) {
+  if (options_.token_bytes() == 1) {
+    decode<1>(bytes, context, input);
+    decode<1>(bytes + context, 1, target + context - 1);
+  } else if (options_.token_bytes() == 2) {
     decode<2>(bytes, context, input);
     decode<2>(bytes + 2 * context, 1, target + context - 1);
   } else {

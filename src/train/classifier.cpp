@@ -1,7 +1,7 @@
 #include "hotloop/train/classifier.h"
 
 #include "hotloop/core/error.h"
-#include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/optimizer_setup.h"
 
 #include <ATen/ATen.h>
 
@@ -68,18 +68,8 @@ void ImageClassifier::test_step(
 }
 
 OptimizerSetup ImageClassifier::configure_optimizers(const FitPlan& plan) {
-  OptimizerSetup setup;
-  setup.optimizer = optim::make_optimizer(*this, optimizer_options_);
-  setup.interval = scheduler_options_.interval == "epoch"
-                       ? ScheduleInterval::kEpoch
-                       : ScheduleInterval::kStep;
-  const int64_t horizon = setup.interval == ScheduleInterval::kEpoch
-                              ? plan.max_epochs
-                              : plan.total_steps;
-  setup.scheduler =
-      optim::make_scheduler(*setup.optimizer, scheduler_options_, horizon);
-  setup.monitor = scheduler_options_.monitor;
-  return setup;
+  return make_optimizer_setup(
+      *this, optimizer_options_, scheduler_options_, plan);
 }
 
 } // namespace hotloop::train

@@ -807,6 +807,8 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     }
   }
   epoch_metrics["epoch"] = static_cast<double>(epoch);
+  // Seconds since the fit started, for time-to-accuracy curves.
+  epoch_metrics["elapsed_s"] = seconds_since(state.start);
   log_metrics(epoch_metrics);
   each_callback([&](Callback& c) { c.on_train_epoch_end(*this, module); });
   flush_logs();

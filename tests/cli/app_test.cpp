@@ -258,6 +258,72 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
       r.err, HasSubstr("hotloop predict needs --ckpt_path PATH (or last)"));
 }
 
+TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  for (const std::vector<std::string>& model :
+       {std::vector<std::string>{"--model.name=mlp", "--model.mlp_hidden=[32]"},
+        std::vector<std::string>{"--model.name=resnet18"}}) {
+    std::vector<std::string> extra = model;
+    extra.push_back("--trainer.max_epochs=1");
+    const Result r = run_cli(small_fit(dir, extra));
+    ASSERT_EQ(r.code, 0) << model[0] << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr("done: 1 epochs, 2 steps"));
+  }
+  {
+    std::ofstream text(dir.file("text.txt"));
+    for (int i = 0; i < 300; ++i) {
+      text << "hotloop trains models. ";
+    }
+  }
+  const Result r = run_cli(
+      {"fit",
+       "--data.dataset=text",
+       "--data.path=" + dir.file("text.txt"),
+       "--data.block_size=16",
+       "--data.batch_size=16",
+       "--model.name=gpt",
+       "--model.n_layer=1",
+       "--model.n_embd=32",
+       "--model.n_head=2",
+       "--model.top_k=1",
+       "--model_checkpoint.monitor=val_loss",
+       "--model_checkpoint.mode=min",
+       "--trainer.max_epochs=2",
+       "--trainer.default_root_dir=" + dir.file("runs")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 6900 bytes: 431 windows of 16, the last 43 validate; 388 train.
+  EXPECT_THAT(r.out, HasSubstr("fit: 431 training samples, 25 batches/epoch"));
+  EXPECT_THAT(r.out, HasSubstr("done: 2 epochs, 50 steps"));
+  EXPECT_THAT(r.out, HasSubstr("GFLOP/s achieved"));
+}
+
+TEST(Cli, ModelAndDatasetMismatchesAreConfigErrors) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  Result r = run_cli(small_fit(dir, {"--model.name=gpt"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("model.name=gpt does not fit data.dataset=fashion_mnist"));
+  r = run_cli(small_fit(dir, {"--data.dataset=text", "--model.name=gpt"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("data.dataset=text needs data.path"));
+  r = run_cli(small_fit(dir, {"--trainer.limit_val_batches=0"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("model_checkpoint.monitor=val_acc needs validation, but "
+                "trainer.limit_val_batches=0"));
+  r = run_cli(small_fit(
+      dir,
+      {"--data.dataset=text",
+       "--model.name=gpt",
+       "--data.path=" + dir.file("missing.txt")}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(dir.file("missing.txt")));
+}
+
 TEST(Cli, CallbackAndDeviceOptionErrorsNameTheKey) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <string>
 #include <vector>
 
@@ -98,6 +100,19 @@ TEST(TokenDataset, ReadsLittleEndianUint16AndUint32) {
                       at::kLong)));
 }
 
+TEST(TokenDataset, OneByteTokensReadAnyFileAsItsBytes) {
+  TempDir dir;
+  std::ofstream(dir.file("text.txt")) << "hello, world";
+  const TokenDataset bytes(
+      dir.file("text.txt"), TokenDatasetOptions(4).token_bytes(1));
+  EXPECT_EQ(bytes.num_tokens(), 12);
+  EXPECT_EQ(bytes.size(), 2); // windows start at 0 and 4: "hell|o", "o, w|o"
+  const Example first = bytes.get(0, {});
+  EXPECT_TRUE(first.input.equal(at::tensor({'h', 'e', 'l', 'l'}, at::kLong)));
+  EXPECT_TRUE(first.target.equal(at::tensor({'e', 'l', 'l', 'o'}, at::kLong)));
+  EXPECT_EQ(bytes.get(1, {}).target[3].item<int64_t>(), 'o');
+}
+
 TEST(TokenDataset, GetBatchEqualsStackedGet) {
   TempDir dir;
   std::vector<uint32_t> tokens;
@@ -132,7 +147,8 @@ TEST(TokenDataset, BadOptionsNameTheOption) {
   EXPECT_THROWS_WITH(
       ConfigError,
       TokenDataset(path, TokenDatasetOptions(4).token_bytes(3)),
-      "data.token_bytes must be 2 (uint16) or 4 (uint32), got 3");
+      "data.token_bytes must be 1 (bytes of any file), 2 (uint16) or 4 "
+      "(uint32), got 3");
   EXPECT_THROWS_WITH(
       ConfigError,
       TokenDataset(path, TokenDatasetOptions(4).vocab_size(-1)),

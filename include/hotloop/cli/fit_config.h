@@ -3,6 +3,7 @@
 #include "hotloop/cli/config.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/gpt.h"
 #include "hotloop/optim/optimizer_factory.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/model_checkpoint.h"
@@ -15,7 +16,15 @@ namespace hotloop::cli {
 
 /// The `data:` section.
 struct DataConfig {
+  /// fashion_mnist (IDX files in root) or text (windows of the file `path`).
+  std::string dataset = "fashion_mnist";
   std::string root;
+  std::string path;
+  int64_t token_bytes = 1;
+  int64_t block_size = 64;
+  /// Tokens between window starts; 0: block_size.
+  int64_t stride = 0;
+  double val_fraction = 0.1;
   int64_t batch_size = 256;
   int64_t val_batch_size = 1000;
   int64_t num_workers = 1;
@@ -35,7 +44,14 @@ struct FitConfig {
   uint64_t seed = 0;
   train::TrainerOptions trainer;
   std::string model_name;
+  /// fashion_cnn's shape (channels, hidden, dropout, num_classes).
   models::FashionCnnOptions model;
+  /// mlp's hidden widths; resnet's stem and zero_init_residual.
+  std::vector<int64_t> mlp_hidden;
+  std::string stem = "cifar";
+  bool zero_init_residual = false;
+  /// gpt's shape (vocab_size resolved, block_size = data.block_size).
+  models::GptOptions gpt;
   /// model.top_k: the extra top-k accuracy the classifier logs.
   int64_t top_k = 5;
   /// The model_checkpoint section (used when trainer.enable_checkpointing).

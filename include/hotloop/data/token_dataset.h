@@ -19,15 +19,18 @@ struct TokenDatasetOptions {
   /// Tokens between the starts of consecutive windows; nullopt: `context`
   /// (windows that do not overlap).
   TORCH_ARG(std::optional<int64_t>, stride);
-  /// Bytes per token: 2 (uint16, as nanoGPT and llm.c write) or 4 (uint32).
+  /// Bytes per token: 1 (the byte-level tokenizer: any file's bytes are its
+  /// tokens, vocabulary 256), 2 (uint16, as nanoGPT and llm.c write) or 4
+  /// (uint32).
   TORCH_ARG(int64_t, token_bytes) = 2;
   /// Token ids must be below this; 0 leaves them unchecked. Checked as
   /// windows are read, not when the file is opened.
   TORCH_ARG(int64_t, vocab_size) = 0;
 };
 
-/// A flat file of little-endian token ids (nanoGPT's `train.bin`), mapped
-/// into memory read-only, read as next-token-prediction windows.
+/// A flat file of little-endian token ids (nanoGPT's `train.bin`), or any
+/// file read byte by byte (token_bytes 1), mapped into memory read-only,
+/// read as next-token-prediction windows.
 ///
 /// Sample i is the `context + 1` tokens starting at token `i * stride`:
 /// input = its first `context` tokens, target = its last `context`.

@@ -1,0 +1,154 @@
+#include "hotloop/cli/session.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/data/fashion_mnist.h"
+#include "hotloop/data/token_dataset.h"
+#include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/gpt.h"
+#include "hotloop/models/mlp.h"
+#include "hotloop/models/resnet.h"
+#include "hotloop/train/classifier.h"
+#include "hotloop/train/language_model.h"
+
+#include <cmath>
+#include <numeric>
+
+namespace hotloop::cli {
+namespace {
+
+// The image model named by model.name, with its forward FLOPs per image
+// where known (0 otherwise).
+std::pair<torch::nn::AnyModule, double> image_network(
+    const FitConfig& config, int64_t channels, int64_t size) {
+  const int64_t classes = config.model.num_classes;
+  if (config.model_name == "mlp") {
+    const models::Mlp mlp(models::MlpOptions(channels * size * size, classes)
+                              .hidden(config.mlp_hidden)
+                              .dropout(config.model.dropout));
+    double flops = 0;
+    int64_t width = channels * size * size;
+    for (int64_t hidden : config.mlp_hidden) {
+      flops += 2.0 * width * hidden;
+      width = hidden;
+    }
+    return {torch::nn::AnyModule(mlp), flops + 2.0 * width * classes};
+  }
+  if (config.model_name == "resnet18" || config.model_name == "resnet34") {
+    const models::ResNet resnet(
+        models::ResNetOptions(config.model_name == "resnet18" ? 18 : 34)
+            .num_classes(classes)
+            .in_channels(channels)
+            .stem(config.stem)
+            .zero_init_residual(config.zero_init_residual));
+    return {torch::nn::AnyModule(resnet), 0};
+  }
+  models::FashionCnnOptions options = config.model;
+  options.in_channels = channels;
+  options.image_size = size;
+  const models::FashionCnn cnn(options);
+  return {torch::nn::AnyModule(cnn), cnn->flops_per_sample()};
+}
+
+Session image_session(const FitConfig& config, bool with_train) {
+  Session session;
+  data::ImageTransformOptions eval_transform;
+  eval_transform.mean = config.data.transform.mean;
+  eval_transform.std = config.data.transform.std;
+  eval_transform.dtype = config.data.transform.dtype;
+  if (with_train) {
+    session.train_set =
+        data::load_mnist_split(config.data.root, true, config.data.transform);
+  }
+  const auto val_set =
+      data::load_mnist_split(config.data.root, false, eval_transform);
+  session.val_set = val_set;
+  session.val_labels = val_set->labels();
+  const auto& images = val_set->images();
+  auto [network, flops] = image_network(config, images.size(1), images.size(2));
+  auto module = std::make_shared<train::ImageClassifier>(
+      std::move(network), config.optimizer, config.scheduler, config.top_k);
+  module->set_flops_per_sample(flops);
+  session.module = module;
+  return session;
+}
+
+Session text_session(const FitConfig& config) {
+  Session session;
+  const auto& d = config.data;
+  auto tokens = std::make_shared<data::TokenDataset>(
+      d.path,
+      data::TokenDatasetOptions(d.block_size)
+          .stride(d.stride > 0 ? d.stride : d.block_size)
+          .token_bytes(d.token_bytes)
+          .vocab_size(config.gpt.vocab_size()));
+  // The file's last windows validate; the rest train.
+  const int64_t windows = tokens->size();
+  const auto val_windows = static_cast<int64_t>(
+      std::floor(d.val_fraction * static_cast<double>(windows)));
+  HOTLOOP_CHECK_AS(
+      DataError,
+      val_windows >= 1 && val_windows < windows,
+      d.path,
+      ": ",
+      windows,
+      " windows of data.block_size=",
+      d.block_size,
+      " tokens leave none for ",
+      val_windows < 1 ? "validation" : "training",
+      " at data.val_fraction=",
+      d.val_fraction);
+  std::vector<int64_t> train_indices(windows - val_windows);
+  std::iota(train_indices.begin(), train_indices.end(), 0);
+  std::vector<int64_t> val_indices(val_windows);
+  std::iota(val_indices.begin(), val_indices.end(), windows - val_windows);
+  session.train_set = tokens;
+  session.val_set = tokens;
+  session.train_sampler = std::make_shared<data::SubsetRandomSampler>(
+      std::move(train_indices), config.seed);
+  session.val_sampler = std::make_shared<data::SubsetRandomSampler>(
+      std::move(val_indices), config.seed);
+  const models::Gpt gpt(config.gpt);
+  auto module = std::make_shared<train::LanguageModel>(
+      torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
+  // nanoGPT's estimate: 2 FLOPs per parameter and token, plus attention.
+  const double block = static_cast<double>(d.block_size);
+  module->set_flops_per_sample(
+      block * (2.0 * static_cast<double>(gpt->num_params()) +
+               4.0 * config.gpt.n_layer() * config.gpt.n_embd() * block));
+  session.module = module;
+  return session;
+}
+
+} // namespace
+
+Session build_session(const FitConfig& config, bool with_train) {
+  train::seed_everything(config.seed);
+  return config.data.dataset == "text" ? text_session(config)
+                                       : image_session(config, with_train);
+}
+
+data::DataLoaderOptions loader_options(
+    const FitConfig& config, const Session& session, bool train) {
+  const auto& d = config.data;
+  const auto& sampler = train ? session.train_sampler : session.val_sampler;
+  auto options =
+      data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
+          .shuffle(train && d.shuffle && sampler == nullptr)
+          .drop_last(train && d.drop_last)
+          .num_workers(d.num_workers)
+          .pin_memory(d.pin_memory)
+          .timeout(d.timeout)
+          .seed(config.seed);
+  if (sampler != nullptr) {
+    options.sampler(sampler);
+  }
+  if (d.num_workers > 0) {
+    // Both only mean something with loader threads (PyTorch rejects them
+    // otherwise), so the config's values apply only then.
+    options.prefetch_factor(d.prefetch_factor)
+        .persistent_workers(d.persistent_workers);
+  }
+  return options;
+}
+
+} // namespace hotloop::cli
