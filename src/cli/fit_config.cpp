@@ -130,6 +130,11 @@ ConfigSchema make_schema() {
       {"32-true", "16-mixed", "bf16-mixed", "bf16-true"},
       "numeric precision (16-mixed: float16 autocast + loss scaling, CUDA)"));
   s.add(
+      opt("trainer.zero_grad_set_to_none",
+          T::kBool,
+          "true",
+          "drop gradients after each step instead of zero-filling them"));
+  s.add(
       opt("trainer.gradient_clip_val",
           T::kFloat,
           "0",
@@ -308,6 +313,11 @@ ConfigSchema make_schema() {
           "128",
           "hidden width of the MLP head; 0: linear head",
           0));
+  s.add(
+      opt("model.conv_bias",
+          T::kBool,
+          "false",
+          "fashion_cnn: biases on the convolutions (BatchNorm cancels them)"));
   s.add(
       opt("model.dropout",
           T::kFloat,
@@ -783,6 +793,7 @@ FitConfig to_fit_config(const Config& c) {
       .devices(c.get_string("trainer.devices"))
       .channels_last(c.get_bool("trainer.channels_last"))
       .seed(c.get_int("trainer.seed"))
+      .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))
       .profiler_steps(c.get_int("trainer.profiler_steps"));
   HOTLOOP_CHECK_AS(
@@ -856,6 +867,7 @@ FitConfig to_fit_config(const Config& c) {
   f.model.hidden = c.get_int("model.hidden");
   f.model.dropout = c.get_float("model.dropout");
   f.model.num_classes = c.get_int("model.num_classes");
+  f.model.conv_bias = c.get_bool("model.conv_bias");
   f.top_k = c.get_int("model.top_k");
 
   f.checkpoint.dirpath(c.get_string("model_checkpoint.dirpath"))

@@ -50,8 +50,8 @@ FashionCnnImpl::FashionCnnImpl(FashionCnnOptions options)
         "x",
         options_.image_size,
         " images");
-    features_->push_back(
-        nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+    features_->push_back(nn::Conv2d(
+        nn::Conv2dOptions(in, out, 3).padding(1).bias(options_.conv_bias)));
     features_->push_back(nn::BatchNorm2d(out));
     features_->push_back(nn::ReLU(nn::ReLUOptions().inplace(true)));
     features_->push_back(nn::MaxPool2d(2));

@@ -510,7 +510,7 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
         log::ProgressBar::is_terminal(out_),
         options_.log_every_n_steps());
   }
-  compat::zero_grad_set_to_none(*state.setup.optimizer);
+  zero_grad(*state.setup.optimizer);
   if (options_.handle_signals()) {
     state.signals.emplace();
   }
@@ -713,7 +713,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
       } else {
         optimizer.step();
       }
-      compat::zero_grad_set_to_none(optimizer);
+      zero_grad(optimizer);
       if (scheduler != nullptr &&
           state.setup.interval == ScheduleInterval::kStep) {
         scheduler->step();
@@ -857,6 +857,20 @@ void Trainer::interrupt(FitState& state) {
        << " in epoch " << current_epoch_ + 1 << " after batch "
        << progress_.epoch_batches << " (step " << progress_.global_step
        << ")\n";
+}
+
+void Trainer::zero_grad(torch::optim::Optimizer& optimizer) const {
+  if (options_.zero_grad_set_to_none()) {
+    compat::zero_grad_set_to_none(optimizer);
+  } else {
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& parameter : group.params()) {
+        if (parameter.mutable_grad().defined()) {
+          parameter.mutable_grad().detach_().zero_();
+        }
+      }
+    }
+  }
 }
 
 void Trainer::trace_steps(FitState& state) {

@@ -49,6 +49,20 @@ TEST(FashionCnn, ConvolutionsBeforeBatchNormHaveNoBias) {
   EXPECT_EQ(convs, 2);
 }
 
+TEST(FashionCnn, ConvBiasAddsOneBiasPerOutputChannel) {
+  FashionCnnOptions options;
+  options.channels = {16, 32};
+  options.conv_bias = true;
+  EXPECT_EQ(parameter_count(*FashionCnn(options)), 206970 + 16 + 32);
+}
+
+TEST(FashionCnn, FlopsCountTheMultiplyAddsOfConvolutionsAndLinears) {
+  FashionCnnOptions options;
+  options.channels = {16, 32};
+  // 2 * (1*16*9*28*28 + 16*32*9*14*14 + 1568*128 + 128*10)
+  EXPECT_DOUBLE_EQ(FashionCnn(options)->flops_per_sample(), 2436096.0);
+}
+
 TEST(FashionCnn, InvalidShapesNameTheOption) {
   FashionCnnOptions options;
   options.channels = {8, 8, 8, 8, 8, 8};

@@ -279,6 +279,31 @@ TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
       "trainer.profiler: expected \"\" or pytorch, got 'advanced'");
 }
 
+TEST_F(CallbackTest, GradientsAreDroppedOrZeroFilledAfterEachStep) {
+  auto train = train_loader();
+  auto dropped = make_module(0);
+  Trainer(options().max_epochs(1).limit_train_batches(2)).fit(*dropped, train);
+  for (const auto& parameter : dropped->parameters()) {
+    EXPECT_FALSE(parameter.grad().defined());
+  }
+  auto zeroed = make_module(0);
+  const FitResult result =
+      Trainer(
+          options().max_epochs(1).limit_train_batches(2).zero_grad_set_to_none(
+              false))
+          .fit(*zeroed, train);
+  for (const auto& parameter : zeroed->parameters()) {
+    ASSERT_TRUE(parameter.grad().defined());
+    EXPECT_EQ(parameter.grad().count_nonzero().item<int64_t>(), 0);
+  }
+  // The same updates either way.
+  const auto a = dropped->parameters();
+  const auto b = zeroed->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << i;
+  }
+}
+
 TEST(LearningRateMonitor, NamesOneGroupAfterTheOptimizerAndLogsMomentum) {
   auto module = make_module(0);
   auto logger = std::make_shared<RecordingLogger>();

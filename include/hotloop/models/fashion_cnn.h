@@ -19,6 +19,9 @@ struct FashionCnnOptions {
   int64_t num_classes = 10;
   /// Input height and width (square images).
   int64_t image_size = 28;
+  /// Give the convolutions a bias, which the BatchNorm after each cancels:
+  /// off by default, kept switchable for the ablation benchmark.
+  bool conv_bias = false;
 };
 
 /// Conv blocks (3x3 conv without bias -> BatchNorm -> ReLU -> 2x2 max-pool)

@@ -59,6 +59,10 @@ struct TrainerOptions {
   /// to float16 with dynamic loss scaling; CUDA), bf16-mixed (autocast to
   /// bfloat16), bf16-true (parameters and inputs in bfloat16).
   TORCH_ARG(std::string, precision) = "32-true";
+  /// Drop gradients after each optimizer step (PyTorch's
+  /// zero_grad(set_to_none=True)); false zero-fills them, as older PyTorch
+  /// did. Kept switchable for the ablation benchmark.
+  TORCH_ARG(bool, zero_grad_set_to_none) = true;
   /// Clip gradients at this value; 0 turns clipping off.
   TORCH_ARG(double, gradient_clip_val) = 0;
   /// "norm": scale all gradients so their global 2-norm is at most
@@ -304,6 +308,8 @@ class Trainer {
   // Trains one epoch (validating as due); true when the fit should end.
   bool train_epoch(FitState& state, int64_t epoch);
   void run_validation(FitState& state);
+  // Drops or zero-fills the gradients, as zero_grad_set_to_none says.
+  void zero_grad(torch::optim::Optimizer& optimizer) const;
   // Starts and stops LibTorch's profiler around the traced steps.
   void trace_steps(FitState& state);
   // should_stop, honoured once min_epochs are done.
