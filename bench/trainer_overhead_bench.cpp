@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   try {
     // Both sides run with the Trainer's process settings.
     hotloop::configure_intra_op_threads(0, 1);
+    hotloop::set_blas_threads(1); // as Trainer::fit does by default
     hotloop::retain_freed_host_memory();
     Setup setup;
     data::ImageTransformOptions transform;

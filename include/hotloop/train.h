@@ -13,7 +13,7 @@
 #include "hotloop/train/metrics.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/module.h"
-#include "hotloop/train/optimizer_setup.h"
+#include "hotloop/train/network_module.h"
 #include "hotloop/train/precision.h"
 #include "hotloop/train/reducer.h"
 #include "hotloop/train/run_dir.h"

@@ -240,6 +240,14 @@ ConfigSchema make_schema() {
           0,
           1024));
   s.add(
+      opt("trainer.blas_threads",
+          T::kInt,
+          "1",
+          "OpenBLAS's own threads; 1 leaves the cores to LibTorch's threads, "
+          "0: the library's default",
+          0,
+          1024));
+  s.add(
       opt("trainer.retain_host_memory",
           T::kBool,
           "true",
@@ -778,6 +786,7 @@ FitConfig to_fit_config(const Config& c) {
       .default_root_dir(c.get_string("trainer.default_root_dir"))
       .name(c.get_string("trainer.name"))
       .num_threads(c.get_int("trainer.num_threads"))
+      .blas_threads(c.get_int("trainer.blas_threads"))
       .retain_host_memory(c.get_bool("trainer.retain_host_memory"))
       .enable_checkpointing(c.get_bool("trainer.enable_checkpointing"))
       .handle_signals(c.get_bool("trainer.handle_signals"))

@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -24,6 +26,18 @@ int configure_intra_op_threads(int requested, int loader_workers) {
   const int threads = resolve_intra_op_threads(requested, loader_workers);
   at::set_num_threads(threads);
   return threads;
+}
+
+bool set_blas_threads(int threads) {
+  // Looked up, not linked: LibTorch may sit on another BLAS (or MKL).
+  using SetThreads = void (*)(int);
+  const auto set = reinterpret_cast<SetThreads>(
+      ::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set == nullptr) {
+    return false;
+  }
+  set(threads);
+  return true;
 }
 
 } // namespace hotloop

@@ -1,7 +1,6 @@
 #include "hotloop/train/classifier.h"
 
 #include "hotloop/core/error.h"
-#include "hotloop/train/optimizer_setup.h"
 
 #include <ATen/ATen.h>
 
@@ -12,17 +11,11 @@ ImageClassifier::ImageClassifier(
     optim::OptimizerOptions optimizer,
     optim::SchedulerOptions scheduler,
     int64_t top_k)
-    : network_(std::move(network)),
-      optimizer_options_(std::move(optimizer)),
-      scheduler_options_(std::move(scheduler)),
+    : NetworkModule(
+          std::move(network), std::move(optimizer), std::move(scheduler)),
       top_k_(top_k) {
   HOTLOOP_CHECK_AS(
       ConfigError, top_k_ >= 1, "model.top_k must be >= 1, got ", top_k_);
-  register_module("network", network_.ptr());
-}
-
-at::Tensor ImageClassifier::forward(const at::Tensor& input) {
-  return network_.forward(input);
 }
 
 at::Tensor ImageClassifier::training_step(
@@ -65,11 +58,6 @@ void ImageClassifier::validation_step(
 void ImageClassifier::test_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   evaluate(batch, "test", metrics);
-}
-
-OptimizerSetup ImageClassifier::configure_optimizers(const FitPlan& plan) {
-  return make_optimizer_setup(
-      *this, optimizer_options_, scheduler_options_, plan);
 }
 
 } // namespace hotloop::train

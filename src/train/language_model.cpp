@@ -1,7 +1,5 @@
 #include "hotloop/train/language_model.h"
 
-#include "hotloop/train/optimizer_setup.h"
-
 #include <ATen/ATen.h>
 
 namespace hotloop::train {
@@ -14,20 +12,6 @@ at::Tensor token_loss(const at::Tensor& logits, const at::Tensor& targets) {
 }
 
 } // namespace
-
-LanguageModel::LanguageModel(
-    torch::nn::AnyModule network,
-    optim::OptimizerOptions optimizer,
-    optim::SchedulerOptions scheduler)
-    : network_(std::move(network)),
-      optimizer_options_(std::move(optimizer)),
-      scheduler_options_(std::move(scheduler)) {
-  register_module("network", network_.ptr());
-}
-
-at::Tensor LanguageModel::forward(const at::Tensor& tokens) {
-  return network_.forward(tokens);
-}
 
 at::Tensor LanguageModel::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
@@ -62,11 +46,6 @@ void LanguageModel::test_step(
 at::Tensor LanguageModel::predict_step(
     const data::Batch& batch, int64_t batch_idx) {
   return forward(batch.input).argmax(-1);
-}
-
-OptimizerSetup LanguageModel::configure_optimizers(const FitPlan& plan) {
-  return make_optimizer_setup(
-      *this, optimizer_options_, scheduler_options_, plan);
 }
 
 } // namespace hotloop::train

@@ -184,6 +184,7 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       "trainer.gradient_clip_val must be >= 0, got ",
       options_.gradient_clip_val());
   check_at_least(options_.num_threads(), 0, "num_threads");
+  check_at_least(options_.blas_threads(), 0, "blas_threads");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.gradient_clip_algorithm() == "norm" ||
@@ -432,6 +433,9 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   const int threads = configure_intra_op_threads(
       static_cast<int>(options_.num_threads()),
       static_cast<int>(train.options().num_workers()));
+  if (options_.blas_threads() > 0) {
+    set_blas_threads(static_cast<int>(options_.blas_threads()));
+  }
   torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
   at::globalContext().setDeterministicAlgorithms(
       options_.deterministic(), /*warn_only=*/false);

@@ -22,4 +22,15 @@ int resolve_intra_op_threads(int requested, int loader_workers);
 /// `resolve_intra_op_threads(requested, loader_workers)` and returns it.
 int configure_intra_op_threads(int requested, int loader_workers);
 
+/// Sets the BLAS library's own worker-thread count, where the library has
+/// one (OpenBLAS: `openblas_set_num_threads`, found at run time). Returns
+/// false, changing nothing, when the loaded BLAS has no such call.
+///
+/// LibTorch already runs ops on its OpenMP intra-op threads; an OpenBLAS
+/// built with pthreads (Debian's libopenblas0-pthread) adds a pool of its
+/// own whose threads spin on the same cores, so on a 2-core machine the
+/// Fashion-MNIST CNN trains 1.7x faster with one BLAS thread (measured, see
+/// docs/PERFORMANCE.md).
+bool set_blas_threads(int threads);
+
 } // namespace hotloop

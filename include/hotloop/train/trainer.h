@@ -110,6 +110,11 @@ struct TrainerOptions {
   TORCH_ARG(std::string, name) = "default";
   /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
   TORCH_ARG(int64_t, num_threads) = 0;
+  /// Worker threads of the BLAS library itself (OpenBLAS), set at fit
+  /// start; 0 leaves the library's default. 1 lets LibTorch's intra-op
+  /// threads own the cores instead of competing with a second spinning pool
+  /// (see set_blas_threads).
+  TORCH_ARG(int64_t, blas_threads) = 1;
   /// Keep freed host memory for reuse (retain_freed_host_memory): saves a
   /// page fault per touched page of every activation, every step.
   TORCH_ARG(bool, retain_host_memory) = true;
