@@ -62,22 +62,13 @@ def log(message):
 
 def read_idx(path):
     """An IDX file (gzip or raw) as a uint8 torch tensor of its shape."""
-    import numpy as np
     import torch
 
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise ValueError(f"{path}: not a uint8 IDX file")
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    offset = 4 + 4 * ndim
-    if len(data) - offset != math.prod(dims):
-        raise ValueError(f"{path}: header says {dims}, file has "
-                         f"{len(data) - offset} bytes of data")
-    array = np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
-    return torch.from_numpy(array.copy())
+    # One reader for both Python benchmarks: python_dataloader.py's.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from python_dataloader import read_idx as read_idx_array
+
+    return torch.from_numpy(read_idx_array(path).copy())
 
 
 def find_file(root, stem):
