@@ -61,28 +61,34 @@ std::string ProgressBar::format(
   return line.str();
 }
 
+bool ProgressBar::due(int64_t batch) const {
+  if (live_) {
+    return !drawn_ || batch >= batches_ ||
+           std::chrono::duration<double>(
+               std::chrono::steady_clock::now() - last_draw_)
+                   .count() >= refresh_;
+  }
+  return every_n_steps_ > 0 && batch % every_n_steps_ == 0;
+}
+
 void ProgressBar::update(
     int64_t batch,
     int64_t samples,
     double loss,
     double lr,
     const StepTimes& times) {
+  if (!due(batch)) {
+    return;
+  }
   if (live_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (drawn_ && batch < batches_ &&
-        std::chrono::duration<double>(now - last_draw_).count() < refresh_) {
-      return;
-    }
-    last_draw_ = now;
+    last_draw_ = std::chrono::steady_clock::now();
     drawn_ = true;
     // Carriage return and clear-to-end-of-line: redraw in place.
     out_ << '\r' << format(batch, samples, loss, lr, times) << "\x1b[K"
          << std::flush;
     return;
   }
-  if (every_n_steps_ > 0 && batch % every_n_steps_ == 0) {
-    out_ << format(batch, samples, loss, lr, times) << "\n";
-  }
+  out_ << format(batch, samples, loss, lr, times) << "\n";
 }
 
 void ProgressBar::end_epoch() {

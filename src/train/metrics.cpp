@@ -6,20 +6,44 @@
 
 namespace hotloop::train {
 
+void MeanMetric::update(const at::Tensor& value, double weight) {
+  if (value.device().is_cpu()) {
+    update(value.detach().item<double>(), weight);
+    return;
+  }
+  const at::Tensor weighted = value.detach().to(at::kDouble) * weight;
+  device_sum_ =
+      device_sum_.defined() ? device_sum_.add_(weighted) : weighted.clone();
+  weight_ += weight;
+}
+
 double MeanMetric::compute() const {
-  return weight_ > 0 ? sum_ / weight_
-                     : std::numeric_limits<double>::quiet_NaN();
+  if (weight_ <= 0) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  const double device_sum =
+      device_sum_.defined() ? device_sum_.item<double>() : 0.0;
+  return (sum_ + device_sum) / weight_;
 }
 
 void MetricCollection::log(
     const std::string& name, double value, double weight) {
   metrics_[name].update(value, weight);
-  last_[name] = value;
+  last_[name] = at::scalar_tensor(value, at::kDouble);
 }
 
 void MetricCollection::log(
     const std::string& name, const at::Tensor& value, double weight) {
-  log(name, value.detach().item<double>(), weight);
+  metrics_[name].update(value, weight);
+  last_[name] = value.detach();
+}
+
+std::map<std::string, double> MetricCollection::last() const {
+  std::map<std::string, double> out;
+  for (const auto& [name, value] : last_) {
+    out[name] = value.item<double>();
+  }
+  return out;
 }
 
 std::map<std::string, double> MetricCollection::compute() const {

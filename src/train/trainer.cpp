@@ -760,7 +760,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
                        (profile.validation - validation_before);
     phases.optimizer += seconds_between(optimizer_start, wait_start) -
                         (profile.validation - validation_before);
-    if (state.bar) {
+    if (state.bar && state.bar->due(batch_idx)) {
       state.bar->update(
           batch_idx,
           samples,

@@ -40,6 +40,20 @@ TEST(ProgressBar, WritesALineEveryNStepsWhenNotATerminal) {
   EXPECT_EQ(text.find('\r'), std::string::npos);
 }
 
+TEST(ProgressBar, DueSaysWhetherAnUpdateWouldDraw) {
+  std::ostringstream out;
+  ProgressBar lines(out, /*live=*/false, /*every_n_steps=*/4);
+  lines.start_epoch(1, 1, 10);
+  EXPECT_FALSE(lines.due(3));
+  EXPECT_TRUE(lines.due(4));
+  ProgressBar live(out, /*live=*/true, 4, /*refresh=*/3600);
+  live.start_epoch(1, 1, 10);
+  EXPECT_TRUE(live.due(1)); // nothing drawn yet
+  live.update(1, 8, 1.0, 0.1, StepTimes{});
+  EXPECT_FALSE(live.due(2)); // within the refresh interval
+  EXPECT_TRUE(live.due(10)); // the epoch's last batch always shows
+}
+
 TEST(ProgressBar, ALiveBarRedrawsInPlaceAndClearsAtTheEnd) {
   std::ostringstream out;
   ProgressBar bar(out, /*live=*/true, /*every_n_steps=*/4, /*refresh=*/0);

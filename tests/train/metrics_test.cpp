@@ -1,6 +1,7 @@
 #include "hotloop/train/metrics.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,6 +29,21 @@ TEST(MetricCollection, LogsDetachedTensorsAsPlainNumbers) {
   EXPECT_DOUBLE_EQ(metrics.get("loss"), 4.0);
   EXPECT_TRUE(std::isnan(metrics.get("missing")));
   EXPECT_EQ(metrics.compute().size(), 1u);
+  EXPECT_DOUBLE_EQ(metrics.last().at("loss"), 6.0);
+  metrics.log("loss", w * 5, 1);
+  EXPECT_DOUBLE_EQ(metrics.last().at("loss"), 5.0);
+}
+
+TEST(MeanMetric, AcceleratorTensorsAreSummedOnTheDevice) {
+  if (!at::hasCUDA()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  MeanMetric mean;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  mean.update(at::full({}, 2.0, cuda), 3);
+  mean.update(4.0, 1);
+  mean.update(at::full({}, 1.0, cuda), 4);
+  EXPECT_DOUBLE_EQ(mean.compute(), (6.0 + 4.0 + 4.0) / 8);
 }
 
 TEST(CountCorrect, CountsTopKHitsOverUnevenBatches) {

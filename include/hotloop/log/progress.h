@@ -38,7 +38,12 @@ class ProgressBar {
 
   void start_epoch(int64_t epoch, int64_t max_epochs, int64_t batches);
 
-  /// After batch `batch` (1-based) of `samples` samples in all so far.
+  /// Whether update(batch, ...) would draw: callers skip computing what it
+  /// shows otherwise (reading a GPU loss waits for the device).
+  bool due(int64_t batch) const;
+
+  /// After batch `batch` (1-based) of `samples` samples in all so far;
+  /// draws only when due(batch).
   void update(
       int64_t batch,
       int64_t samples,

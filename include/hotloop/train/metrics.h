@@ -17,7 +17,12 @@ class MeanMetric {
     sum_ += value * weight;
     weight_ += weight;
   }
-  /// The mean so far; NaN before the first update.
+  /// A 0-dim tensor on an accelerator is summed there, detached: reading it
+  /// would make the host wait for the device on every step. CPU tensors are
+  /// read at once.
+  void update(const at::Tensor& value, double weight = 1.0);
+  /// The mean so far (reads the device sum, if any); NaN before the first
+  /// update.
   double compute() const;
   double weight() const {
     return weight_;
@@ -25,11 +30,13 @@ class MeanMetric {
   void reset() {
     sum_ = 0;
     weight_ = 0;
+    device_sum_ = at::Tensor();
   }
 
  private:
   double sum_ = 0;
   double weight_ = 0;
+  at::Tensor device_sum_;
 };
 
 /// Named running means that steps log into. Values are plain doubles, so no
@@ -44,9 +51,7 @@ class MetricCollection {
   /// Every metric's mean.
   std::map<std::string, double> compute() const;
   /// Every metric's most recent logged value (what a per-step log shows).
-  std::map<std::string, double> last() const {
-    return last_;
-  }
+  std::map<std::string, double> last() const;
   /// The mean of `name`; NaN when it was never logged.
   double get(const std::string& name) const;
   void reset() {
@@ -56,7 +61,8 @@ class MetricCollection {
 
  private:
   std::map<std::string, MeanMetric> metrics_;
-  std::map<std::string, double> last_;
+  // The latest value of each metric, kept as logged (on its device).
+  std::map<std::string, at::Tensor> last_;
 };
 
 /// Number of rows of `logits` [N, C] whose target [N] is among the top `k`
