@@ -10,6 +10,8 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,7 +68,101 @@ at::Tensor scalar(int64_t value) {
   return at::scalar_tensor(value, at::kLong);
 }
 
+// "optimizer", "optimizer_1", ...: the first checkpoints held one,
+// unnumbered.
+std::string indexed_key(const char* name, size_t index) {
+  return index == 0 ? name : std::string(name) + "_" + std::to_string(index);
+}
+
+// Named rows of `width` doubles: the names as JSON text, the values as a
+// float64 [n, width] tensor, so that NaN and every bit survive.
+void write_doubles(
+    torch::serialize::OutputArchive& archive,
+    const std::string& key,
+    const std::map<std::string, std::vector<double>>& rows,
+    int64_t width) {
+  if (rows.empty()) {
+    return;
+  }
+  nlohmann::json names = nlohmann::json::array();
+  std::vector<double> values;
+  for (const auto& [name, row] : rows) {
+    names.push_back(name);
+    values.insert(values.end(), row.begin(), row.end());
+  }
+  archive.write(key + "_names", c10::IValue(names.dump()));
+  archive.write(
+      key + "_values",
+      at::tensor(values, at::kDouble)
+          .view({static_cast<int64_t>(rows.size()), width}));
+}
+
+std::map<std::string, std::vector<double>> read_doubles(
+    torch::serialize::InputArchive& archive,
+    const std::string& key,
+    int64_t width) {
+  std::map<std::string, std::vector<double>> rows;
+  c10::IValue names_text;
+  at::Tensor values;
+  if (!archive.try_read(key + "_names", names_text) ||
+      !archive.try_read(key + "_values", values)) {
+    return rows;
+  }
+  const nlohmann::json names = nlohmann::json::parse(names_text.toStringRef());
+  HOTLOOP_CHECK(
+      values.dim() == 2 &&
+          values.size(0) == static_cast<int64_t>(names.size()) &&
+          values.size(1) == width && values.scalar_type() == at::kDouble,
+      key,
+      ": expected float64 [",
+      names.size(),
+      ", ",
+      width,
+      "] values, got ",
+      values.sizes());
+  const at::Tensor contiguous = values.contiguous();
+  const double* data = contiguous.data_ptr<double>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    rows[names[i].get<std::string>()] =
+        std::vector<double>(data + i * width, data + (i + 1) * width);
+  }
+  return rows;
+}
+
 } // namespace
+
+RngStates get_rng_states() {
+  RngStates states;
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    states.cpu = generator.get_state();
+  }
+  for (int64_t i = 0; i < cuda_devices(); ++i) {
+    at::Generator generator = cuda_generator(i);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    states.cuda.push_back(generator.get_state());
+  }
+  return states;
+}
+
+void set_rng_states(const RngStates& states) {
+  if (states.cpu.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(states.cpu);
+  }
+  const int64_t devices = cuda_devices();
+  for (int64_t i = 0;
+       i < devices && i < static_cast<int64_t>(states.cuda.size());
+       ++i) {
+    if (states.cuda[i].defined()) {
+      at::Generator generator = cuda_generator(i);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(states.cuda[i]);
+    }
+  }
+}
 
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write) {
@@ -110,57 +206,57 @@ void write_file_atomically(
 void save_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
-    const torch::optim::Optimizer* optimizer,
-    const optim::LRScheduler* scheduler,
-    const TrainingProgress& progress,
-    const GradScaler* scaler,
-    const std::string& callback_state) {
+    const CheckpointState& state) {
   torch::serialize::OutputArchive archive;
   archive.write("hotloop_checkpoint_version", scalar(kFormatVersion));
-  archive.write("epoch", scalar(progress.epoch));
-  archive.write("global_step", scalar(progress.global_step));
-  archive.write("epoch_batches", scalar(progress.epoch_batches));
+  archive.write("epoch", scalar(state.progress.epoch));
+  archive.write("global_step", scalar(state.progress.global_step));
+  archive.write("epoch_batches", scalar(state.progress.epoch_batches));
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
-  if (optimizer != nullptr) {
+  archive.write(
+      "optimizers", scalar(static_cast<int64_t>(state.optimizers.size())));
+  for (size_t i = 0; i < state.optimizers.size(); ++i) {
     torch::serialize::OutputArchive optimizer_archive;
-    optimizer->save(optimizer_archive);
-    archive.write("optimizer", optimizer_archive);
+    state.optimizers[i]->save(optimizer_archive);
+    archive.write(indexed_key("optimizer", i), optimizer_archive);
   }
-  if (scheduler != nullptr) {
+  archive.write(
+      "schedulers", scalar(static_cast<int64_t>(state.schedulers.size())));
+  for (size_t i = 0; i < state.schedulers.size(); ++i) {
     torch::serialize::OutputArchive scheduler_archive;
-    scheduler->save(scheduler_archive);
-    archive.write("scheduler", scheduler_archive);
+    state.schedulers[i]->save(scheduler_archive);
+    archive.write(indexed_key("scheduler", i), scheduler_archive);
   }
-  if (scaler != nullptr && scaler->is_enabled()) {
+  if (state.scaler != nullptr && state.scaler->is_enabled()) {
     torch::serialize::OutputArchive scaler_archive;
-    scaler->save(scaler_archive);
+    state.scaler->save(scaler_archive);
     archive.write("grad_scaler", scaler_archive);
   }
-  {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    archive.write("cpu_rng_state", generator.get_state());
+  const RngStates rng = get_rng_states();
+  archive.write("cpu_rng_state", rng.cpu);
+  for (size_t i = 0; i < rng.cuda.size(); ++i) {
+    archive.write(cuda_rng_key(static_cast<int64_t>(i)), rng.cuda[i]);
   }
-  for (int64_t i = 0; i < cuda_devices(); ++i) {
-    at::Generator generator = cuda_generator(i);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    archive.write(cuda_rng_key(i), generator.get_state());
+  if (!state.callbacks.empty()) {
+    archive.write("callbacks", c10::IValue(state.callbacks));
   }
-  if (!callback_state.empty()) {
-    archive.write("callbacks", c10::IValue(callback_state));
+  std::map<std::string, std::vector<double>> epoch_metrics;
+  for (const auto& [name, sum_weight] : state.loop.epoch_metrics) {
+    epoch_metrics[name] = {sum_weight.first, sum_weight.second};
   }
+  write_doubles(archive, "loop_epoch_metrics", epoch_metrics, 2);
+  std::map<std::string, std::vector<double>> callback_metrics;
+  for (const auto& [name, value] : state.loop.callback_metrics) {
+    callback_metrics[name] = {value};
+  }
+  write_doubles(archive, "loop_callback_metrics", callback_metrics, 1);
   write_file_atomically(path, [&](std::ostream& out) { archive.save_to(out); });
 }
 
 TrainingProgress load_checkpoint(
-    const std::string& path,
-    torch::nn::Module& model,
-    torch::optim::Optimizer* optimizer,
-    optim::LRScheduler* scheduler,
-    GradScaler* scaler,
-    std::string* callback_state) {
+    const std::string& path, torch::nn::Module& model, CheckpointState* state) {
   std::error_code ec;
   HOTLOOP_CHECK(
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
@@ -170,10 +266,9 @@ TrainingProgress load_checkpoint(
     archive.load_from(path);
     // InputArchive::read assigns into a defined tensor, so each read gets
     // a fresh one.
-    auto read_int = [&](const char* key) {
+    auto read_int = [&](const std::string& key, int64_t fallback) {
       at::Tensor value;
-      archive.read(key, value);
-      return value.item<int64_t>();
+      return archive.try_read(key, value) ? value.item<int64_t>() : fallback;
     };
     at::Tensor version;
     HOTLOOP_CHECK(
@@ -188,49 +283,71 @@ TrainingProgress load_checkpoint(
         " is not supported (expected ",
         kFormatVersion,
         ")");
-    progress.epoch = read_int("epoch");
-    progress.global_step = read_int("global_step");
-    at::Tensor epoch_batches;
-    if (archive.try_read("epoch_batches", epoch_batches)) {
-      progress.epoch_batches = epoch_batches.item<int64_t>();
-    }
+    progress.epoch = read_int("epoch", 0);
+    progress.global_step = read_int("global_step", 0);
+    progress.epoch_batches = read_int("epoch_batches", 0);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
-    torch::serialize::InputArchive optimizer_archive;
-    if (optimizer != nullptr &&
-        archive.try_read("optimizer", optimizer_archive)) {
-      optimizer->load(optimizer_archive);
+    if (state == nullptr) {
+      return progress;
     }
-    torch::serialize::InputArchive scheduler_archive;
-    if (scheduler != nullptr &&
-        archive.try_read("scheduler", scheduler_archive)) {
-      scheduler->load(scheduler_archive);
+    state->progress = progress;
+    // The first checkpoints held at most one of each, unnumbered.
+    auto check_count = [&](const char* what, size_t expected) {
+      if (expected == 0) {
+        return; // the caller does not want them
+      }
+      torch::serialize::InputArchive ignored;
+      const int64_t saved = read_int(
+          std::string(what) + "s", archive.try_read(what, ignored) ? 1 : 0);
+      HOTLOOP_CHECK(
+          saved == static_cast<int64_t>(expected),
+          path,
+          ": the checkpoint holds ",
+          saved,
+          " ",
+          what,
+          saved == 1 ? "" : "s",
+          ", the module configures ",
+          expected);
+    };
+    check_count("optimizer", state->optimizers.size());
+    for (size_t i = 0; i < state->optimizers.size(); ++i) {
+      torch::serialize::InputArchive optimizer_archive;
+      archive.read(indexed_key("optimizer", i), optimizer_archive);
+      state->optimizers[i]->load(optimizer_archive);
+    }
+    check_count("scheduler", state->schedulers.size());
+    for (size_t i = 0; i < state->schedulers.size(); ++i) {
+      torch::serialize::InputArchive scheduler_archive;
+      archive.read(indexed_key("scheduler", i), scheduler_archive);
+      state->schedulers[i]->load(scheduler_archive);
     }
     torch::serialize::InputArchive scaler_archive;
-    if (scaler != nullptr && scaler->is_enabled() &&
+    if (state->scaler != nullptr && state->scaler->is_enabled() &&
         archive.try_read("grad_scaler", scaler_archive)) {
-      scaler->load(scaler_archive);
+      state->scaler->load(scaler_archive);
     }
-    at::Tensor rng_state;
-    if (archive.try_read("cpu_rng_state", rng_state)) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng_state);
-    }
+    RngStates rng;
+    archive.try_read("cpu_rng_state", rng.cpu);
     for (int64_t i = 0; i < cuda_devices(); ++i) {
-      at::Tensor state;
-      if (archive.try_read(cuda_rng_key(i), state)) {
-        at::Generator generator = cuda_generator(i);
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        generator.set_state(state);
-      }
+      rng.cuda.emplace_back();
+      archive.try_read(cuda_rng_key(i), rng.cuda.back());
     }
-    if (callback_state != nullptr) {
-      c10::IValue callbacks;
-      *callback_state = archive.try_read("callbacks", callbacks)
-                            ? callbacks.toStringRef()
-                            : std::string();
+    set_rng_states(rng);
+    c10::IValue callbacks;
+    state->callbacks = archive.try_read("callbacks", callbacks)
+                           ? callbacks.toStringRef()
+                           : std::string();
+    state->loop = LoopState{};
+    for (const auto& [name, values] :
+         read_doubles(archive, "loop_epoch_metrics", 2)) {
+      state->loop.epoch_metrics[name] = {values[0], values[1]};
+    }
+    for (const auto& [name, values] :
+         read_doubles(archive, "loop_callback_metrics", 1)) {
+      state->loop.callback_metrics[name] = values[0];
     }
   } catch (const c10::Error& e) {
     throw Error(hotloop::detail::str_cat(

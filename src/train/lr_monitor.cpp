@@ -9,6 +9,7 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <optional>
 #include <typeinfo>
 
@@ -57,26 +58,38 @@ bool LearningRateMonitor::by_step(Trainer& trainer) const {
   if (!logging_interval_.empty()) {
     return logging_interval_ == "step";
   }
-  return trainer.lr_scheduler() == nullptr ||
-         trainer.lr_scheduler_interval() == ScheduleInterval::kStep;
+  // Per step unless every schedule steps per epoch.
+  const auto& schedules = trainer.lr_schedules();
+  return std::any_of(
+             schedules.begin(),
+             schedules.end(),
+             [](const ScheduleConfig& schedule) {
+               return schedule.interval == ScheduleInterval::kStep;
+             }) ||
+         schedules.empty();
 }
 
 std::map<std::string, double> LearningRateMonitor::learning_rates(
     Trainer& trainer) const {
   std::map<std::string, double> values;
-  torch::optim::Optimizer* optimizer = trainer.optimizer();
-  if (optimizer == nullptr) {
-    return values;
-  }
-  const std::string base = "lr-" + optimizer_name(*optimizer);
-  auto& groups = optimizer->param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const std::string name =
-        groups.size() == 1 ? base : base + "/pg" + std::to_string(i + 1);
-    values[name] = groups[i].options().get_lr();
-    if (log_momentum_) {
-      if (const auto momentum = momentum_of(groups[i].options())) {
-        values[name + "-momentum"] = *momentum;
+  // Lightning's names: lr-AdamW, a second AdamW is lr-AdamW-1, and groups
+  // of one optimizer add /pgN.
+  std::map<std::string, int64_t> seen;
+  for (torch::optim::Optimizer* optimizer : trainer.optimizers()) {
+    std::string base = "lr-" + optimizer_name(*optimizer);
+    const int64_t repeat = seen[base]++;
+    if (repeat > 0) {
+      base += "-" + std::to_string(repeat);
+    }
+    auto& groups = optimizer->param_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string name =
+          groups.size() == 1 ? base : base + "/pg" + std::to_string(i + 1);
+      values[name] = groups[i].options().get_lr();
+      if (log_momentum_) {
+        if (const auto momentum = momentum_of(groups[i].options())) {
+          values[name + "-momentum"] = *momentum;
+        }
       }
     }
   }

@@ -17,13 +17,15 @@ void MeanMetric::update(const at::Tensor& value, double weight) {
   weight_ += weight;
 }
 
+double MeanMetric::sum() const {
+  return sum_ + (device_sum_.defined() ? device_sum_.item<double>() : 0.0);
+}
+
 double MeanMetric::compute() const {
   if (weight_ <= 0) {
     return std::numeric_limits<double>::quiet_NaN();
   }
-  const double device_sum =
-      device_sum_.defined() ? device_sum_.item<double>() : 0.0;
-  return (sum_ + device_sum) / weight_;
+  return sum() / weight_;
 }
 
 void MetricCollection::log(
@@ -52,6 +54,23 @@ std::map<std::string, double> MetricCollection::compute() const {
     out[name] = metric.compute();
   }
   return out;
+}
+
+std::map<std::string, std::pair<double, double>> MetricCollection::state()
+    const {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& [name, metric] : metrics_) {
+    out[name] = {metric.sum(), metric.weight()};
+  }
+  return out;
+}
+
+void MetricCollection::load_state(
+    const std::map<std::string, std::pair<double, double>>& state) {
+  reset();
+  for (const auto& [name, sum_weight] : state) {
+    metrics_[name].load(sum_weight.first, sum_weight.second);
+  }
 }
 
 double MetricCollection::get(const std::string& name) const {

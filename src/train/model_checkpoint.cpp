@@ -15,6 +15,7 @@
 #include <limits>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 namespace hotloop::train {
 namespace {
@@ -263,15 +264,16 @@ void ModelCheckpoint::save(Trainer& trainer) {
         ")");
     score = found->second;
   }
+  const std::string last = (fs::path(dirpath_) / "last.ckpt").string();
+  if (options_.save_last()) {
+    last_model_path_ = last; // before the save, so its state says so
+  }
   if (options_.save_top_k() != 0) {
     save_top_k(trainer, score);
   }
-  if (options_.save_last()) {
-    const std::string last = (fs::path(dirpath_) / "last.ckpt").string();
-    if (newest_path_.empty() || !link_atomically(newest_path_, last)) {
-      trainer.save_checkpoint(last);
-    }
-    last_model_path_ = last;
+  if (options_.save_last() &&
+      (newest_path_.empty() || !link_atomically(newest_path_, last))) {
+    trainer.save_checkpoint(last);
   }
 }
 
@@ -320,20 +322,20 @@ void ModelCheckpoint::save_top_k(Trainer& trainer, double score) {
       trainer.current_epoch(),
       trainer.global_step(),
       trainer.callback_metrics()));
-  trainer.save_checkpoint(path);
-  newest_path_ = path;
+  // The bookkeeping comes first, as in Lightning, so that the file carries
+  // itself among the kept checkpoints: a resume from it ranks and deletes
+  // exactly as the uninterrupted run does. Files drop out after the save.
+  std::vector<std::string> dropped;
   if (options_.monitor().empty() && k == 1) {
     for (const auto& [old_path, old_score] : best_k_models_) {
-      std::error_code ec;
-      fs::remove(old_path, ec);
+      dropped.push_back(old_path);
     }
     best_k_models_.clear();
   }
   best_k_models_[path] = score;
   if (k > 0 && static_cast<int64_t>(best_k_models_.size()) > k) {
     const std::string worst = worst_path();
-    std::error_code ec;
-    fs::remove(worst, ec);
+    dropped.push_back(worst);
     best_k_models_.erase(worst);
   }
   if (!options_.monitor().empty()) {
@@ -344,6 +346,12 @@ void ModelCheckpoint::save_top_k(Trainer& trainer, double score) {
       }
     }
     best_model_score_ = best_k_models_.at(best_model_path_);
+  }
+  trainer.save_checkpoint(path);
+  newest_path_ = path;
+  for (const std::string& old_path : dropped) {
+    std::error_code ec;
+    fs::remove(old_path, ec);
   }
   if (options_.verbose()) {
     trainer.out() << "epoch " << trainer.current_epoch() << ", step "

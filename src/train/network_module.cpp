@@ -19,18 +19,19 @@ at::Tensor NetworkModule::forward(const at::Tensor& input) {
 }
 
 OptimizerSetup NetworkModule::configure_optimizers(const FitPlan& plan) {
-  OptimizerSetup setup;
-  setup.optimizer = optim::make_optimizer(*this, optimizer_options_);
-  setup.interval = scheduler_options_.interval == "epoch"
-                       ? ScheduleInterval::kEpoch
-                       : ScheduleInterval::kStep;
-  const int64_t horizon = setup.interval == ScheduleInterval::kEpoch
-                              ? plan.max_epochs
-                              : plan.total_steps;
-  setup.scheduler =
-      optim::make_scheduler(*setup.optimizer, scheduler_options_, horizon);
-  setup.monitor = scheduler_options_.monitor;
-  return setup;
+  auto optimizer = optim::make_optimizer(*this, optimizer_options_);
+  const ScheduleInterval interval = scheduler_options_.interval == "epoch"
+                                        ? ScheduleInterval::kEpoch
+                                        : ScheduleInterval::kStep;
+  const int64_t horizon =
+      interval == ScheduleInterval::kEpoch ? plan.max_epochs : plan.total_steps;
+  auto scheduler =
+      optim::make_scheduler(*optimizer, scheduler_options_, horizon);
+  return OptimizerSetup(
+      std::move(optimizer),
+      std::move(scheduler),
+      interval,
+      scheduler_options_.monitor);
 }
 
 } // namespace hotloop::train

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -99,6 +100,56 @@ int64_t val_check_batches(
   return batches;
 }
 
+// What configure_optimizers returned must be usable as it stands.
+void check_optimizer_setup(const OptimizerSetup& setup) {
+  HOTLOOP_CHECK(
+      !setup.optimizers.empty(), "configure_optimizers returned no optimizer");
+  std::set<const void*> owned;
+  std::set<const torch::optim::Optimizer*> optimizers;
+  for (size_t i = 0; i < setup.optimizers.size(); ++i) {
+    HOTLOOP_CHECK(
+        setup.optimizers[i] != nullptr,
+        "configure_optimizers returned a null optimizer (number ",
+        i,
+        ")");
+    optimizers.insert(setup.optimizers[i].get());
+    for (const auto& group : setup.optimizers[i]->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        HOTLOOP_CHECK(
+            owned.insert(parameter.unsafeGetTensorImpl()).second,
+            "configure_optimizers: a parameter of shape ",
+            parameter.sizes(),
+            " is in two optimizers (or twice in one); each parameter must "
+            "have one optimizer");
+      }
+    }
+  }
+  for (const auto& schedule : setup.schedules) {
+    HOTLOOP_CHECK(
+        schedule.scheduler != nullptr,
+        "configure_optimizers returned a null schedule");
+    HOTLOOP_CHECK(
+        optimizers.count(&schedule.scheduler->optimizer()) > 0,
+        "configure_optimizers: the ",
+        schedule.scheduler->name(),
+        " schedule sets the rates of an optimizer it did not return");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        schedule.frequency > 0,
+        "the ",
+        schedule.scheduler->name(),
+        " schedule's frequency must be positive, got ",
+        schedule.frequency);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !schedule.scheduler->needs_metric() ||
+            schedule.interval == ScheduleInterval::kEpoch,
+        "a schedule that watches '",
+        schedule.monitor,
+        "' steps once per epoch: set lr_scheduler.interval=epoch");
+  }
+}
+
 } // namespace
 
 /// What one fit works with, alive for its duration.
@@ -126,6 +177,12 @@ struct Trainer::FitState {
   // LibTorch's profiler while trace steps run (trainer.profiler=pytorch).
   std::optional<torch::autograd::profiler::RecordProfile> trace;
   int64_t trace_steps_left = 0;
+  // The running means of the epoch in progress, for checkpoints.
+  MetricCollection* epoch_metrics = nullptr;
+  // A mid-epoch checkpoint's running means, for the epoch it resumes.
+  std::map<std::string, std::pair<double, double>> resumed_epoch_metrics;
+  // Each optimizer's parameters, for clipping.
+  std::vector<std::vector<at::Tensor>> optimizer_parameters;
 };
 
 void seed_everything(uint64_t seed) {
@@ -198,7 +255,7 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       "trainer.max_time must be >= 0, got ",
       options_.max_time());
   check_at_least(options_.fast_dev_run(), 0, "fast_dev_run");
-  check_at_least(options_.num_sanity_val_steps(), 0, "num_sanity_val_steps");
+  check_at_least(options_.num_sanity_val_steps(), -1, "num_sanity_val_steps");
   check_at_least(options_.log_every_n_steps(), 0, "log_every_n_steps");
   check_at_least(options_.seed(), -1, "seed");
   check_at_least(options_.profiler_steps(), 1, "profiler_steps");
@@ -262,16 +319,36 @@ const std::string& Trainer::log_dir() {
   return log_dir_;
 }
 
+std::vector<torch::optim::Optimizer*> Trainer::optimizers() {
+  std::vector<torch::optim::Optimizer*> out;
+  if (fit_ != nullptr) {
+    for (const auto& optimizer : fit_->setup.optimizers) {
+      out.push_back(optimizer.get());
+    }
+  }
+  return out;
+}
+
 torch::optim::Optimizer* Trainer::optimizer() {
-  return fit_ == nullptr ? nullptr : fit_->setup.optimizer.get();
+  return fit_ == nullptr || fit_->setup.optimizers.empty()
+             ? nullptr
+             : fit_->setup.optimizers.front().get();
+}
+
+const std::vector<ScheduleConfig>& Trainer::lr_schedules() const {
+  static const std::vector<ScheduleConfig> kNone;
+  return fit_ == nullptr ? kNone : fit_->setup.schedules;
 }
 
 optim::LRScheduler* Trainer::lr_scheduler() {
-  return fit_ == nullptr ? nullptr : fit_->setup.scheduler.get();
+  const auto& schedules = lr_schedules();
+  return schedules.empty() ? nullptr : schedules.front().scheduler.get();
 }
 
 ScheduleInterval Trainer::lr_scheduler_interval() const {
-  return fit_ == nullptr ? ScheduleInterval::kStep : fit_->setup.interval;
+  const auto& schedules = lr_schedules();
+  return schedules.empty() ? ScheduleInterval::kStep
+                           : schedules.front().interval;
 }
 
 template <typename Hook>
@@ -297,14 +374,19 @@ void Trainer::save_checkpoint(const std::string& path) {
       states[callback->state_key()] = std::move(state);
     }
   }
-  train::save_checkpoint(
-      path,
-      *fit_->module,
-      fit_->setup.optimizer.get(),
-      fit_->setup.scheduler.get(),
-      progress_,
-      fit_->scaler.get(),
-      states.empty() ? std::string() : states.dump());
+  CheckpointState checkpoint;
+  checkpoint.optimizers = optimizers();
+  for (const auto& schedule : fit_->setup.schedules) {
+    checkpoint.schedulers.push_back(schedule.scheduler.get());
+  }
+  checkpoint.scaler = fit_->scaler.get();
+  checkpoint.progress = progress_;
+  checkpoint.callbacks = states.empty() ? std::string() : states.dump();
+  if (fit_->epoch_metrics != nullptr && progress_.epoch_batches > 0) {
+    checkpoint.loop.epoch_metrics = fit_->epoch_metrics->state();
+  }
+  checkpoint.loop.callback_metrics = callback_metrics_;
+  train::save_checkpoint(path, *fit_->module, checkpoint);
   last_checkpoint_ = path;
 }
 
@@ -346,6 +428,15 @@ void Trainer::prepare_callbacks(const std::string& run_dir) {
     active_callbacks_.push_back(std::make_shared<Timer>(
         options_.max_time(), "step", options_.enable_progress_bar()));
   }
+  // Checkpoints run last among the callbacks, as in Lightning, so that
+  // what they write holds the other callbacks' state after the same hook
+  // (say, EarlyStopping's count after this validation).
+  std::stable_partition(
+      active_callbacks_.begin(),
+      active_callbacks_.end(),
+      [](const std::shared_ptr<Callback>& callback) {
+        return dynamic_cast<ModelCheckpoint*>(callback.get()) == nullptr;
+      });
   for (const auto& callback : active_callbacks_) {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -412,11 +503,15 @@ FitResult Trainer::fit(
         // The original error is the one to report.
       }
     }
-    for (const auto& logger : loggers_) {
-      try {
-        logger->finalize("failed");
-      } catch (...) {
+    try {
+      // What was logged before the error is kept.
+      flush_logs();
+      if (reducer_->is_global_zero()) {
+        for (const auto& logger : loggers_) {
+          logger->finalize("failed");
+        }
       }
+    } catch (...) {
     }
     fit_ = nullptr;
     throw;
@@ -427,22 +522,7 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   Module& module = *state.module;
   data::DataLoader& train = *state.train;
   state.start = Clock::now();
-  if (options_.seed() >= 0) {
-    seed_everything(static_cast<uint64_t>(options_.seed()));
-  }
-  const int threads = configure_intra_op_threads(
-      static_cast<int>(options_.num_threads()),
-      static_cast<int>(train.options().num_workers()));
-  if (options_.blas_threads() > 0) {
-    set_blas_threads(static_cast<int>(options_.blas_threads()));
-  }
-  torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
-  at::globalContext().setDeterministicAlgorithms(
-      options_.deterministic(), /*warn_only=*/false);
-  at::globalContext().setBenchmarkCuDNN(options_.benchmark());
-  if (options_.retain_host_memory()) {
-    retain_freed_host_memory();
-  }
+  const int threads = apply_runtime_settings(train.options().num_workers());
 
   const int64_t overfit = options_.overfit_batches();
   state.batches_per_epoch = limited(
@@ -473,17 +553,15 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   }
   prepare_module(module);
   state.setup = module.configure_optimizers(plan);
-  HOTLOOP_CHECK(
-      state.setup.optimizer != nullptr,
-      "configure_optimizers returned no optimizer");
-  optim::LRScheduler* scheduler = state.setup.scheduler.get();
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      scheduler == nullptr || !scheduler->needs_metric() ||
-          state.setup.interval == ScheduleInterval::kEpoch,
-      "a schedule that watches '",
-      state.setup.monitor,
-      "' steps once per epoch: set lr_scheduler.interval=epoch");
+  check_optimizer_setup(state.setup);
+  for (const auto& optimizer : state.setup.optimizers) {
+    std::vector<at::Tensor> parameters;
+    for (const auto& group : optimizer->param_groups()) {
+      parameters.insert(
+          parameters.end(), group.params().begin(), group.params().end());
+    }
+    state.optimizer_parameters.push_back(std::move(parameters));
+  }
   state.precision.emplace(precision_for(module));
   state.precision->convert_module(module);
   state.scaler = std::make_unique<GradScaler>(
@@ -514,23 +592,32 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
         log::ProgressBar::is_terminal(out_),
         options_.log_every_n_steps());
   }
-  zero_grad(*state.setup.optimizer);
+  for (const auto& optimizer : state.setup.optimizers) {
+    zero_grad(*optimizer);
+  }
   if (options_.handle_signals()) {
     state.signals.emplace();
   }
-  if (has_validation_ && options_.num_sanity_val_steps() > 0) {
-    // A broken validation_step fails now, not after the first epoch.
-    sanity_checking_ = true;
-    evaluate(
-        module,
-        *state.val,
-        Stage::kValidate,
-        *state.precision,
-        limited(options_.num_sanity_val_steps(), state.limit_val_batches));
-    sanity_checking_ = false;
+  {
+    // Neither the sanity check nor the summary may move the generators:
+    // training starts from the seeded (or restored) state either way.
+    const RngStates rng = get_rng_states();
+    if (has_validation_ && options_.num_sanity_val_steps() != 0) {
+      // A broken validation_step fails now, not after the first epoch.
+      sanity_checking_ = true;
+      const int64_t sanity = options_.num_sanity_val_steps();
+      evaluate(
+          module,
+          *state.val,
+          Stage::kValidate,
+          *state.precision,
+          sanity < 0 ? state.limit_val_batches
+                     : limited(sanity, state.limit_val_batches));
+      sanity_checking_ = false;
+    }
+    model_summary_ = summarize(module, train, *state.precision);
+    set_rng_states(rng);
   }
-
-  model_summary_ = summarize(module, train, *state.precision);
   if (options_.enable_progress_bar()) {
     model_summary_.print(out_);
   }
@@ -589,16 +676,15 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
 }
 
 void Trainer::restore(FitState& state, const std::string& ckpt_path) {
-  std::string callback_json;
-  progress_ = load_checkpoint(
-      ckpt_path,
-      *state.module,
-      state.setup.optimizer.get(),
-      state.setup.scheduler.get(),
-      state.scaler.get(),
-      &callback_json);
-  if (!callback_json.empty()) {
-    const nlohmann::json states = nlohmann::json::parse(callback_json);
+  CheckpointState checkpoint;
+  checkpoint.optimizers = optimizers();
+  for (const auto& schedule : state.setup.schedules) {
+    checkpoint.schedulers.push_back(schedule.scheduler.get());
+  }
+  checkpoint.scaler = state.scaler.get();
+  progress_ = load_checkpoint(ckpt_path, *state.module, &checkpoint);
+  if (!checkpoint.callbacks.empty()) {
+    const nlohmann::json states = nlohmann::json::parse(checkpoint.callbacks);
     for (const auto& callback : active_callbacks_) {
       const auto found = states.find(callback->state_key());
       if (found != states.end()) {
@@ -606,6 +692,8 @@ void Trainer::restore(FitState& state, const std::string& ckpt_path) {
       }
     }
   }
+  callback_metrics_ = checkpoint.loop.callback_metrics;
+  state.resumed_epoch_metrics = checkpoint.loop.epoch_metrics;
   out_ << "resumed from " << ckpt_path << " at epoch " << progress_.epoch
        << ", batch " << progress_.epoch_batches << " (step "
        << progress_.global_step << ")\n";
@@ -614,8 +702,6 @@ void Trainer::restore(FitState& state, const std::string& ckpt_path) {
 bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   Module& module = *state.module;
   data::DataLoader& train = *state.train;
-  torch::optim::Optimizer& optimizer = *state.setup.optimizer;
-  optim::LRScheduler* scheduler = state.setup.scheduler.get();
   const Precision& precision = *state.precision;
   GradScaler& scaler = *state.scaler;
   const int64_t accumulate = state.accumulate;
@@ -627,6 +713,13 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   current_epoch_ = epoch;
   module.train();
   MetricCollection metrics;
+  state.epoch_metrics = &metrics;
+  struct Forget {
+    MetricCollection*& metrics;
+    ~Forget() {
+      metrics = nullptr;
+    }
+  } forget_metrics{state.epoch_metrics};
   log::StepTimes phases;
   const bool validate_this_epoch =
       has_validation_ &&
@@ -644,7 +737,9 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     // the batches already trained on.
     batch_idx = progress_.epoch_batches;
     train.load_state_dict({loader_epoch, batch_idx});
+    metrics.load_state(state.resumed_epoch_metrics);
   }
+  state.resumed_epoch_metrics.clear();
   each_callback([&](Callback& c) { c.on_train_epoch_start(*this, module); });
   flush_logs();
 
@@ -696,33 +791,30 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
         }
       }
       reducer_->finalize(); // gradients now agree across processes
-      if (scaler.is_enabled()) {
-        scaler.unscale_(optimizer); // callbacks and clipping see true grads
-      }
-      each_callback([&](Callback& c) {
-        c.on_before_optimizer_step(*this, module, optimizer);
-      });
-      if (options_.gradient_clip_val() > 0) {
-        if (options_.gradient_clip_algorithm() == "value") {
-          torch::nn::utils::clip_grad_value_(
-              state.parameters, options_.gradient_clip_val());
+      const auto& optimizers = state.setup.optimizers;
+      for (size_t i = 0; i < optimizers.size(); ++i) {
+        torch::optim::Optimizer& optimizer = *optimizers[i];
+        if (scaler.is_enabled()) {
+          scaler.unscale_(optimizer); // callbacks and clipping see true grads
+        }
+        each_callback([&](Callback& c) {
+          c.on_before_optimizer_step(*this, module, optimizer);
+        });
+        clip_gradients(state.optimizer_parameters[i]);
+        if (scaler.is_enabled()) {
+          scaler.step(optimizer); // skipped on inf/NaN gradients
         } else {
-          torch::nn::utils::clip_grad_norm_(
-              state.parameters, options_.gradient_clip_val());
+          optimizer.step();
         }
       }
       if (scaler.is_enabled()) {
-        scaler.step(optimizer); // skipped on inf/NaN gradients
-        scaler.update();
-      } else {
-        optimizer.step();
+        scaler.update(); // one scale for all optimizers
       }
-      zero_grad(optimizer);
-      if (scheduler != nullptr &&
-          state.setup.interval == ScheduleInterval::kStep) {
-        scheduler->step();
+      for (const auto& optimizer : optimizers) {
+        zero_grad(*optimizer);
       }
       ++progress_.global_step;
+      step_schedules(state, ScheduleInterval::kStep, progress_.global_step);
       ++profile.steps;
     }
     const auto logging_start = Clock::now();
@@ -750,7 +842,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
       }
       if (!stop && validate_this_epoch && batch_idx < batches &&
           batch_idx % state.val_check_batches == 0) {
-        run_validation(state);
+        run_validation(state, /*epoch_end=*/false);
       }
       flush_logs();
       stop = stop || stop_requested(epoch);
@@ -765,7 +857,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
           batch_idx,
           samples,
           metrics.get("train_loss"),
-          optimizer.param_groups()[0].options().get_lr(),
+          optimizer()->param_groups()[0].options().get_lr(),
           phases);
     }
     if (stop) {
@@ -790,25 +882,18 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   for (const auto& [name, value] : epoch_metrics) {
     callback_metrics_[name] = value;
   }
+  // The epoch's schedule steps come before the checkpoints written at its
+  // end (after validation, or at on_train_epoch_end), so that a resume from
+  // one starts the next epoch at the rates the uninterrupted run has.
+  if (complete) {
+    step_schedules(state, ScheduleInterval::kEpoch, epoch + 1);
+  }
   const bool last = stop || epoch + 1 == max_epochs;
   if (has_validation_ && (validate_this_epoch || last) &&
       state.validated_step != progress_.global_step) {
-    run_validation(state);
-  }
-  if (complete && scheduler != nullptr &&
-      state.setup.interval == ScheduleInterval::kEpoch) {
-    if (scheduler->needs_metric()) {
-      const auto found = callback_metrics_.find(state.setup.monitor);
-      HOTLOOP_CHECK_AS(
-          ConfigError,
-          found != callback_metrics_.end(),
-          "the lr schedule watches '",
-          state.setup.monitor,
-          "', which no step logged this epoch (is validation off?)");
-      scheduler->step(found->second);
-    } else {
-      scheduler->step();
-    }
+    run_validation(state, /*epoch_end=*/complete);
+  } else if (complete) {
+    step_metric_schedules(state, epoch + 1);
   }
   epoch_metrics["epoch"] = static_cast<double>(epoch);
   // Seconds since the fit started, for time-to-accuracy curves.
@@ -848,11 +933,20 @@ bool Trainer::stop_requested(int64_t completed_epochs) {
 void Trainer::interrupt(FitState& state) {
   state.interrupted = true;
   flush_logs();
+  std::string saved;
   for (const auto& callback : active_callbacks_) {
     if (auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get())) {
-      checkpoint->save_last(*this);
+      saved = checkpoint->save_last(*this);
       break;
     }
+  }
+  if (saved.empty() && !log_dir_.empty()) {
+    // Checkpointing is off, but a stopped run must still be resumable.
+    const std::filesystem::path folder =
+        std::filesystem::path(log_dir_) / "checkpoints";
+    std::filesystem::create_directories(folder);
+    saved = (folder / "last.ckpt").string();
+    save_checkpoint(saved);
   }
   for (const auto& logger : loggers_) {
     logger->flush();
@@ -860,7 +954,13 @@ void Trainer::interrupt(FitState& state) {
   out_ << "interrupted by signal " << StopSignalGuard::received()
        << " in epoch " << current_epoch_ + 1 << " after batch "
        << progress_.epoch_batches << " (step " << progress_.global_step
-       << ")\n";
+       << "); ";
+  if (saved.empty()) {
+    out_ << "no run folder, so no checkpoint to resume from\n";
+  } else {
+    out_ << "resume from " << saved
+         << " (Trainer::fit's ckpt_path, or hotloop fit --ckpt_path)\n";
+  }
 }
 
 void Trainer::zero_grad(torch::optim::Optimizer& optimizer) const {
@@ -896,7 +996,75 @@ void Trainer::trace_steps(FitState& state) {
   }
 }
 
-void Trainer::run_validation(FitState& state) {
+int Trainer::apply_runtime_settings(int64_t num_workers) {
+  if (options_.seed() >= 0) {
+    seed_everything(static_cast<uint64_t>(options_.seed()));
+  }
+  const int threads = configure_intra_op_threads(
+      static_cast<int>(options_.num_threads()), static_cast<int>(num_workers));
+  if (options_.blas_threads() > 0) {
+    set_blas_threads(static_cast<int>(options_.blas_threads()));
+  }
+  torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
+  if (options_.deterministic() && device_.is_cuda() &&
+      std::getenv("CUBLAS_WORKSPACE_CONFIG") == nullptr) {
+    // cuBLAS is deterministic only with a fixed workspace; without this,
+    // deterministic mode makes the first matmul throw. It must be set
+    // before cuBLAS starts, as Lightning does.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  }
+  at::globalContext().setDeterministicAlgorithms(
+      options_.deterministic(), /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(options_.deterministic());
+  // Benchmarking picks algorithms by timing, which may differ run to run.
+  at::globalContext().setBenchmarkCuDNN(
+      options_.benchmark() && !options_.deterministic());
+  if (options_.retain_host_memory()) {
+    retain_freed_host_memory();
+  }
+  return threads;
+}
+
+void Trainer::clip_gradients(const std::vector<at::Tensor>& parameters) const {
+  if (options_.gradient_clip_val() <= 0) {
+    return;
+  }
+  if (options_.gradient_clip_algorithm() == "value") {
+    torch::nn::utils::clip_grad_value_(
+        parameters, options_.gradient_clip_val());
+  } else {
+    torch::nn::utils::clip_grad_norm_(parameters, options_.gradient_clip_val());
+  }
+}
+
+void Trainer::step_schedules(
+    FitState& state, ScheduleInterval interval, int64_t count) {
+  for (const ScheduleConfig& schedule : state.setup.schedules) {
+    if (schedule.interval == interval && !schedule.scheduler->needs_metric() &&
+        count % schedule.frequency == 0) {
+      schedule.scheduler->step();
+    }
+  }
+}
+
+void Trainer::step_metric_schedules(FitState& state, int64_t epochs) {
+  for (const ScheduleConfig& schedule : state.setup.schedules) {
+    if (!schedule.scheduler->needs_metric() ||
+        epochs % schedule.frequency != 0) {
+      continue;
+    }
+    const auto found = callback_metrics_.find(schedule.monitor);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        found != callback_metrics_.end(),
+        "the lr schedule watches '",
+        schedule.monitor,
+        "', which no step logged this epoch (is validation off?)");
+    schedule.scheduler->step(found->second);
+  }
+}
+
+void Trainer::run_validation(FitState& state, bool epoch_end) {
   Module& module = *state.module;
   const auto start = Clock::now();
   each_callback([&](Callback& c) { c.on_validation_start(*this, module); });
@@ -913,6 +1081,9 @@ void Trainer::run_validation(FitState& state) {
   logged["epoch"] = static_cast<double>(current_epoch_);
   log_metrics(logged);
   state.validated_step = progress_.global_step;
+  if (epoch_end) {
+    step_metric_schedules(state, current_epoch_ + 1);
+  }
   each_callback([&](Callback& c) { c.on_validation_end(*this, module); });
   state.profile.validation += seconds_since(start);
 }
@@ -974,13 +1145,13 @@ std::map<std::string, double> Trainer::evaluate(
 }
 
 Precision Trainer::prepare_evaluation(
-    Module& module, const std::string& ckpt_path) {
-  if (options_.seed() >= 0) {
-    seed_everything(static_cast<uint64_t>(options_.seed()));
-  }
+    Module& module,
+    const data::DataLoader& loader,
+    const std::string& ckpt_path) {
+  apply_runtime_settings(loader.options().num_workers());
   prepare_module(module);
   if (!ckpt_path.empty()) {
-    load_checkpoint(ckpt_path, module, nullptr, nullptr);
+    load_checkpoint(ckpt_path, module);
   }
   Precision precision = precision_for(module);
   precision.convert_module(module);
@@ -989,7 +1160,7 @@ Precision Trainer::prepare_evaluation(
 
 std::map<std::string, double> Trainer::validate(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  const Precision precision = prepare_evaluation(module, ckpt_path);
+  const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   for (const auto& callback : callbacks_) {
     callback->on_validation_start(*this, module);
   }
@@ -1007,7 +1178,7 @@ std::map<std::string, double> Trainer::validate(
 
 std::map<std::string, double> Trainer::test(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  const Precision precision = prepare_evaluation(module, ckpt_path);
+  const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   for (const auto& callback : callbacks_) {
     callback->on_test_start(*this, module);
   }
@@ -1021,7 +1192,7 @@ std::map<std::string, double> Trainer::test(
 
 std::vector<at::Tensor> Trainer::predict(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  const Precision precision = prepare_evaluation(module, ckpt_path);
+  const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   const bool was_training = module.is_training();
   module.eval();
   std::vector<at::Tensor> outputs;

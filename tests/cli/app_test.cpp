@@ -360,7 +360,7 @@ std::vector<at::Tensor> checkpoint_weights(const std::string& path) {
   options.hidden = 16;
   train::ImageClassifier model(
       torch::nn::AnyModule(models::FashionCnn(options)), {}, {});
-  train::load_checkpoint(path, model, nullptr, nullptr);
+  train::load_checkpoint(path, model);
   std::vector<at::Tensor> tensors = model.parameters();
   for (const auto& buffer : model.buffers()) {
     tensors.push_back(buffer);

@@ -609,6 +609,75 @@ TEST_F(CallbackTest, EarlyStoppingCountersComeBackFromTheCheckpoint) {
   EXPECT_DOUBLE_EQ(stopper->best_score(), 0.5);
 }
 
+TEST_F(CallbackTest, CheckpointsRunAfterTheOtherCallbacksWhateverTheOrder) {
+  // The command line adds ModelCheckpoint before EarlyStopping; the file
+  // written after a validation must still hold EarlyStopping's count after
+  // that validation, or a resumed run stops one check late.
+  auto train = train_loader();
+  auto add_callbacks = [](Trainer& trainer) {
+    trainer.add_callback(std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions().save_last(true)));
+    auto stopper = std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions("score").patience(2).verbose(false));
+    trainer.add_callback(stopper);
+    return stopper;
+  };
+  ScriptedClassifier first(std::move(*make_module(0)), {0.5, 0.6});
+  Trainer trainer(options().max_epochs(2));
+  add_callbacks(trainer);
+  const FitResult cut = trainer.fit(first, train, &val_loader_);
+  EXPECT_EQ(
+      dynamic_cast<ModelCheckpoint*>(trainer.callbacks().back().get()) !=
+          nullptr,
+      true);
+  CheckpointState saved;
+  auto module = make_module(0);
+  load_checkpoint(cut.checkpoint_path, *module, &saved);
+  const auto states = nlohmann::json::parse(saved.callbacks);
+  EXPECT_EQ(
+      states.at("EarlyStopping{monitor=score,mode=min}").at("wait_count"), 1);
+
+  ScriptedClassifier second(std::move(*make_module(0)), {0.7});
+  Trainer again(options().max_epochs(10));
+  auto stopper = add_callbacks(again);
+  const FitResult rest =
+      again.fit(second, train, &val_loader_, cut.checkpoint_path);
+  EXPECT_EQ(rest.epochs, 3);
+  EXPECT_EQ(stopper->stopped_epoch(), 2);
+}
+
+TEST_F(CallbackTest, ACheckpointListsItselfAmongTheKeptOnes) {
+  ScriptedClassifier module(std::move(*make_module(0)), {0.5, 0.2});
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().monitor("score").save_top_k(1).save_last(true)));
+  trainer.fit(module, train, &val_loader_);
+  const std::string dir = trainer.log_dir() + "/checkpoints";
+  const std::string best = dir + "/epoch=1-step=16.ckpt";
+  CheckpointState saved;
+  auto fresh = make_module(0);
+  load_checkpoint(best, *fresh, &saved);
+  const auto state = nlohmann::json::parse(saved.callbacks)
+                         .at("ModelCheckpoint{monitor=score,mode=min,every_n_"
+                             "epochs=1,every_n_train_steps=0}");
+  EXPECT_EQ(state.at("best_model_path"), best);
+  EXPECT_EQ(state.at("last_model_path"), dir + "/last.ckpt");
+  EXPECT_EQ(state.at("best_k_models").size(), 1u);
+  EXPECT_DOUBLE_EQ(state.at("best_k_models").at(best).get<double>(), 0.2);
+}
+
+TEST_F(CallbackTest, ModelCheckpointEveryNEpochsSavesOnlyThoseEpochs) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(5));
+  trainer.add_callback(std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().every_n_epochs(2).save_top_k(-1)));
+  trainer.fit(*make_module(0), train, &val_loader_);
+  EXPECT_EQ(
+      files(trainer.log_dir() + "/checkpoints"),
+      (std::set<std::string>{"epoch=1-step=16.ckpt", "epoch=3-step=32.ckpt"}));
+}
+
 // Counts training batches; its count is its checkpointed state.
 class BatchCounter : public Callback {
  public:
@@ -637,11 +706,10 @@ TEST_F(CallbackTest, UserCallbackStateIsSavedAndRestored) {
   const FitResult cut = trainer.fit(*make_module(0), train);
   EXPECT_EQ(counter->batches, 16);
 
-  std::string state;
+  CheckpointState state;
   auto module = make_module(0);
-  load_checkpoint(
-      cut.checkpoint_path, *module, nullptr, nullptr, nullptr, &state);
-  const auto json = nlohmann::json::parse(state);
+  load_checkpoint(cut.checkpoint_path, *module, &state);
+  const auto json = nlohmann::json::parse(state.callbacks);
   EXPECT_EQ(json.at(counter->state_key()).at("batches"), 16);
 
   auto resumed = std::make_shared<BatchCounter>();

@@ -55,14 +55,18 @@ TEST(Checkpoint, ResumedOptimizerContinuesBitForBit) {
   torch::optim::Adam adam_a(a.parameters(), torch::optim::AdamOptions(0.1));
   train_step(a, adam_a, 1);
   train_step(a, adam_a, 2);
-  save_checkpoint(
-      dir.file("c.ckpt"), a, &adam_a, nullptr, TrainingProgress{3, 17});
+  CheckpointState saved;
+  saved.optimizers = {&adam_a};
+  saved.progress = TrainingProgress{3, 17};
+  save_checkpoint(dir.file("c.ckpt"), a, saved);
 
   at::manual_seed(2); // different init, overwritten by the load
   Net b;
   torch::optim::Adam adam_b(b.parameters(), torch::optim::AdamOptions(0.1));
+  CheckpointState loaded;
+  loaded.optimizers = {&adam_b};
   const TrainingProgress progress =
-      load_checkpoint(dir.file("c.ckpt"), b, &adam_b, nullptr);
+      load_checkpoint(dir.file("c.ckpt"), b, &loaded);
   EXPECT_EQ(progress.epoch, 3);
   EXPECT_EQ(progress.global_step, 17);
   EXPECT_TRUE(b.norm->running_mean.equal(a.norm->running_mean));
@@ -80,9 +84,10 @@ TEST(Checkpoint, RestoresTheRandomNumberGenerator) {
   TempDir dir;
   Net net;
   at::manual_seed(5);
-  save_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr, {});
+  save_checkpoint(dir.file("c.ckpt"), net);
   const at::Tensor expected = at::rand({4});
-  load_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr);
+  CheckpointState state;
+  load_checkpoint(dir.file("c.ckpt"), net, &state);
   EXPECT_TRUE(at::rand({4}).equal(expected));
 }
 
@@ -95,10 +100,11 @@ TEST(Checkpoint, RestoresEveryCudaDevicesGenerator) {
   at::manual_seed(5);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   at::rand({3}, cuda); // move the CUDA generator off its seed
-  save_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr, {});
+  save_checkpoint(dir.file("c.ckpt"), net);
   const at::Tensor expected = at::rand({4}, cuda);
   at::manual_seed(6);
-  load_checkpoint(dir.file("c.ckpt"), net, nullptr, nullptr);
+  CheckpointState state;
+  load_checkpoint(dir.file("c.ckpt"), net, &state);
   EXPECT_TRUE(at::rand({4}, cuda).equal(expected));
 }
 
@@ -139,19 +145,19 @@ TEST(Checkpoint, LoadErrorsNameTheFile) {
   TempDir dir;
   Net net;
   EXPECT_THAT(
-      [&] { load_checkpoint(dir.file("missing.ckpt"), net, nullptr, nullptr); },
+      [&] { load_checkpoint(dir.file("missing.ckpt"), net); },
       ::testing::ThrowsMessage<Error>(HasSubstr(
           "checkpoint '" + dir.file("missing.ckpt") + "' does not exist")));
   hotloop::testing::write_bytes(dir.file("garbage.ckpt"), {1, 2, 3, 4, 5});
   EXPECT_THAT(
-      [&] { load_checkpoint(dir.file("garbage.ckpt"), net, nullptr, nullptr); },
+      [&] { load_checkpoint(dir.file("garbage.ckpt"), net); },
       ::testing::ThrowsMessage<Error>(
           HasSubstr(dir.file("garbage.ckpt") + ": cannot load checkpoint")));
   torch::serialize::OutputArchive other;
   net.save(other);
   other.save_to(dir.file("plain.pt"));
   EXPECT_THAT(
-      [&] { load_checkpoint(dir.file("plain.pt"), net, nullptr, nullptr); },
+      [&] { load_checkpoint(dir.file("plain.pt"), net); },
       ::testing::ThrowsMessage<Error>(
           HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
 }

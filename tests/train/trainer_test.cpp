@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -176,7 +177,8 @@ class InterruptingClassifier : public ImageClassifier {
 TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
   auto train = train_loader(2);
   auto straight = make_module(0);
-  Trainer(options().max_epochs(2)).fit(*straight, train, &val_loader_);
+  const FitResult straight_result =
+      Trainer(options().max_epochs(2)).fit(*straight, train, &val_loader_);
 
   // Interrupted in the 11th step: epoch 2, batch 3 of 8.
   InterruptingClassifier interrupted(std::move(*make_module(0)), 11);
@@ -202,6 +204,12 @@ TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
   EXPECT_THAT(resume_log.str(), HasSubstr("at epoch 1, batch 3 (step 11)"));
   EXPECT_FALSE(rest.interrupted);
   EXPECT_EQ(rest.steps, 16);
+  // The epoch's running means came back too: train_loss is the mean over
+  // all of epoch 2's batches, not only those after the resume.
+  for (const char* metric : {"train_loss", "val_loss", "val_acc"}) {
+    EXPECT_EQ(rest.metrics.at(metric), straight_result.metrics.at(metric))
+        << metric;
+  }
   const auto a = straight->parameters();
   const auto b = resumed->parameters();
   for (size_t i = 0; i < a.size(); ++i) {
@@ -297,6 +305,13 @@ class CountingClassifier : public ImageClassifier {
       MetricCollection& metrics) override {
     calls.push_back('v');
     ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+  void test_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    calls.push_back('s');
+    ImageClassifier::test_step(batch, batch_idx, metrics);
   }
   std::string calls;
 };
@@ -399,6 +414,166 @@ TEST_F(TrainerTest, OneLoaderCanServeTrainingAndValidation) {
         Trainer(options().max_epochs(2)).fit(*make_module(0), loader, &loader);
     EXPECT_EQ(result.steps, 16) << workers << " workers";
   }
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// A classifier whose schedule steps once per epoch.
+std::shared_ptr<ImageClassifier> epoch_scheduled_module(
+    uint64_t seed, const std::string& schedule) {
+  seed_everything(seed);
+  optim::OptimizerOptions optimizer;
+  optimizer.name = "adam";
+  optimizer.lr = 1e-2;
+  optim::SchedulerOptions scheduler;
+  scheduler.name = schedule;
+  scheduler.interval = "epoch";
+  scheduler.step_size = 1;
+  scheduler.gamma = 0.5;
+  scheduler.mode = "max"; // plateau on val_loss: halves after every epoch
+  scheduler.patience = 0;
+  scheduler.factor = 0.5;
+  return std::make_shared<ImageClassifier>(
+      torch::nn::AnyModule(models::FashionCnn(small_model())),
+      optimizer,
+      scheduler);
+}
+
+TEST_F(TrainerTest, AResumeFromAnEpochEndKeepsPerEpochSchedulesInStep) {
+  for (const std::string schedule : {"step", "plateau"}) {
+    SCOPED_TRACE(schedule);
+    auto train = train_loader();
+    auto straight = epoch_scheduled_module(0, schedule);
+    const FitResult whole =
+        Trainer(options().max_epochs(3)).fit(*straight, train, &val_loader_);
+    auto first = epoch_scheduled_module(0, schedule);
+    const FitResult cut =
+        Trainer(options().max_epochs(2)).fit(*first, train, &val_loader_);
+    auto resumed = epoch_scheduled_module(9, schedule);
+    const FitResult rest =
+        Trainer(options().max_epochs(3))
+            .fit(*resumed, train, &val_loader_, cut.checkpoint_path);
+    const auto a = straight->parameters();
+    const auto b = resumed->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+    }
+    EXPECT_EQ(rest.metrics.at("val_loss"), whole.metrics.at("val_loss"));
+  }
+}
+
+TEST_F(TrainerTest, SigtermWithoutCheckpointCallbacksStillLeavesACheckpoint) {
+  class TerminatedClassifier : public ImageClassifier {
+   public:
+    explicit TerminatedClassifier(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    at::Tensor training_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        MetricCollection& metrics) override {
+      if (++steps_ == 3) {
+        std::raise(SIGTERM);
+      }
+      return ImageClassifier::training_step(batch, batch_idx, metrics);
+    }
+
+   private:
+    int64_t steps_ = 0;
+  } module(std::move(*make_module(0)));
+  auto train = train_loader();
+  std::ostringstream log;
+  Trainer trainer(options().max_epochs(2).enable_checkpointing(false), log);
+  const FitResult cut = trainer.fit(module, train);
+  EXPECT_TRUE(cut.interrupted);
+  EXPECT_EQ(cut.steps, 3);
+  const std::string saved = trainer.log_dir() + "/checkpoints/last.ckpt";
+  EXPECT_EQ(cut.checkpoint_path, saved);
+  EXPECT_THAT(
+      log.str(),
+      HasSubstr(
+          "interrupted by signal 15 in epoch 1 after batch 3 (step 3); "
+          "resume from " +
+          saved));
+  const FitResult rest = Trainer(options().max_epochs(2))
+                             .fit(*make_module(1), train, nullptr, saved);
+  EXPECT_EQ(rest.steps, 16);
+}
+
+TEST_F(TrainerTest, CheckValEveryNEpochsAndSanityStepsChooseWhenToValidate) {
+  CountingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  data::DataLoader val(val_set_, data::DataLoaderOptions(16)); // 4 batches
+  Trainer(options()
+              .max_epochs(3)
+              .limit_train_batches(1)
+              .check_val_every_n_epoch(2)
+              .num_sanity_val_steps(-1))
+      .fit(module, train, &val);
+  // All 4 batches as the sanity check, then epoch 2 and the last epoch.
+  EXPECT_EQ(module.calls, "vvvvttvvvvtvvvv");
+}
+
+TEST_F(TrainerTest, LimitTestBatchesBoundsTheTestRun) {
+  CountingClassifier module(std::move(*make_module(0)));
+  data::DataLoader val(val_set_, data::DataLoaderOptions(16));
+  Trainer(options().limit_test_batches(3)).test(module, val);
+  EXPECT_EQ(module.calls, "sss");
+}
+
+TEST_F(TrainerTest, AnomalyDetectionIsOffUnlessAsked) {
+  auto train = train_loader();
+  Trainer(options().max_steps(1).detect_anomaly(true))
+      .fit(*make_module(0), train);
+  EXPECT_TRUE(torch::autograd::AnomalyMode::is_enabled());
+  Trainer(options().max_steps(1)).fit(*make_module(0), train);
+  EXPECT_FALSE(torch::autograd::AnomalyMode::is_enabled());
+}
+
+TEST_F(TrainerTest, EvaluationAppliesTheRuntimeSettingsToo) {
+  auto module = make_module(0);
+  Trainer(options().deterministic(true)).validate(*module, val_loader_);
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  Trainer(options()).test(*module, val_loader_);
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+}
+
+TEST_F(TrainerTest, TheSanityCheckDoesNotMoveTheRandomGenerators) {
+  // A validation_step that draws random numbers, and a callback that
+  // reads the generator where training starts.
+  class RandomValidation : public ImageClassifier {
+   public:
+    explicit RandomValidation(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    void validation_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        MetricCollection& metrics) override {
+      at::rand({16});
+      ImageClassifier::validation_step(batch, batch_idx, metrics);
+    }
+  };
+  class FirstDraw : public Callback {
+   public:
+    void on_fit_start(Trainer&, Module&) override {
+      value = at::rand({1}).item<double>();
+    }
+    double value = 0;
+  };
+  auto draw_at_start = [&](int64_t sanity_steps) {
+    RandomValidation module(std::move(*make_module(0)));
+    auto train = train_loader();
+    auto draw = std::make_shared<FirstDraw>();
+    Trainer trainer(
+        options().max_steps(1).seed(5).num_sanity_val_steps(sanity_steps));
+    trainer.add_callback(draw);
+    trainer.fit(module, train, &val_loader_);
+    return draw->value;
+  };
+  EXPECT_EQ(draw_at_start(0), draw_at_start(2));
 }
 
 } // namespace

@@ -1,12 +1,16 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hotloop::optim {
 class LRScheduler;
@@ -34,32 +38,57 @@ struct TrainingProgress {
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write);
 
-/// Saves model parameters and buffers, optimizer, schedule and loss-scaler
-/// state (each may be null), progress (which is also the data loader's
-/// position), the callbacks' state (JSON text, `{state_key: state}`; empty:
-/// none) and the RNG states of the CPU and of every CUDA device to `path`,
-/// atomically.
+/// The states of LibTorch's default generators: the CPU's and each CUDA
+/// device's (what seed_everything seeds).
+struct RngStates {
+  at::Tensor cpu;
+  std::vector<at::Tensor> cuda;
+};
+RngStates get_rng_states();
+/// Restores what get_rng_states returned; CUDA states of devices that are
+/// not present are ignored.
+void set_rng_states(const RngStates& states);
+
+/// The Trainer's loop state beyond TrainingProgress, so that a resumed
+/// run continues the interrupted epoch's running means and sees the metrics
+/// callbacks and schedules watch, exactly as the uninterrupted run would.
+struct LoopState {
+  /// Running means of the epoch in progress: name -> {sum, weight}.
+  std::map<std::string, std::pair<double, double>> epoch_metrics;
+  /// The Trainer's callback_metrics.
+  std::map<std::string, double> callback_metrics;
+};
+
+/// What a checkpoint holds besides the model; each part is optional.
+struct CheckpointState {
+  std::vector<torch::optim::Optimizer*> optimizers;
+  std::vector<optim::LRScheduler*> schedulers;
+  /// Saved only when enabled.
+  GradScaler* scaler = nullptr;
+  TrainingProgress progress;
+  /// The callbacks' state as JSON text, `{state_key: state}`; empty: none.
+  std::string callbacks;
+  LoopState loop;
+};
+
+/// Saves the model's parameters and buffers, `state` and the RNG states of
+/// the CPU and of every CUDA device to `path`, atomically.
 void save_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
-    const torch::optim::Optimizer* optimizer,
-    const optim::LRScheduler* scheduler,
-    const TrainingProgress& progress,
-    const GradScaler* scaler = nullptr,
-    const std::string& callback_state = "");
+    const CheckpointState& state = {});
 
-/// Restores what save_checkpoint wrote into objects built the same way
-/// (null optimizer or scheduler: skipped) and returns the progress. Restores
-/// the CPU RNG state and the CUDA ones for the devices present; fills
-/// `callback_state` (when not null) with the saved callbacks' JSON text, or
-/// empty. Throws Error naming `path` when the file is missing or is not a
-/// hotloop checkpoint matching the model.
+/// Restores the model from what save_checkpoint wrote and returns the saved
+/// progress. With `state`, also restores its optimizers and schedulers
+/// (when it has any: built the same way, as many as were saved), its
+/// scaler, the CPU RNG
+/// state and the CUDA ones for the devices present, and fills its progress,
+/// callbacks and loop. Throws Error naming `path` when the file is missing,
+/// is not a hotloop checkpoint, or does not match the model or the number
+/// of optimizers and schedules.
 TrainingProgress load_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
-    torch::optim::Optimizer* optimizer,
-    optim::LRScheduler* scheduler,
-    GradScaler* scaler = nullptr,
-    std::string* callback_state = nullptr);
+    CheckpointState* state = nullptr);
 
 } // namespace hotloop::train

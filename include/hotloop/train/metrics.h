@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 namespace hotloop::train {
 
@@ -26,6 +27,14 @@ class MeanMetric {
   double compute() const;
   double weight() const {
     return weight_;
+  }
+  /// The weighted sum so far (reads the device sum, if any).
+  double sum() const;
+  /// Continues from a saved sum and weight (a resumed epoch).
+  void load(double sum, double weight) {
+    reset();
+    sum_ = sum;
+    weight_ = weight;
   }
   void reset() {
     sum_ = 0;
@@ -58,6 +67,11 @@ class MetricCollection {
     metrics_.clear();
     last_.clear();
   }
+  /// Every metric's weighted sum and weight, for a checkpoint.
+  std::map<std::string, std::pair<double, double>> state() const;
+  /// Replaces the metrics by those of `state()`.
+  void load_state(
+      const std::map<std::string, std::pair<double, double>>& state);
 
  private:
   std::map<std::string, MeanMetric> metrics_;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace hotloop::optim {
 class LRScheduler;
@@ -18,14 +20,41 @@ namespace hotloop::train {
 /// When a learning-rate schedule steps.
 enum class ScheduleInterval { kStep, kEpoch };
 
-/// What `Module::configure_optimizers` returns.
-struct OptimizerSetup {
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  /// May be null: a constant learning rate.
+/// A learning-rate schedule and when the Trainer steps it (Lightning's
+/// lr_scheduler_config).
+struct ScheduleConfig {
+  /// Sets the rates of one of the setup's optimizers (its `optimizer()`).
   std::unique_ptr<optim::LRScheduler> scheduler;
   ScheduleInterval interval = ScheduleInterval::kStep;
-  /// For a plateau schedule: the validation metric it watches.
+  /// Step every `frequency` intervals (> 0): after optimizer steps
+  /// `frequency`, 2 x `frequency`, ... or after epochs likewise.
+  int64_t frequency = 1;
+  /// For a schedule that watches a metric (plateau): its name, a key of
+  /// the Trainer's callback_metrics when the epoch ends.
   std::string monitor = "val_loss";
+};
+
+/// What `Module::configure_optimizers` returns: one or more optimizers and
+/// any number of schedules. With several optimizers (say, one for an
+/// embedding and one for the rest), each owns its own parameters and all of
+/// them step together at the end of every accumulation window, with one
+/// loss scale for all (PyTorch's GradScaler rules for several optimizers).
+struct OptimizerSetup {
+  OptimizerSetup() = default;
+  /// The common case: one optimizer and, unless `scheduler` is null, its
+  /// schedule stepped every `interval`.
+  explicit OptimizerSetup(
+      std::unique_ptr<torch::optim::Optimizer> optimizer,
+      std::unique_ptr<optim::LRScheduler> scheduler = nullptr,
+      ScheduleInterval interval = ScheduleInterval::kStep,
+      std::string monitor = "val_loss");
+  OptimizerSetup(OptimizerSetup&&) noexcept;
+  OptimizerSetup& operator=(OptimizerSetup&&) noexcept;
+  ~OptimizerSetup();
+
+  /// At least one; no parameter in two of them.
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::vector<ScheduleConfig> schedules;
 };
 
 /// How long a fit will run, for schedules that need the horizon.
@@ -74,7 +103,7 @@ class Module : public torch::nn::Module {
     return 0;
   }
 
-  /// Builds the optimizer and schedule for a fit as long as `plan`.
+  /// Builds the optimizers and schedules for a fit as long as `plan`.
   virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
 };
 

@@ -276,8 +276,14 @@ class Trainer {
   bool should_stop() const {
     return should_stop_;
   }
-  /// The optimizer and schedule of the fit in progress; null outside fit.
+  /// The optimizers of the fit in progress, in configure_optimizers'
+  /// order; empty outside fit.
+  std::vector<torch::optim::Optimizer*> optimizers();
+  /// The first optimizer; null outside fit.
   torch::optim::Optimizer* optimizer();
+  /// The schedules of the fit in progress; empty outside fit.
+  const std::vector<ScheduleConfig>& lr_schedules() const;
+  /// The first schedule and its interval; null (kStep) when there is none.
   optim::LRScheduler* lr_scheduler();
   ScheduleInterval lr_scheduler_interval() const;
   /// The fit's callbacks: those added plus the defaults (ModelCheckpoint,
@@ -312,7 +318,20 @@ class Trainer {
   void restore(FitState& state, const std::string& ckpt_path);
   // Trains one epoch (validating as due); true when the fit should end.
   bool train_epoch(FitState& state, int64_t epoch);
-  void run_validation(FitState& state);
+  // epoch_end: the validation at the end of an epoch, after which the
+  // schedules that watch a metric step.
+  void run_validation(FitState& state, bool epoch_end);
+  // Seeds, threads, determinism, cuDNN benchmark, anomaly detection and
+  // host memory, as the options say; returns the intra-op threads.
+  int apply_runtime_settings(int64_t num_workers);
+  // Clips one optimizer's gradients as gradient_clip_* say.
+  void clip_gradients(const std::vector<at::Tensor>& parameters) const;
+  // Steps the schedules of `interval` that watch no metric and are due at
+  // the `count`-th step or epoch.
+  void step_schedules(
+      FitState& state, ScheduleInterval interval, int64_t count);
+  // Steps the schedules that watch a metric, after `epochs` epochs.
+  void step_metric_schedules(FitState& state, int64_t epochs);
   // Drops or zero-fills the gradients, as zero_grad_set_to_none says.
   void zero_grad(torch::optim::Optimizer& optimizer) const;
   // Starts and stops LibTorch's profiler around the traced steps.
@@ -325,7 +344,10 @@ class Trainer {
   void flush_logs();
   void print_epoch_line(
       int64_t samples, const log::StepTimes& phases, double seconds);
-  Precision prepare_evaluation(Module& module, const std::string& ckpt_path);
+  Precision prepare_evaluation(
+      Module& module,
+      const data::DataLoader& loader,
+      const std::string& ckpt_path);
   std::map<std::string, double> evaluate(
       Module& module,
       data::DataLoader& loader,
