@@ -110,7 +110,8 @@ ConfigSchema make_schema() {
       opt("trainer.overfit_batches",
           T::kInt,
           "0",
-          "train and validate on the same first n batches; 0: off",
+          "train on the same first n batches every epoch (and validate on "
+          "the first n); 0: off",
           0));
   s.add(
       opt("trainer.check_val_every_n_epoch",
@@ -161,8 +162,8 @@ ConfigSchema make_schema() {
       opt("trainer.num_sanity_val_steps",
           T::kInt,
           "2",
-          "validation batches run before training starts",
-          0));
+          "validation batches run before training starts; -1: all",
+          -1));
   s.add(
       opt("trainer.deterministic",
           T::kBool,
@@ -603,6 +604,12 @@ ConfigSchema make_schema() {
       {"step", "epoch"},
       "step the schedule after every optimizer step or every epoch"));
   s.add(
+      opt("lr_scheduler.frequency",
+          T::kInt,
+          "1",
+          "step the schedule every n intervals",
+          1));
+  s.add(
       opt("lr_scheduler.warmup_steps",
           T::kInt,
           "0",
@@ -957,6 +964,7 @@ FitConfig to_fit_config(const Config& c) {
   auto& s = f.scheduler;
   s.name = c.get_string("lr_scheduler.name");
   s.interval = c.get_string("lr_scheduler.interval");
+  s.frequency = c.get_int("lr_scheduler.frequency");
   s.warmup_steps = c.get_int("lr_scheduler.warmup_steps");
   s.warmup_start_factor = c.get_float("lr_scheduler.warmup_start_factor");
   s.step_size = c.get_int("lr_scheduler.step_size");

@@ -2,6 +2,8 @@
 
 #include "hotloop/optim/lr_scheduler.h"
 
+#include <algorithm>
+
 namespace hotloop::train {
 
 NetworkModule::NetworkModule(
@@ -23,15 +25,22 @@ OptimizerSetup NetworkModule::configure_optimizers(const FitPlan& plan) {
   const ScheduleInterval interval = scheduler_options_.interval == "epoch"
                                         ? ScheduleInterval::kEpoch
                                         : ScheduleInterval::kStep;
-  const int64_t horizon =
+  // The schedule takes one step per `frequency` intervals of the fit.
+  const int64_t intervals =
       interval == ScheduleInterval::kEpoch ? plan.max_epochs : plan.total_steps;
+  const int64_t frequency = std::max<int64_t>(scheduler_options_.frequency, 1);
+  const int64_t horizon = intervals / frequency;
   auto scheduler =
       optim::make_scheduler(*optimizer, scheduler_options_, horizon);
-  return OptimizerSetup(
+  OptimizerSetup setup(
       std::move(optimizer),
       std::move(scheduler),
       interval,
       scheduler_options_.monitor);
+  if (!setup.schedules.empty()) {
+    setup.schedules.front().frequency = scheduler_options_.frequency;
+  }
+  return setup;
 }
 
 } // namespace hotloop::train

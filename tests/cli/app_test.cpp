@@ -11,7 +11,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +94,95 @@ TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
   EXPECT_THAT(r.out, HasSubstr("--model.channels=[16, 32] "));
   EXPECT_THAT(r.out, HasSubstr("--optimizer.name=adamw "));
   EXPECT_THAT(r.out, HasSubstr("--ckpt_path"));
+}
+
+TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
+  // Each trainer.* option set to a value other than its default.
+  const ParsedArgs parsed = parse_args(
+      fit_schema(),
+      {"--trainer.max_epochs=7",
+       "--trainer.min_epochs=2",
+       "--trainer.max_steps=99",
+       "--trainer.max_time=3600",
+       "--trainer.limit_train_batches=5",
+       "--trainer.limit_val_batches=4",
+       "--trainer.limit_test_batches=3",
+       "--trainer.limit_predict_batches=2",
+       "--trainer.val_check_interval=0.5",
+       "--trainer.check_val_every_n_epoch=3",
+       "--trainer.num_sanity_val_steps=-1",
+       "--trainer.overfit_batches=6",
+       "--trainer.fast_dev_run=0",
+       "--trainer.accumulate_grad_batches=4",
+       "--trainer.gradient_clip_val=0.5",
+       "--trainer.gradient_clip_algorithm=value",
+       "--trainer.precision=bf16-mixed",
+       "--trainer.zero_grad_set_to_none=false",
+       "--trainer.deterministic=true",
+       "--trainer.benchmark=false",
+       "--trainer.detect_anomaly=true",
+       "--trainer.inference_mode=false",
+       "--trainer.accelerator=cpu",
+       "--trainer.devices=1",
+       "--trainer.channels_last=true",
+       "--trainer.seed=11",
+       "--trainer.profiler=pytorch",
+       "--trainer.profiler_steps=3",
+       "--trainer.default_root_dir=elsewhere",
+       "--trainer.name=other",
+       "--trainer.num_threads=3",
+       "--trainer.blas_threads=2",
+       "--trainer.retain_host_memory=false",
+       "--trainer.enable_checkpointing=false",
+       "--trainer.handle_signals=false",
+       "--trainer.enable_progress_bar=false",
+       "--trainer.log_every_n_steps=9"},
+      {});
+  const train::TrainerOptions t = to_fit_config(parsed.config).trainer;
+  EXPECT_EQ(t.max_epochs(), 7);
+  EXPECT_EQ(t.min_epochs(), 2);
+  EXPECT_EQ(t.max_steps(), 99);
+  EXPECT_EQ(t.max_time(), 3600);
+  EXPECT_EQ(t.limit_train_batches(), 5);
+  EXPECT_EQ(t.limit_val_batches(), 4);
+  EXPECT_EQ(t.limit_test_batches(), 3);
+  EXPECT_EQ(t.limit_predict_batches(), 2);
+  EXPECT_EQ(t.val_check_interval(), 0.5);
+  EXPECT_EQ(t.check_val_every_n_epoch(), 3);
+  EXPECT_EQ(t.num_sanity_val_steps(), -1);
+  EXPECT_EQ(t.overfit_batches(), 6);
+  EXPECT_EQ(t.fast_dev_run(), 0);
+  EXPECT_EQ(t.accumulate_grad_batches(), 4);
+  EXPECT_EQ(t.gradient_clip_val(), 0.5);
+  EXPECT_EQ(t.gradient_clip_algorithm(), "value");
+  EXPECT_EQ(t.precision(), "bf16-mixed");
+  EXPECT_FALSE(t.zero_grad_set_to_none());
+  EXPECT_TRUE(t.deterministic());
+  EXPECT_FALSE(t.benchmark());
+  EXPECT_TRUE(t.detect_anomaly());
+  EXPECT_FALSE(t.inference_mode());
+  EXPECT_EQ(t.accelerator(), "cpu");
+  EXPECT_EQ(t.devices(), "1");
+  EXPECT_TRUE(t.channels_last());
+  EXPECT_EQ(t.seed(), 11);
+  EXPECT_EQ(t.profiler(), "pytorch");
+  EXPECT_EQ(t.profiler_steps(), 3);
+  EXPECT_EQ(t.default_root_dir(), "elsewhere");
+  EXPECT_EQ(t.name(), "other");
+  EXPECT_EQ(t.num_threads(), 3);
+  EXPECT_EQ(t.blas_threads(), 2);
+  EXPECT_FALSE(t.retain_host_memory());
+  EXPECT_FALSE(t.enable_checkpointing());
+  EXPECT_FALSE(t.handle_signals());
+  EXPECT_FALSE(t.enable_progress_bar());
+  EXPECT_EQ(t.log_every_n_steps(), 9);
+  // Every trainer option but `logger` (which picks the loggers) was set
+  // above: a new option must be added here, and to to_fit_config.
+  int64_t trainer_options = 0;
+  for (const auto& option : fit_schema().options()) {
+    trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(trainer_options, 37 + 1);
 }
 
 TEST(Cli, UnknownOptionSuggestsTheClosestOne) {
@@ -413,9 +508,78 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
   };
   const auto straight = summary("straight", 0);
   const auto resumed = summary("cut", 1);
-  for (const char* key : {"val_loss", "val_acc", "steps", "epochs"}) {
+  for (const char* key :
+       {"train_loss", "val_loss", "val_acc", "steps", "epochs"}) {
     EXPECT_EQ(straight.at(key), resumed.at(key)) << key;
   }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(
+      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  std::vector<std::string> args = small_fit(
+      dir,
+      {"--trainer.max_epochs=1000",
+       "--trainer.name=sig",
+       "--trainer.log_every_n_steps=1"});
+  const std::string log = dir.file("fit.log");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv{const_cast<char*>(HOTLOOP_CLI_PATH)};
+    for (std::string& arg : args) {
+      argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    ::execv(HOTLOOP_CLI_PATH, argv.data());
+    ::_exit(127);
+  }
+  // Ctrl-C once training has started.
+  for (int i = 0;
+       i < 600 && read_text(log).find("epoch 1/1000") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string run = dir.file("runs") + "/sig/version_0";
+  const std::string config = run + "/config.yaml";
+  const std::string ckpt = run + "/checkpoints/last.ckpt";
+  const std::string text = read_text(log);
+  EXPECT_THAT(text, HasSubstr("interrupted by signal 2 in epoch "));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "resume with: hotloop fit --config " + config + " --ckpt_path " +
+          ckpt + "\n"));
+
+  // That command resumes (for one more epoch here).
+  ASSERT_EQ(
+      run_process(
+          {"fit",
+           "--config",
+           config,
+           "--ckpt_path",
+           ckpt,
+           "--trainer.max_epochs=1",
+           "--trainer.min_epochs=0"},
+          dir.file("resume.log")),
+      0)
+      << read_text(dir.file("resume.log"));
+  EXPECT_THAT(
+      read_text(dir.file("resume.log")), HasSubstr("resumed from " + ckpt));
 }
 
 } // namespace

@@ -105,6 +105,8 @@ struct SchedulerOptions {
   /// When the schedule steps: "step" (after each optimizer step) or
   /// "epoch".
   std::string interval = "step";
+  /// Step every `frequency` intervals (> 0).
+  int64_t frequency = 1;
 };
 
 /// Builds the schedule named by `options` on `optimizer`, or returns null

@@ -49,9 +49,10 @@ struct TrainerOptions {
   TORCH_ARG(double, val_check_interval) = 1.0;
   /// Validate in every n-th epoch (and always after the last).
   TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
-  /// Train and validate on the same first n batches every epoch (the
-  /// training loader's epoch-0 order, augmentation included) to check that
-  /// the model can overfit them; 0 turns it off.
+  /// Train on the same first n batches every epoch (the training loader's
+  /// epoch-0 order, augmentation included) to check that the model can
+  /// overfit them, and validate on the first n validation batches (as
+  /// Lightning 2 does); 0 turns it off.
   TORCH_ARG(int64_t, overfit_batches) = 0;
   /// Sum gradients over this many batches per optimizer step.
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
@@ -76,7 +77,7 @@ struct TrainerOptions {
   /// checkpoint/early-stopping/lr-monitor callbacks; 0 turns it off.
   TORCH_ARG(int64_t, fast_dev_run) = 0;
   /// Validation batches run before training starts, to catch a broken
-  /// validation_step early; 0 turns it off.
+  /// validation_step early; 0 turns it off, -1 runs them all.
   TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
   /// Make LibTorch use deterministic algorithms (errors where none exists).
   TORCH_ARG(bool, deterministic) = false;
