@@ -12,7 +12,10 @@
 #include <torch/serialize/output-archive.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,6 +113,112 @@ TEST(GradScaler, ScaleSequenceFollowsPyTorchsUpdateRule) {
       {512, 0},
   };
   EXPECT_EQ(run_pattern(scaler, "FFFFIFFFNIFFFFFF"), expected);
+}
+
+#ifndef HOTLOOP_TEST_REFERENCE_DIR
+#define HOTLOOP_TEST_REFERENCE_DIR "tests/reference"
+#endif
+
+// One case of tests/reference/grad_scaler.txt: PyTorch's GradScaler on a
+// scripted pattern (see make_grad_scaler_reference.py).
+struct ScalerCase {
+  std::string name;
+  GradScalerOptions options;
+  int64_t optimizers = 1;
+  // One string per iteration: a kind ('F', 'I', 'N') per optimizer.
+  std::vector<std::string> kinds;
+  struct Step {
+    double scale;
+    int64_t tracker;
+    std::vector<int> stepped;
+    std::vector<double> weights;
+  };
+  std::map<int64_t, Step> steps;
+};
+
+std::vector<ScalerCase> read_scaler_cases() {
+  std::ifstream in(
+      std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/grad_scaler.txt");
+  EXPECT_TRUE(in.good()) << "missing tests/reference/grad_scaler.txt";
+  std::vector<ScalerCase> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string kind;
+    fields >> kind;
+    if (kind == "case") {
+      ScalerCase c;
+      double init = 0, growth = 0, backoff = 0;
+      int64_t interval = 0;
+      fields >> c.name >> init >> growth >> backoff >> interval >> c.optimizers;
+      c.options.init_scale(init)
+          .growth_factor(growth)
+          .backoff_factor(backoff)
+          .growth_interval(interval);
+      cases.push_back(c);
+    } else if (kind == "pattern") {
+      std::string run;
+      while (fields >> run) {
+        const size_t star = run.find('*');
+        const int64_t count = std::stoll(run.substr(star + 1));
+        for (int64_t i = 0; i < count; ++i) {
+          cases.back().kinds.push_back(run.substr(0, star));
+        }
+      }
+    } else if (kind == "step") {
+      int64_t index = 0;
+      ScalerCase::Step step;
+      fields >> index >> step.scale >> step.tracker;
+      step.stepped.resize(cases.back().optimizers);
+      step.weights.resize(cases.back().optimizers);
+      for (int& stepped : step.stepped) {
+        fields >> stepped;
+      }
+      for (double& weight : step.weights) {
+        fields >> weight;
+      }
+      cases.back().steps[index] = step;
+    }
+  }
+  return cases;
+}
+
+TEST(GradScaler, MatchesPyTorchsGradScalerOnScriptedPatterns) {
+  const std::vector<ScalerCase> cases = read_scaler_cases();
+  ASSERT_EQ(cases.size(), 5u);
+  for (const ScalerCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    GradScaler scaler(c.options);
+    std::vector<std::unique_ptr<OneParam>> models;
+    for (int64_t i = 0; i < c.optimizers; ++i) {
+      models.push_back(std::make_unique<OneParam>());
+    }
+    init_on_cpu(scaler);
+    int64_t checked = 0;
+    for (size_t i = 0; i < c.kinds.size(); ++i) {
+      std::vector<int> stepped;
+      for (int64_t o = 0; o < c.optimizers; ++o) {
+        models[o]->w.mutable_grad() =
+            torch::full({3}, grad_value(c.kinds[i][o]));
+        stepped.push_back(scaler.step(models[o]->sgd) ? 1 : 0);
+      }
+      scaler.update();
+      const auto found = c.steps.find(static_cast<int64_t>(i));
+      if (found == c.steps.end()) {
+        continue;
+      }
+      const ScalerCase::Step& expected = found->second;
+      ++checked;
+      EXPECT_EQ(scaler.get_scale(), expected.scale) << "iteration " << i;
+      EXPECT_EQ(scaler.growth_tracker(), expected.tracker) << "iteration " << i;
+      EXPECT_EQ(stepped, expected.stepped) << "iteration " << i;
+      for (int64_t o = 0; o < c.optimizers; ++o) {
+        EXPECT_EQ(models[o]->w[0].item<double>(), expected.weights[o])
+            << "iteration " << i << ", optimizer " << o;
+      }
+    }
+    EXPECT_EQ(checked, static_cast<int64_t>(c.steps.size()));
+  }
 }
 
 TEST(GradScaler, ScaleIsRoundedToFloat32LikeTheKernel) {
