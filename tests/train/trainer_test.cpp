@@ -3,6 +3,7 @@
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/grad_scaler.h"
 #include "test_util.h"
 #include "train/trainer_fixture.h"
 
@@ -574,6 +575,97 @@ TEST_F(TrainerTest, TheSanityCheckDoesNotMoveTheRandomGenerators) {
     return draw->value;
   };
   EXPECT_EQ(draw_at_start(0), draw_at_start(2));
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// Makes the loss of one training step infinite, as an fp16 overflow would.
+class OverflowingClassifier : public ImageClassifier {
+ public:
+  OverflowingClassifier(ImageClassifier&& base, int64_t at_step)
+      : ImageClassifier(std::move(base)), at_step_(at_step) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    at::Tensor loss = ImageClassifier::training_step(batch, batch_idx, metrics);
+    return ++steps_ == at_step_ ? loss * INFINITY : loss;
+  }
+
+ private:
+  int64_t at_step_;
+  int64_t steps_ = 0;
+};
+
+// The first parameter after each optimizer step.
+class WeightRecorder : public Callback {
+ public:
+  void on_train_batch_end(
+      Trainer&,
+      Module& module,
+      const at::Tensor&,
+      const data::Batch&,
+      int64_t) override {
+    weights.push_back(module.parameters()[0].detach().cpu().clone());
+  }
+  std::vector<at::Tensor> weights;
+};
+
+TEST_F(TrainerTest, Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  auto train = train_loader();
+  OverflowingClassifier module(std::move(*make_module(0)), 3);
+  auto recorder = std::make_shared<WeightRecorder>();
+  Trainer trainer(
+      options().max_epochs(1).precision("16-mixed").accelerator("cuda"));
+  trainer.add_callback(recorder);
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  ASSERT_EQ(recorder->weights.size(), 8u);
+  EXPECT_TRUE(recorder->weights[2].equal(recorder->weights[1]))
+      << "the overflowing step changed the weights";
+  EXPECT_FALSE(recorder->weights[3].equal(recorder->weights[2]));
+  EXPECT_GE(result.metrics.at("val_acc"), 0.5);
+
+  // The checkpoint holds the scale after one backoff: 2^16 / 2.
+  GradScaler scaler;
+  CheckpointState state;
+  state.scaler = &scaler;
+  auto fresh = make_module(1);
+  load_checkpoint(result.checkpoint_path, *fresh, &state);
+  EXPECT_EQ(scaler.get_scale(), 32768.0);
+  EXPECT_EQ(scaler.growth_tracker(), 5);
+}
+
+TEST_F(TrainerTest, Fp16MixedResumesOnTheGpuBitForBit) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  auto cuda_options = [&] {
+    return options()
+        .precision("16-mixed")
+        .accelerator("cuda")
+        .deterministic(true);
+  };
+  auto train = train_loader();
+  auto straight = make_module(0);
+  Trainer(cuda_options().max_epochs(2)).fit(*straight, train, &val_loader_);
+  auto first = make_module(0);
+  const FitResult cut = Trainer(cuda_options().max_epochs(2).max_steps(11))
+                            .fit(*first, train, &val_loader_);
+  auto resumed = make_module(7);
+  Trainer(cuda_options().max_epochs(2))
+      .fit(*resumed, train, &val_loader_, cut.checkpoint_path);
+  const auto a = straight->parameters();
+  const auto b = resumed->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+  }
 }
 
 } // namespace
