@@ -277,6 +277,13 @@ ConfigSchema make_schema() {
           "optimizer steps between logged records (and progress lines when "
           "output is not a terminal)",
           0));
+  s.add(
+      opt("trainer.flush_logs_every_n_steps",
+          T::kInt,
+          "100",
+          "optimizer steps between writes of metrics.csv and the event file "
+          "(also at every epoch end); 0: only at epoch ends",
+          0));
   // model
   s.add(choice(
       "model.name",
@@ -799,6 +806,7 @@ FitConfig to_fit_config(const Config& c) {
       .handle_signals(c.get_bool("trainer.handle_signals"))
       .enable_progress_bar(c.get_bool("trainer.enable_progress_bar"))
       .log_every_n_steps(c.get_int("trainer.log_every_n_steps"))
+      .flush_logs_every_n_steps(c.get_int("trainer.flush_logs_every_n_steps"))
       .min_epochs(c.get_int("trainer.min_epochs"))
       .limit_test_batches(c.get_int("trainer.limit_test_batches"))
       .limit_predict_batches(c.get_int("trainer.limit_predict_batches"))

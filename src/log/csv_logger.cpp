@@ -3,6 +3,8 @@
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -25,6 +27,22 @@ std::string format_cell(double value) {
   char buffer[32];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);
+}
+
+// A CSV field as RFC 4180 writes it: quoted when it holds a comma, a
+// quote or a line break, quotes doubled.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) {
+    return text;
+  }
+  std::string quoted = "\"";
+  for (const char c : text) {
+    quoted += c;
+    if (c == '"') {
+      quoted += '"';
+    }
+  }
+  return quoted + "\"";
 }
 
 } // namespace
@@ -85,7 +103,7 @@ void CsvLogger::flush() {
     train::write_file_atomically(path_, [&](std::ostream& out) {
       out << "epoch,step";
       for (const std::string& column : columns_) {
-        out << "," << column;
+        out << "," << csv_field(column);
       }
       out << "\n";
       write_rows(out, 0);
@@ -103,12 +121,27 @@ void CsvLogger::flush() {
 void CsvLogger::log_hyperparams(
     const std::map<std::string, std::string>& params,
     const std::map<std::string, double>& metrics) {
+  // yaml-cpp quotes whatever YAML would read differently (": ", "#", a
+  // leading "-", ...), so the file reads back as the same text.
+  YAML::Emitter yaml;
+  yaml << YAML::BeginMap;
+  for (const auto& [name, value] : params) {
+    yaml << YAML::Key << name << YAML::Value;
+    YAML::Node parsed;
+    try {
+      parsed = YAML::Load(value);
+    } catch (const YAML::Exception&) {
+    }
+    if (parsed.IsSequence()) {
+      yaml << YAML::Flow << parsed; // a list stays a list: [16, 32]
+    } else {
+      yaml << value;
+    }
+  }
+  yaml << YAML::EndMap;
   train::write_file_atomically(
-      (fs::path(dir_) / "hparams.yaml").string(), [&](std::ostream& out) {
-        for (const auto& [name, value] : params) {
-          out << name << ": " << (value.empty() ? "''" : value) << "\n";
-        }
-      });
+      (fs::path(dir_) / "hparams.yaml").string(),
+      [&](std::ostream& out) { out << yaml.c_str() << "\n"; });
 }
 
 } // namespace hotloop::log

@@ -372,8 +372,13 @@ std::string time_card(const Run& run) {
   const std::string title = "Where step time goes";
   const Json* profile =
       object_at(run.summary ? &*run.summary : nullptr, "profile");
+  // On an asynchronous device the synced steps' phases are the true split.
+  const Json* synced = object_at(profile, "synced_phases");
+  const bool use_synced = profile && synced && !synced->empty() &&
+                          profile->value("asynchronous", false) &&
+                          profile->value("synced_steps", 0) > 0;
   const std::vector<detail::Share> shares =
-      phase_shares(object_at(profile, "phases"));
+      phase_shares(use_synced ? synced : object_at(profile, "phases"));
   double total = 0;
   for (const detail::Share& share : shares) {
     total += share.value;

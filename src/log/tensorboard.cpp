@@ -79,9 +79,8 @@ enum : int {
   kMapValue = 2,
   kSessionEndStatus = 1,
 };
-// api.proto enums DataType and Status.
+// api.proto enum DataType (Status is SessionStatus).
 constexpr uint64_t kTypeString = 1, kTypeBool = 2, kTypeFloat64 = 3;
-constexpr uint64_t kStatusSuccess = 1;
 } // namespace hparams_pb
 namespace struct_pb { // google.protobuf.Value
 enum : int { kNumber = 2, kString = 3, kBool = 4 };
@@ -653,7 +652,9 @@ void SummaryWriter::add_image(
 void SummaryWriter::add_hparams(
     const std::map<std::string, HParamValue>& hparams,
     const std::map<std::string, double>& metrics,
-    int64_t step) {
+    int64_t step,
+    SessionStatus status,
+    bool metric_scalars) {
   ProtoWriter experiment;
   ProtoWriter session_start;
   for (const auto& [name, value] : hparams) {
@@ -676,7 +677,8 @@ void SummaryWriter::add_hparams(
     experiment.message(hparams_pb::kExperimentMetricInfos, info);
   }
   ProtoWriter session_end;
-  session_end.varint(hparams_pb::kSessionEndStatus, hparams_pb::kStatusSuccess);
+  session_end.varint(
+      hparams_pb::kSessionEndStatus, static_cast<uint64_t>(status));
 
   // HParamsPluginData{version: 0 (not written), data: one of the three}.
   const auto write_plugin_summary =
@@ -697,8 +699,10 @@ void SummaryWriter::add_hparams(
       session_start);
   write_plugin_summary(
       "_hparams_/session_end_info", hparams_pb::kPluginSessionEnd, session_end);
-  for (const auto& [name, value] : metrics) {
-    add_scalar(name, value, step);
+  if (metric_scalars) {
+    for (const auto& [name, value] : metrics) {
+      add_scalar(name, value, step);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace hotloop::log {
@@ -33,17 +34,38 @@ void TensorBoardLogger::log_metrics(
     const std::map<std::string, double>& metrics, int64_t step) {
   for (const auto& [name, value] : metrics) {
     writer_.add_scalar(name, value, step);
+    logged_.insert(name);
   }
+  last_step_ = std::max(last_step_, step);
 }
 
 void TensorBoardLogger::log_hyperparams(
     const std::map<std::string, std::string>& params,
     const std::map<std::string, double>& metrics) {
-  std::map<std::string, HParamValue> values;
-  for (const auto& [name, text] : params) {
-    values.emplace(name, typed(text));
+  hparams_ = params;
+  hparam_metrics_ = metrics;
+}
+
+void TensorBoardLogger::finalize(const std::string& status) {
+  if (!hparams_.empty()) {
+    std::map<std::string, HParamValue> values;
+    for (const auto& [name, text] : hparams_) {
+      values.emplace(name, typed(text));
+    }
+    for (const auto& [name, value] : hparam_metrics_) {
+      if (logged_.count(name) == 0) {
+        writer_.add_scalar(name, value, last_step_);
+      }
+    }
+    // An interrupted run is neither a success nor a failure: it resumes.
+    const SessionStatus session = status == "success" ? SessionStatus::kSuccess
+                                  : status == "failed"
+                                      ? SessionStatus::kFailure
+                                      : SessionStatus::kUnknown;
+    writer_.add_hparams(
+        values, hparam_metrics_, last_step_, session, /*metric_scalars=*/false);
+    hparams_.clear();
   }
-  writer_.add_hparams(values, metrics);
   writer_.flush();
 }
 
@@ -73,9 +95,14 @@ void TensorBoardLogger::on_train_batch_start(
   }
   images_logged_ = true;
   const at::NoGradGuard no_grad;
-  const at::Tensor images =
+  at::Tensor images =
       batch.input.narrow(0, 0, std::min<int64_t>(batch.size(), 64))
           .to(at::kCPU, at::kFloat);
+  const int64_t channels = images.size(1);
+  if (channels != 1 && channels != 3 && channels != 4) {
+    // Not an image TensorBoard can show in colour: show the first channel.
+    images = images.narrow(1, 0, 1);
+  }
   // Inputs are normalized: stretch the grid back to [0, 1] for display.
   at::Tensor grid = make_image_grid(images);
   const double low = grid.min().item<double>();

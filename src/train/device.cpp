@@ -3,6 +3,8 @@
 #include "hotloop/core/error.h"
 
 #include <ATen/Context.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <cstdlib>
 #include <optional>
@@ -152,6 +154,14 @@ c10::Device resolve_device(
       "trainer.accelerator: expected auto, cpu, cuda, gpu or cuda:N, got '",
       accelerator,
       "'"));
+}
+
+void synchronize_device(c10::Device device) {
+  if (device.is_cpu()) {
+    return;
+  }
+  const c10::impl::VirtualGuardImpl guard(device.type());
+  guard.getStream(device).synchronize();
 }
 
 } // namespace hotloop::train

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iomanip>
 #include <sstream>
+#include <vector>
 
 namespace hotloop::train {
 namespace {
@@ -38,11 +39,22 @@ std::map<std::string, double> StepProfile::phases() const {
   };
 }
 
+std::map<std::string, double> StepProfile::share_basis() const {
+  return asynchronous && synced_steps > 0 ? synced : phases();
+}
+
 std::string StepProfile::verdict(const ProfileContext& context) const {
-  const double total = step_seconds();
+  std::map<std::string, double> phase = share_basis();
+  double total = 0;
+  for (const auto& [name, seconds] : phase) {
+    total += seconds;
+  }
   if (total <= 0) {
     return "no training steps were timed";
   }
+  const double data = phase["data"], h2d = phase["h2d"],
+               forward = phase["forward"], backward = phase["backward"],
+               optimizer = phase["optimizer"], logging = phase["logging"];
   // The first phase over its threshold is the one to fix first: time not
   // spent computing is pure loss.
   if (data / total > 0.2) {
@@ -51,6 +63,11 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
            std::to_string(context.num_workers) + ") or data.prefetch_factor";
   }
   if (h2d / total > 0.15) {
+    if (!context.cuda) {
+      return "conversion-bound: " + percent(h2d, total) +
+             " of step time converting batches (dtype, memory format) - "
+             "produce them in the training dtype and layout in the dataset";
+    }
     return "transfer-bound: " + percent(h2d, total) +
            " of step time copying batches to the device - " +
            (context.pin_memory ? std::string("use larger batches")
@@ -67,23 +84,48 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
            "trainer.log_every_n_steps (now " +
            std::to_string(context.log_every_n_steps) + ")";
   }
+  std::string advice;
+  if (context.cuda) {
+    std::vector<std::string> options;
+    if (context.precision == "32-true") {
+      options.push_back("trainer.precision=bf16-mixed");
+    }
+    if (!context.channels_last) {
+      options.push_back("trainer.channels_last=true");
+    }
+    if (options.empty()) {
+      advice = "raise data.batch_size, or a smaller model";
+    } else {
+      advice = "try " + options[0] +
+               (options.size() > 1 ? " and " + options[1] : std::string());
+    }
+  } else {
+    advice = "a smaller model, trainer.num_threads, or a GPU";
+  }
   return "compute-bound: forward+backward take " +
-         percent(forward + backward, total) + " of step time - " +
-         (context.cuda
-              ? std::string("try trainer.precision=bf16-mixed and "
-                            "trainer.channels_last=true")
-              : std::string("a smaller model, trainer.num_threads, or a "
-                            "GPU"));
+         percent(forward + backward, total) + " of step time - " + advice;
 }
 
 void StepProfile::print(
     std::ostream& out, const ProfileContext& context) const {
-  const double total = step_seconds();
+  const std::map<std::string, double> basis = share_basis();
+  double total = 0;
+  for (const auto& [name, seconds] : basis) {
+    total += seconds;
+  }
   out << "profile: " << steps << " steps, " << std::fixed
       << std::setprecision(0) << samples_per_s() << " samples/s; step time";
   for (const char* phase :
        {"data", "h2d", "forward", "backward", "optimizer", "logging"}) {
-    out << " " << phase << " " << percent(phases().at(phase), total);
+    out << " " << phase << " " << percent(basis.at(phase), total);
+  }
+  if (asynchronous) {
+    if (synced_steps > 0) {
+      out << " (from " << synced_steps
+          << " steps timed with the device synchronised)";
+    } else {
+      out << " (host times: the device runs asynchronously)";
+    }
   }
   out << std::setprecision(1) << "; validation " << validation << " s";
   if (flops_per_sample > 0) {
@@ -94,9 +136,6 @@ void StepProfile::print(
           << "% of the device's measured matmul peak (" << std::setprecision(2)
           << peak_flops / 1e9 << " GFLOP/s)";
     }
-  }
-  if (context.cuda) {
-    out << " (host times; CUDA work runs asynchronously)";
   }
   out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";
 }

@@ -257,6 +257,8 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
   check_at_least(options_.fast_dev_run(), 0, "fast_dev_run");
   check_at_least(options_.num_sanity_val_steps(), -1, "num_sanity_val_steps");
   check_at_least(options_.log_every_n_steps(), 0, "log_every_n_steps");
+  check_at_least(
+      options_.flush_logs_every_n_steps(), 0, "flush_logs_every_n_steps");
   check_at_least(options_.seed(), -1, "seed");
   check_at_least(options_.profiler_steps(), 1, "profiler_steps");
   HOTLOOP_CHECK_AS(
@@ -506,8 +508,11 @@ FitResult Trainer::fit(
     try {
       // What was logged before the error is kept.
       flush_logs();
-      if (reducer_->is_global_zero()) {
+      if (options_.fast_dev_run() == 0 && reducer_->is_global_zero()) {
         for (const auto& logger : loggers_) {
+          if (!hyperparams_.empty()) {
+            logger->log_hyperparams(hyperparams_, callback_metrics_);
+          }
           logger->finalize("failed");
         }
       }
@@ -622,6 +627,7 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
     model_summary_.print(out_);
   }
   state.profile.flops_per_sample = 3 * module.flops_per_sample();
+  state.profile.asynchronous = !device_.is_cpu();
   each_callback([&](Callback& c) { c.on_fit_start(*this, module); });
   bool stop = false;
   for (int64_t epoch = progress_.epoch; epoch < options_.max_epochs() && !stop;
@@ -746,6 +752,19 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   int64_t samples = 0;
   bool stop = false;
   StepProfile& profile = state.profile;
+  // A synced step waits for the device at each phase boundary, so that its
+  // phase times are the device's, not when the host queued the work.
+  bool synced = false;
+  auto sync = [&] {
+    if (synced) {
+      synchronize_device(device_);
+    }
+  };
+  auto record_synced = [&](const char* phase, double seconds) {
+    if (synced) {
+      profile.synced[phase] += seconds;
+    }
+  };
   auto wait_start = Clock::now();
   for (auto it = train.begin(); it != train.end() && batch_idx < batches;
        ++it) {
@@ -755,13 +774,18 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     // schedule.
     if (batch_idx % accumulate == 0) {
       trace_steps(state);
+      synced = progress_.global_step % kSyncedStepInterval ==
+               kSyncedStepInterval / 2;
     }
     const data::Batch& loaded = *it;
     const auto transfer_start = Clock::now();
     const data::Batch batch = prepare_batch(precision, loaded);
+    sync();
     const auto compute_start = Clock::now();
     profile.data += seconds_between(wait_start, transfer_start);
     profile.h2d += seconds_between(transfer_start, compute_start);
+    record_synced("data", seconds_between(wait_start, transfer_start));
+    record_synced("h2d", seconds_between(transfer_start, compute_start));
     phases.data += seconds_between(wait_start, transfer_start);
     each_callback([&](Callback& c) {
       c.on_train_batch_start(*this, module, batch, batch_idx);
@@ -775,11 +799,15 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     if (accumulate > 1) {
       loss = loss / static_cast<double>(accumulate);
     }
+    sync();
     const auto backward_start = Clock::now();
     (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
+    sync();
     const auto optimizer_start = Clock::now();
     profile.forward += seconds_between(compute_start, backward_start);
     profile.backward += seconds_between(backward_start, optimizer_start);
+    record_synced("forward", seconds_between(compute_start, backward_start));
+    record_synced("backward", seconds_between(backward_start, optimizer_start));
     phases.compute += seconds_between(transfer_start, optimizer_start);
     samples += batch.size();
     progress_.epoch_batches = ++batch_idx;
@@ -816,9 +844,12 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
       ++progress_.global_step;
       step_schedules(state, ScheduleInterval::kStep, progress_.global_step);
       ++profile.steps;
+      profile.synced_steps += synced ? 1 : 0;
     }
+    sync();
     const auto logging_start = Clock::now();
     profile.optimizer += seconds_between(optimizer_start, logging_start);
+    record_synced("optimizer", seconds_between(optimizer_start, logging_start));
     const double validation_before = profile.validation;
     each_callback([&](Callback& c) {
       c.on_train_batch_end(*this, module, loss_value, batch, batch_idx - 1);
@@ -845,14 +876,14 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
         run_validation(state, /*epoch_end=*/false);
       }
       flush_logs();
+      const int64_t flush_every = options_.flush_logs_every_n_steps();
+      if (flush_every > 0 && progress_.global_step % flush_every == 0) {
+        flush_loggers();
+      }
       stop = stop || stop_requested(epoch);
     }
-    wait_start = Clock::now();
-    profile.logging += seconds_between(logging_start, wait_start) -
-                       (profile.validation - validation_before);
-    phases.optimizer += seconds_between(optimizer_start, wait_start) -
-                        (profile.validation - validation_before);
     if (state.bar && state.bar->due(batch_idx)) {
+      // Reading the loss may wait for the device: logging time, not data.
       state.bar->update(
           batch_idx,
           samples,
@@ -860,12 +891,38 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
           optimizer()->param_groups()[0].options().get_lr(),
           phases);
     }
+    // A synced step starts on an idle device.
+    const bool next_synced =
+        step_now &&
+        progress_.global_step % kSyncedStepInterval == kSyncedStepInterval / 2;
+    if (synced || next_synced) {
+      synchronize_device(device_);
+    }
+    wait_start = Clock::now();
+    const double validation_seconds = profile.validation - validation_before;
+    profile.logging +=
+        seconds_between(logging_start, wait_start) - validation_seconds;
+    record_synced(
+        "logging",
+        seconds_between(logging_start, wait_start) - validation_seconds);
+    phases.optimizer +=
+        seconds_between(optimizer_start, wait_start) - validation_seconds;
     if (stop) {
       break;
     }
   }
   if (state.bar) {
     state.bar->end_epoch();
+  }
+  {
+    // Work still queued on an asynchronous device belongs to this epoch's
+    // steps (the last ones): without waiting for it the rate would be the
+    // host's queueing rate.
+    const auto sync_start = Clock::now();
+    synchronize_device(device_);
+    const double queued = seconds_since(sync_start);
+    profile.optimizer += queued;
+    phases.compute += queued;
   }
   state.train_seconds += phases.total();
   state.train_samples += samples;
@@ -901,9 +958,7 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
   log_metrics(epoch_metrics);
   each_callback([&](Callback& c) { c.on_train_epoch_end(*this, module); });
   flush_logs();
-  for (const auto& logger : loggers_) {
-    logger->flush();
-  }
+  flush_loggers();
   if (options_.enable_progress_bar()) {
     print_epoch_line(samples, phases, seconds_since(epoch_start));
   }
@@ -948,9 +1003,7 @@ void Trainer::interrupt(FitState& state) {
     saved = (folder / "last.ckpt").string();
     save_checkpoint(saved);
   }
-  for (const auto& logger : loggers_) {
-    logger->flush();
-  }
+  flush_loggers();
   out_ << "interrupted by signal " << StopSignalGuard::received()
        << " in epoch " << current_epoch_ + 1 << " after batch "
        << progress_.epoch_batches << " (step " << progress_.global_step
@@ -1100,6 +1153,14 @@ void Trainer::flush_logs() {
   pending_logs_.clear();
 }
 
+void Trainer::flush_loggers() {
+  if (reducer_->is_global_zero()) {
+    for (const auto& logger : loggers_) {
+      logger->flush();
+    }
+  }
+}
+
 void Trainer::print_epoch_line(
     int64_t samples, const log::StepTimes& phases, double seconds) {
   out_ << "epoch " << current_epoch_ + 1 << "/" << options_.max_epochs();
@@ -1221,6 +1282,8 @@ ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
   context.pin_memory = train.options().pin_memory();
   context.cuda = device_.is_cuda();
   context.log_every_n_steps = options_.log_every_n_steps();
+  context.precision = options_.precision();
+  context.channels_last = options_.channels_last();
   return context;
 }
 
@@ -1264,6 +1327,9 @@ void Trainer::write_summary(
   const StepProfile& profile = result.profile;
   summary["profile"] = {
       {"phases", profile.phases()},
+      {"synced_phases", profile.synced},
+      {"synced_steps", profile.synced_steps},
+      {"asynchronous", profile.asynchronous},
       {"validation", profile.validation},
       {"steps", profile.steps},
       {"samples_per_s", profile.samples_per_s()},

@@ -136,7 +136,8 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
        "--trainer.enable_checkpointing=false",
        "--trainer.handle_signals=false",
        "--trainer.enable_progress_bar=false",
-       "--trainer.log_every_n_steps=9"},
+       "--trainer.log_every_n_steps=9",
+       "--trainer.flush_logs_every_n_steps=8"},
       {});
   const train::TrainerOptions t = to_fit_config(parsed.config).trainer;
   EXPECT_EQ(t.max_epochs(), 7);
@@ -176,13 +177,14 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_FALSE(t.handle_signals());
   EXPECT_FALSE(t.enable_progress_bar());
   EXPECT_EQ(t.log_every_n_steps(), 9);
+  EXPECT_EQ(t.flush_logs_every_n_steps(), 8);
   // Every trainer option but `logger` (which picks the loggers) was set
   // above: a new option must be added here, and to to_fit_config.
   int64_t trainer_options = 0;
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 37 + 1);
+  EXPECT_EQ(trainer_options, 38 + 1);
 }
 
 TEST(Cli, UnknownOptionSuggestsTheClosestOne) {

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <fstream>
 #include <sstream>
@@ -27,8 +28,7 @@ TEST(CsvLogger, WritesLightningsLayoutWithEmptyCellsForMissingMetrics) {
   logger.log_metrics({{"epoch", 0}, {"train_loss_step", 0.25}}, 4);
   logger.flush();
   EXPECT_EQ(
-      read(logger.path()),
-      "epoch,step,train_loss_step\n0,2,0.5\n0,4,0.25\n");
+      read(logger.path()), "epoch,step,train_loss_step\n0,2,0.5\n0,4,0.25\n");
   // A new metric widens the header: the file is written again.
   logger.log_metrics(
       {{"epoch", 0}, {"val_acc", 0.9}, {"train_loss", 0.1 + 0.2}}, 4);
@@ -51,10 +51,30 @@ TEST(CsvLogger, HyperparametersGoToHparamsYaml) {
   TempDir dir;
   CsvLogger logger(dir.path());
   logger.log_hyperparams(
-      {{"optimizer.lr", "0.004"}, {"model.channels", "[16, 32]"}}, {});
+      {{"optimizer.lr", "0.004"},
+       {"model.channels", "[16, 32]"},
+       {"trainer.name", "a: b # c"},
+       {"data.path", ""}},
+      {});
   EXPECT_EQ(
       read(dir.file("hparams.yaml")),
-      "model.channels: [16, 32]\noptimizer.lr: 0.004\n");
+      "data.path: \"\"\nmodel.channels: [16, 32]\noptimizer.lr: 0.004\n"
+      "trainer.name: \"a: b # c\"\n");
+  // Text that YAML would read as something else is quoted: it reads back.
+  const YAML::Node back = YAML::LoadFile(dir.file("hparams.yaml"));
+  EXPECT_EQ(back["trainer.name"].as<std::string>(), "a: b # c");
+  EXPECT_EQ(back["data.path"].as<std::string>(), "");
+  EXPECT_EQ(back["model.channels"][1].as<int>(), 32);
+}
+
+TEST(CsvLogger, QuotesMetricNamesThatHoldCommasOrQuotes) {
+  TempDir dir;
+  CsvLogger logger(dir.path());
+  logger.log_metrics({{"acc,top5", 0.5}, {"say \"hi\"", 1}}, 1);
+  logger.flush();
+  EXPECT_EQ(
+      read(logger.path()),
+      "epoch,step,\"acc,top5\",\"say \"\"hi\"\"\"\n,1,0.5,1\n");
 }
 
 TEST(CsvLogger, AnUncreatableFolderIsNamed) {

@@ -919,9 +919,9 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
     steps.push_back(event.int64(kStep));
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{2, 4, 6, 8}));
-  // Two epoch ends, then the final value beside the hparams.
+  // Two epoch ends; the HParams tab reads the last one, so no third point.
   const auto val_acc = events_tagged(path, "val_acc");
-  ASSERT_EQ(val_acc.size(), 3u);
+  ASSERT_EQ(val_acc.size(), 2u);
   EXPECT_EQ(val_acc[1].int64(kStep), 8);
   EXPECT_FLOAT_EQ(
       value_of(val_acc[1]).float32(kSimpleValue),
@@ -942,15 +942,63 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   const Message image = value_of(images[0]).message(kImage);
   EXPECT_EQ(image.int64(1), 2 + 2 * (12 + 2)); // height
   EXPECT_EQ(image.int64(2), 2 + 8 * (12 + 2)); // width
-  // The hparams summaries, then the final metrics.
+  // The hparams summaries at the last step; the session ended in success.
   int64_t hparams = 0;
   for (const Message& event : read_events(path)) {
     if (event.has(kSummary) && value_of(event).has(kMetadata) &&
         plugin_name(value_of(event)) == "hparams") {
       ++hparams;
+      EXPECT_EQ(event.int64(kStep), 8);
     }
   }
   EXPECT_EQ(hparams, 3);
+  const auto end = events_tagged(path, "_hparams_/session_end_info");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 1u);
+}
+
+TEST(TensorBoardLogger, AFailedFitKeepsItsScalarsAndEndsItsSessionAsFailed) {
+  // The third training step throws: what was logged before reaches the
+  // file, and the HParams session says the run failed.
+  class Failing : public train::ImageClassifier {
+   public:
+    explicit Failing(train::ImageClassifier&& base)
+        : train::ImageClassifier(std::move(base)) {}
+    at::Tensor training_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        train::MetricCollection& metrics) override {
+      if (++steps_ == 3) {
+        throw std::runtime_error("out of memory, say");
+      }
+      return train::ImageClassifier::training_step(batch, batch_idx, metrics);
+    }
+
+   private:
+    int steps_ = 0;
+  } module(std::move(*train::make_module(0)));
+  TempDir dir;
+  auto logger = std::make_shared<TensorBoardLogger>(dir.path());
+  data::DataLoader train_loader(
+      train::quadrants(64, 1), data::DataLoaderOptions(16));
+  train::Trainer trainer(train::TrainerOptions()
+                             .max_epochs(2)
+                             .default_root_dir("")
+                             .enable_progress_bar(false)
+                             .log_every_n_steps(1));
+  trainer.add_logger(logger).add_callback(logger);
+  trainer.set_hyperparams({{"optimizer.lr", "0.01"}});
+  EXPECT_THROW(trainer.fit(module, train_loader), std::runtime_error);
+  std::vector<int64_t> steps;
+  for (const Message& event :
+       events_tagged(logger->writer().path(), "train_loss_step")) {
+    steps.push_back(event.int64(kStep));
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2}));
+  const auto end =
+      events_tagged(logger->writer().path(), "_hparams_/session_end_info");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 2u);
 }
 
 } // namespace

@@ -1,4 +1,5 @@
 #include "hotloop/core/error.h"
+#include "hotloop/log/csv_logger.h"
 #include "hotloop/log/logger.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/lr_monitor.h"
@@ -16,11 +17,14 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace hotloop::train {
 namespace {
@@ -607,6 +611,108 @@ TEST_F(CallbackTest, EarlyStoppingCountersComeBackFromTheCheckpoint) {
   EXPECT_EQ(rest.epochs, 3);
   EXPECT_EQ(stopper->stopped_epoch(), 2);
   EXPECT_DOUBLE_EQ(stopper->best_score(), 0.5);
+}
+
+// A dataset that takes its time over every batch, as a slow disk would.
+class SlowDataset : public data::Dataset {
+ public:
+  explicit SlowDataset(std::shared_ptr<data::Dataset> inner)
+      : inner_(std::move(inner)) {}
+  int64_t size() const override {
+    return inner_->size();
+  }
+  data::SampleSpec spec() const override {
+    return inner_->spec();
+  }
+  data::Example get(
+      int64_t index, const data::SampleContext& context) const override {
+    return inner_->get(index, context);
+  }
+  void get_batch(
+      c10::ArrayRef<int64_t> indices,
+      const data::SampleContext& context,
+      data::Batch& out) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    inner_->get_batch(indices, context, out);
+  }
+
+ private:
+  std::shared_ptr<data::Dataset> inner_;
+};
+
+TEST_F(CallbackTest, TheProfileBlamesASlowLoaderAndNamesTheOption) {
+  data::DataLoader slow(
+      std::make_shared<SlowDataset>(train_set_),
+      data::DataLoaderOptions(32).num_workers(1));
+  Trainer trainer(options().max_epochs(1));
+  const FitResult result = trainer.fit(*make_module(0), slow);
+  const StepProfile& profile = result.profile;
+  EXPECT_GT(profile.data, 0.5 * profile.step_seconds());
+  std::ifstream in(trainer.log_dir() + "/summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_THAT(
+      summary.at("profile").at("verdict").get<std::string>(),
+      ::testing::StartsWith("input-bound: "));
+  EXPECT_THAT(
+      summary.at("profile").at("verdict").get<std::string>(),
+      HasSubstr("raise data.num_workers (now 1)"));
+}
+
+TEST_F(CallbackTest, EveryHundredthStepIsTimedWithTheDeviceSynchronised) {
+  auto train = train_loader();
+  const FitResult result =
+      Trainer(options().max_epochs(8)).fit(*make_module(0), train); // 64 steps
+  const StepProfile& profile = result.profile;
+  EXPECT_FALSE(profile.asynchronous); // the CPU: host times are exact
+  EXPECT_EQ(profile.synced_steps, 1); // the 51st step
+  EXPECT_GT(profile.synced.at("forward"), 0);
+  EXPECT_LT(profile.synced.at("forward"), profile.forward);
+}
+
+TEST_F(CallbackTest, LoggersWriteToDiskEveryFlushIntervalAndOnAStop) {
+  // Reads metrics.csv from inside the fit, after each step's callbacks.
+  class CsvReader : public Callback {
+   public:
+    explicit CsvReader(std::string path) : path_(std::move(path)) {}
+    void on_train_batch_end(
+        Trainer& trainer,
+        Module&,
+        const at::Tensor&,
+        const data::Batch&,
+        int64_t) override {
+      std::ifstream in(path_);
+      int64_t lines = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++lines;
+      }
+      rows_on_disk.push_back(lines == 0 ? 0 : lines - 1);
+      if (trainer.global_step() == 7) {
+        std::raise(SIGINT);
+      }
+    }
+    std::vector<int64_t> rows_on_disk;
+
+   private:
+    std::string path_;
+  };
+  auto train = train_loader();
+  Trainer trainer(
+      options().max_epochs(1).log_every_n_steps(1).flush_logs_every_n_steps(3));
+  auto csv = std::make_shared<log::CsvLogger>(trainer.log_dir());
+  auto reader = std::make_shared<CsvReader>(csv->path());
+  trainer.add_logger(csv).add_callback(reader);
+  const FitResult result = trainer.fit(*make_module(0), train);
+  EXPECT_TRUE(result.interrupted);
+  // Step n's row is logged after its callbacks; rows reach the disk after
+  // steps 3 and 6.
+  EXPECT_EQ(reader->rows_on_disk, (std::vector<int64_t>{0, 0, 0, 3, 3, 3, 6}));
+  // The stop wrote the rest: steps 1 to 7.
+  std::ifstream in(csv->path());
+  int64_t lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1 + 7);
 }
 
 TEST_F(CallbackTest, CheckpointsRunAfterTheOtherCallbacksWhateverTheOrder) {

@@ -40,8 +40,9 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
       "data.num_workers (now 1) or data.prefetch_factor");
   EXPECT_EQ(
       profile(0, 20, 40, 40, 0, 0).verdict(context),
-      "transfer-bound: 20% of step time copying batches to the device - set "
-      "data.pin_memory=true");
+      "conversion-bound: 20% of step time converting batches (dtype, memory "
+      "format) - produce them in the training dtype and layout in the "
+      "dataset");
   EXPECT_EQ(
       profile(0, 0, 30, 30, 40, 0).verdict(context),
       "optimizer-bound: 40% of step time in the optimizer step - raise "
@@ -55,9 +56,23 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
       "compute-bound: forward+backward take 95% of step time - a smaller "
       "model, trainer.num_threads, or a GPU");
   context.cuda = true;
+  EXPECT_EQ(
+      profile(0, 20, 40, 40, 0, 0).verdict(context),
+      "transfer-bound: 20% of step time copying batches to the device - set "
+      "data.pin_memory=true");
+  // Compute-bound advice names only what is not on yet.
   EXPECT_THAT(
       profile(1, 0, 45, 50, 4, 0).verdict(context),
-      HasSubstr("try trainer.precision=bf16-mixed"));
+      HasSubstr("try trainer.precision=bf16-mixed and "
+                "trainer.channels_last=true"));
+  context.precision = "bf16-mixed";
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("- try trainer.channels_last=true"));
+  context.channels_last = true;
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("- raise data.batch_size, or a smaller model"));
   EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
 }
 
@@ -75,6 +90,35 @@ TEST(StepProfile, RatesComeFromStepTimeOnly) {
       HasSubstr("profile: 10 steps, 200 samples/s; step time data 20% h2d 0% "
                 "forward 40% backward 40% optimizer 0% logging 0%; "
                 "validation 100.0 s; 0.60 GFLOP/s achieved"));
+}
+
+TEST(StepProfile, OnAnAsynchronousDeviceSharesComeFromTheSyncedSteps) {
+  // Host times say the optimizer took the time (where the host waited);
+  // the synced steps say forward and backward did.
+  StepProfile p = profile(0, 0, 1, 1, 8, 0);
+  p.synced = {
+      {"data", 0},
+      {"h2d", 0},
+      {"forward", 0.4},
+      {"backward", 0.5},
+      {"optimizer", 0.1},
+      {"logging", 0}};
+  p.synced_steps = 2;
+  ProfileContext context;
+  context.cuda = true;
+  EXPECT_THAT(p.verdict(context), HasSubstr("optimizer-bound: 80%"));
+  p.asynchronous = true;
+  EXPECT_THAT(
+      p.verdict(context),
+      HasSubstr("compute-bound: forward+backward take 90%"));
+  std::ostringstream out;
+  p.print(out, context);
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("forward 40% backward 50% optimizer 10% logging 0% (from 2 "
+                "steps timed with the device synchronised)"));
+  // Rates still come from every step's time.
+  EXPECT_DOUBLE_EQ(p.samples_per_s(), 100);
 }
 
 TEST(StepProfile, UtilizationIsAchievedOverTheMeasuredPeak) {

@@ -52,6 +52,15 @@ class HParamValue {
   Variant value_;
 };
 
+/// How a run ended, as TensorBoard's HParams plugin records it (its
+/// api.proto `Status`).
+enum class SessionStatus {
+  kUnknown = 0,
+  kSuccess = 1,
+  kFailure = 2,
+  kRunning = 3
+};
+
 /// Writes TensorBoard event files, like `torch.utils.tensorboard.SummaryWriter`
 /// with the same record layout and summary messages, encoded here without a
 /// protobuf dependency.
@@ -124,15 +133,19 @@ class SummaryWriter {
   /// instead of a sub-run folder: three "hparams" plugin summaries (plugin
   /// data version 0) tagged `_hparams_/experiment` (hparam names and types,
   /// metric names), `_hparams_/session_start_info` (the values) and
-  /// `_hparams_/session_end_info` (STATUS_SUCCESS), then each metric as a
-  /// scalar under its own name. All at `step`, in name order, with the
-  /// current wall time. Booleans are written as `bool_value` /
+  /// `_hparams_/session_end_info` (`status`), then, with `metric_scalars`,
+  /// each metric as a scalar under its own name (the HParams tab shows a
+  /// metric's latest scalar; a metric already logged as a scalar needs no
+  /// second point). All at `step`, in name order, with the current wall
+  /// time. Booleans are written as `bool_value` /
   /// DATA_TYPE_BOOL; PyTorch's `hparams()` tests `isinstance(v, int)` first
   /// and so writes Python bools as numbers 1/0 (DATA_TYPE_FLOAT64).
   void add_hparams(
       const std::map<std::string, HParamValue>& hparams,
       const std::map<std::string, double>& metrics,
-      int64_t step = 0);
+      int64_t step = 0,
+      SessionStatus status = SessionStatus::kSuccess,
+      bool metric_scalars = true);
 
   /// Writes buffered records to the file (fflush; no fsync).
   void flush();

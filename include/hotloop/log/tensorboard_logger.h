@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 namespace hotloop::log {
@@ -33,10 +34,13 @@ class TensorBoardLogger : public Logger, public train::Callback {
   void log_metrics(
       const std::map<std::string, double>& metrics, int64_t step) override;
   /// Numbers stay numbers and true/false booleans in the HParams tab.
+  /// Written at finalize, with the run's status and at its last step;
+  /// metrics not logged as scalars before get one point there.
   void log_hyperparams(
       const std::map<std::string, std::string>& params,
       const std::map<std::string, double>& metrics) override;
   void flush() override;
+  void finalize(const std::string& status) override;
 
   std::string state_key() const override {
     return "TensorBoardLogger";
@@ -67,6 +71,11 @@ class TensorBoardLogger : public Logger, public train::Callback {
   SummaryWriter writer_;
   bool images_logged_ = false;
   bool gradients_pending_ = false;
+  // The last step of log_metrics and the tags it wrote.
+  int64_t last_step_ = 0;
+  std::set<std::string> logged_;
+  std::map<std::string, std::string> hparams_;
+  std::map<std::string, double> hparam_metrics_;
 };
 
 } // namespace hotloop::log

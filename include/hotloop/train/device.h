@@ -18,4 +18,9 @@ namespace hotloop::train {
 c10::Device resolve_device(
     const std::string& accelerator, const std::string& devices);
 
+/// Waits until the work queued so far on `device`'s current stream is done;
+/// returns at once for the CPU. Timing asynchronous devices needs it: their
+/// host calls return before the work ends.
+void synchronize_device(c10::Device device);
+
 } // namespace hotloop::train

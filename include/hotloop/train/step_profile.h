@@ -16,11 +16,23 @@ struct ProfileContext {
   bool pin_memory = false;
   bool cuda = false;
   int64_t log_every_n_steps = 0;
+  /// trainer.precision and trainer.channels_last, so that advice names
+  /// what is not on yet.
+  std::string precision = "32-true";
+  bool channels_last = false;
 };
 
-/// Where the training steps' time went over a fit, by phase, in seconds
-/// (host time: on CUDA the device runs asynchronously behind it). Validation
-/// is kept apart from the step time.
+/// On an asynchronous device the Trainer times every
+/// kSyncedStepInterval-th optimizer step (from the middle of the first
+/// interval) with the device synchronised at each phase boundary.
+constexpr int64_t kSyncedStepInterval = 100;
+
+/// Where the training steps' time went over a fit, by phase, in seconds.
+/// The fields are host times over every step; on an asynchronous device
+/// (CUDA) they say when work was queued, not when it ran, so the phase
+/// shares printed and judged come from the steps timed with the device
+/// synchronised (`synced`) when there are any. Validation is kept apart
+/// from the step time.
 struct StepProfile {
   /// Waiting for the loader's next batch.
   double data = 0;
@@ -41,6 +53,12 @@ struct StepProfile {
   /// The device's measured matrix-multiply rate in the training dtype
   /// (measure_peak_flops), 0 when not measured.
   double peak_flops = 0;
+  /// Whether the device runs asynchronously to the host (not the CPU).
+  bool asynchronous = false;
+  /// Phase seconds (names as phases()) of the steps timed with the device
+  /// synchronised at each phase boundary, and how many there were.
+  std::map<std::string, double> synced;
+  int64_t synced_steps = 0;
 
   double step_seconds() const {
     return data + h2d + forward + backward + optimizer + logging;
@@ -55,6 +73,9 @@ struct StepProfile {
   /// The six step phases by name (data, h2d, forward, backward, optimizer,
   /// logging), in seconds.
   std::map<std::string, double> phases() const;
+  /// The phase times that shares and the verdict are read from: `synced`
+  /// on an asynchronous device that has synced steps, else phases().
+  std::map<std::string, double> share_basis() const;
   /// One line naming the bottleneck and the option to change, such as
   /// "input-bound: 63% of step time waiting for data - raise
   /// data.num_workers (now 1)".

@@ -132,6 +132,10 @@ struct TrainerOptions {
   /// Optimizer steps between metric records sent to the loggers (and
   /// between progress lines when output is not a terminal); 0: none.
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  /// Optimizer steps between writes of the loggers' buffered records to
+  /// disk (Lightning's CSVLogger flush_logs_every_n_steps), besides every
+  /// epoch end, stop signal and the end of fit; 0: only then.
+  TORCH_ARG(int64_t, flush_logs_every_n_steps) = 100;
 };
 
 /// What a fit returns (and writes to summary.json).
@@ -343,6 +347,8 @@ class Trainer {
   void interrupt(FitState& state);
   // Sends the metrics logged since the last flush as one record.
   void flush_logs();
+  // Has the loggers write their buffered records to disk.
+  void flush_loggers();
   void print_epoch_line(
       int64_t samples, const log::StepTimes& phases, double seconds);
   Precision prepare_evaluation(
