@@ -334,16 +334,31 @@ const Json* object_at(const Json* parent, const char* key) {
   return it != parent->end() && it->is_object() ? &*it : nullptr;
 }
 
-// The phases with a time to show, in the order the trainer wrote them.
+// The phases with a time to show: a step's phases in the order they run
+// (JSON objects keep no order), then any others by name.
 std::vector<detail::Share> phase_shares(const Json* phases) {
+  static const std::vector<std::string> kStepOrder = {
+      "data", "h2d", "forward", "backward", "optimizer", "logging"};
   std::vector<detail::Share> shares;
   if (!phases) {
     return shares;
   }
-  for (const auto& [phase, value] : phases->items()) {
+  auto add = [&](const std::string& phase, const Json& value) {
     if (value.is_number() && std::isfinite(value.get<double>()) &&
         value.get<double>() >= 0) {
       shares.push_back({phase, value.get<double>()});
+    }
+  };
+  for (const std::string& phase : kStepOrder) {
+    const auto found = phases->find(phase);
+    if (found != phases->end()) {
+      add(phase, *found);
+    }
+  }
+  for (const auto& [phase, value] : phases->items()) {
+    if (std::find(kStepOrder.begin(), kStepOrder.end(), phase) ==
+        kStepOrder.end()) {
+      add(phase, value);
     }
   }
   return shares;

@@ -1,8 +1,11 @@
 #include "hotloop/log/report.h"
 #include "hotloop/core/error.h"
+#include "hotloop/log/csv_logger.h"
 #include "hotloop/log/detail/svg_chart.h"
 #include "hotloop/log/metrics_csv.h"
+#include "hotloop/train/lr_monitor.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -655,6 +658,55 @@ TEST(RunReportInChromium, TheLoadedPageHasTheFourChartsAndTheirSeries) {
           "data", "h2d", "forward", "backward", "optimizer", "logging"));
   EXPECT_EQ(point_count(svg_of(dom, "chart-loss"), "train_loss"), 3u);
   EXPECT_EQ(point_count(svg_of(dom, "chart-lr"), "lr-AdamW"), 4u);
+}
+
+TEST(RunReportInChromium, ARealFitsRunFolderShowsItsCurves) {
+  if (!fs::exists(chromium())) {
+    GTEST_SKIP() << chromium()
+                 << " is not installed (apt-get install chromium), so the "
+                    "report is not checked in a browser";
+  }
+  // A fit as hotloop fit runs it: CSV logger and learning-rate monitor
+  // into the run folder, summary.json at the end.
+  TempDir dir;
+  auto module = train::make_module(0);
+  data::DataLoader train_loader(
+      train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));
+  data::DataLoader val_loader(
+      train::quadrants(32, 2), data::DataLoaderOptions(32));
+  train::Trainer trainer(train::TrainerOptions()
+                             .max_epochs(3)
+                             .default_root_dir(dir.path())
+                             .name("fit")
+                             .enable_progress_bar(false)
+                             .log_every_n_steps(1));
+  trainer.add_logger(std::make_shared<CsvLogger>(trainer.log_dir()))
+      .add_callback(std::make_shared<train::LearningRateMonitor>());
+  trainer.fit(*module, train_loader, &val_loader);
+  const std::string page = write_run_report(trainer.log_dir());
+
+  std::string log;
+  ASSERT_EQ(
+      run_chromium(dir, "--dump-dom", page, dir.file("dom.html"), &log), 0)
+      << log;
+  const std::string dom = read(dir.file("dom.html"));
+  ASSERT_THAT(dom, HasSubstr("</html>")) << log;
+  EXPECT_THAT(
+      series_in(svg_of(dom, "chart-loss")),
+      ElementsAre("train_loss", "train_loss_step", "val_loss"));
+  EXPECT_THAT(series_in(svg_of(dom, "chart-acc")), ElementsAre("val_acc"));
+  // No weight decay on norms and biases: two parameter groups.
+  EXPECT_THAT(
+      series_in(svg_of(dom, "chart-lr")),
+      ElementsAre("lr-Adam/pg1", "lr-Adam/pg2"));
+  EXPECT_THAT(
+      series_in(svg_of(dom, "chart-time")),
+      ElementsAre(
+          "data", "h2d", "forward", "backward", "optimizer", "logging"));
+  // One point per epoch, one per step.
+  EXPECT_EQ(point_count(svg_of(dom, "chart-loss"), "val_loss"), 3u);
+  EXPECT_EQ(point_count(svg_of(dom, "chart-loss"), "train_loss_step"), 12u);
+  EXPECT_EQ(point_count(svg_of(dom, "chart-lr"), "lr-Adam/pg1"), 12u);
 }
 
 struct Pixel {

@@ -957,6 +957,42 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 1u);
 }
 
+// A small fit's run folder, as hotloop fit writes it, for TensorBoard's own
+// reader (tests/tensorboard_reader.sh).
+void write_fit_run(const std::string& dir) {
+  auto logger = std::make_shared<TensorBoardLogger>(dir);
+  auto module = train::make_module(0);
+  data::DataLoader train_loader(
+      train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));
+  data::DataLoader val_loader(
+      train::quadrants(32, 2), data::DataLoaderOptions(32));
+  train::Trainer trainer(train::TrainerOptions()
+                             .max_epochs(2)
+                             .default_root_dir("")
+                             .enable_progress_bar(false)
+                             .log_every_n_steps(2));
+  trainer.add_logger(logger).add_callback(logger);
+  trainer.set_hyperparams({{"optimizer.lr", "0.01"}, {"model.name", "cnn"}});
+  trainer.fit(*module, train_loader, &val_loader);
+}
+
+TEST(TensorBoardLogger, SelfCheckFitForTheTensorBoardScript) {
+  // With HOTLOOP_TENSORBOARD_FIT_DIR set, a fit's event file is also
+  // written there for `read_tensorboard.py DIR --expect-...`.
+  if (const char* export_dir = std::getenv("HOTLOOP_TENSORBOARD_FIT_DIR")) {
+    write_fit_run(export_dir);
+  }
+  TempDir dir;
+  write_fit_run(dir.path());
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    files.push_back(entry.path());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(events_tagged(files[0].string(), "train_loss_step").size(), 4u);
+  EXPECT_EQ(events_tagged(files[0].string(), "val_acc").size(), 2u);
+}
+
 TEST(TensorBoardLogger, AFailedFitKeepsItsScalarsAndEndsItsSessionAsFailed) {
   // The third training step throws: what was logged before reaches the
   // file, and the HParams session says the run failed.
