@@ -40,7 +40,7 @@ std::pair<torch::nn::AnyModule, double> image_network(
             .in_channels(channels)
             .stem(config.stem)
             .zero_init_residual(config.zero_init_residual));
-    return {torch::nn::AnyModule(resnet), 0};
+    return {torch::nn::AnyModule(resnet), resnet->flops_per_sample(size, size)};
   }
   models::FashionCnnOptions options = config.model;
   options.in_channels = channels;

@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 
 #include <array>
+#include <tuple>
 #include <utility>
 
 namespace hotloop::models {
@@ -147,6 +148,49 @@ at::Tensor ResNetImpl::forward(const at::Tensor& input) {
   x = layer4_->forward(x);
   x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(/*start_dim=*/1);
   return fc_->forward(x);
+}
+
+double ResNetImpl::flops_per_sample(int64_t height, int64_t width) const {
+  // Output size of a conv or pool with "same"-style padding k / 2.
+  auto out = [](int64_t size, int64_t kernel, int64_t stride) {
+    return (size + 2 * (kernel / 2) - kernel) / stride + 1;
+  };
+  int64_t h = height, w = width;
+  double flops = 0;
+  // A conv from the current size; returns its output size.
+  auto conv =
+      [&](int64_t in, int64_t out_channels, int64_t kernel, int64_t stride) {
+        const int64_t oh = out(h, kernel, stride), ow = out(w, kernel, stride);
+        flops += 2.0 * in * out_channels * kernel * kernel * oh * ow;
+        return std::make_pair(oh, ow);
+      };
+  if (options_.stem() == "imagenet") {
+    std::tie(h, w) = conv(options_.in_channels(), 64, 7, 2);
+    h = out(h, 3, 2); // max-pool
+    w = out(w, 3, 2);
+  } else {
+    std::tie(h, w) = conv(options_.in_channels(), 64, 3, 1);
+  }
+  const std::array<int64_t, 4> widths = {64, 128, 256, 512};
+  const std::array<int64_t, 4> blocks =
+      options_.depth() == 18 ? std::array<int64_t, 4>{2, 2, 2, 2}
+                             : std::array<int64_t, 4>{3, 4, 6, 3};
+  int64_t in = 64;
+  for (size_t layer = 0; layer < widths.size(); ++layer) {
+    for (int64_t block = 0; block < blocks[layer]; ++block) {
+      const int64_t stride = layer > 0 && block == 0 ? 2 : 1;
+      const int64_t out_channels = widths[layer];
+      if (stride != 1 || in != out_channels) {
+        conv(in, out_channels, 1, stride); // downsample, from the block input
+      }
+      const auto [oh, ow] = conv(in, out_channels, 3, stride);
+      h = oh;
+      w = ow;
+      conv(out_channels, out_channels, 3, 1);
+      in = out_channels;
+    }
+  }
+  return flops + 2.0 * 512 * options_.num_classes();
 }
 
 } // namespace hotloop::models

@@ -177,6 +177,8 @@ struct Trainer::FitState {
   // LibTorch's profiler while trace steps run (trainer.profiler=pytorch).
   std::optional<torch::autograd::profiler::RecordProfile> trace;
   int64_t trace_steps_left = 0;
+  // The global step this fit started at (after a resume's restore).
+  int64_t start_step = 0;
   // The running means of the epoch in progress, for checkpoints.
   MetricCollection* epoch_metrics = nullptr;
   // A mid-epoch checkpoint's running means, for the epoch it resumes.
@@ -586,6 +588,7 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   if (!ckpt_path.empty()) {
     restore(state, ckpt_path);
   }
+  state.start_step = progress_.global_step;
   if (options_.enable_progress_bar()) {
     out_ << "fit: " << train.dataset().size() << " training samples, "
          << state.batches_per_epoch << " batches/epoch, on " << device_ << ", "
@@ -1031,13 +1034,14 @@ void Trainer::zero_grad(torch::optim::Optimizer& optimizer) const {
 }
 
 void Trainer::trace_steps(FitState& state) {
-  // Skips two steps (first-call allocations and algorithm searches), then
-  // records profiler_steps whole optimizer steps.
+  // Skips this fit's first two steps (first-call allocations and algorithm
+  // searches; a resumed fit's too), then records profiler_steps whole
+  // optimizer steps.
   if (options_.profiler() != "pytorch" || log_dir_.empty()) {
     return;
   }
   if (!state.trace && state.trace_steps_left == 0 &&
-      progress_.global_step == 2) {
+      progress_.global_step == state.start_step + 2) {
     state.trace_steps_left = options_.profiler_steps();
     state.trace.emplace(
         (std::filesystem::path(log_dir_) / "trace.json").string());

@@ -299,6 +299,22 @@ TEST(ResNet, HasTorchvisionParameterCounts) {
   }
 }
 
+TEST(ResNet, CountsTheFlopsTorchvisionsModelsDo) {
+  // Reference: forward hooks on torchvision's Conv2d and Linear modules.
+  const auto& reference = Reference::get("resnet_state_dicts.txt");
+  for (int64_t depth : {18, 34}) {
+    for (const std::string stem : {"imagenet", "cifar"}) {
+      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
+      const int64_t size = stem == "imagenet" ? 224 : 32;
+      EXPECT_EQ(
+          make_resnet(depth, stem)->flops_per_sample(size, size),
+          reference.one(name, "count", "flops_" + std::to_string(size))
+              .values.at(0))
+          << name;
+    }
+  }
+}
+
 TEST(ResNet, ConvWeightsAreKaimingNormalWithFanOut) {
   torch::manual_seed(0);
   ResNet model = make_resnet(18, "imagenet");

@@ -119,6 +119,30 @@ def deterministic_fill(state_dict):
             t.copy_(v.to(t.dtype).reshape(t.shape))
 
 
+def conv_linear_flops(model, shape):
+    """Forward FLOPs of one input: 2 x the multiply-adds of every Conv2d and
+    Linear, counted from their outputs by forward hooks."""
+    total = [0]
+
+    def hook(module, inputs, output):
+        if isinstance(module, nn.Conv2d):
+            total[0] += (2 * module.in_channels // module.groups
+                         * module.kernel_size[0] * module.kernel_size[1]
+                         * output.numel())
+        elif isinstance(module, nn.Linear):
+            total[0] += 2 * module.in_features * output.numel()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(shape))
+    model.train(was_training)
+    for handle in handles:
+        handle.remove()
+    return total[0]
+
+
 def resnet_state_lines():
     out = []
     counts = {}
@@ -131,6 +155,9 @@ def resnet_state_lines():
             n = sum(p.numel() for p in model.parameters())
             out.append(line(case, "count", "params", [], [n]))
             counts[case] = n
+            size = 224 if stem == "imagenet" else 32
+            out.append(line(case, "count", f"flops_{size}", [],
+                            [conv_linear_flops(model, (1, 3, size, size))]))
     assert counts["resnet18_imagenet"] == 11689512, counts
     assert counts["resnet34_imagenet"] == 21797672, counts
     return out

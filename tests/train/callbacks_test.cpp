@@ -277,6 +277,18 @@ TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
   }
   // Two steps of a one-conv model: two forward convolutions.
   EXPECT_EQ(convolutions, 2);
+
+  // A resumed fit is traced too, from its own third step.
+  Trainer resumed(
+      options().max_epochs(2).profiler("pytorch").profiler_steps(2));
+  resumed.fit(
+      *make_module(0),
+      train,
+      nullptr,
+      trainer.log_dir() + "/checkpoints/last.ckpt");
+  std::ifstream again(resumed.log_dir() + "/trace.json");
+  ASSERT_TRUE(again.good());
+  EXPECT_TRUE(nlohmann::json::parse(again).is_array());
   EXPECT_THROWS_WITH(
       ConfigError,
       Trainer(options().profiler("advanced")),

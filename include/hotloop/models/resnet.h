@@ -53,6 +53,11 @@ class ResNetImpl : public torch::nn::Module {
   /// input: [B, in_channels, H, W] float -> [B, num_classes] logits.
   at::Tensor forward(const at::Tensor& input);
 
+  /// Forward FLOPs for one [in_channels, height, width] input: 2 x the
+  /// multiply-adds of every convolution and of fc (BatchNorm, ReLU, pooling
+  /// and the residual additions, a few percent, are not counted, as usual).
+  double flops_per_sample(int64_t height, int64_t width) const;
+
   /// The options the model was built with.
   const ResNetOptions& options() const {
     return options_;
