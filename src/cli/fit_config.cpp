@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -465,9 +466,21 @@ ConfigSchema make_schema() {
   s.add(choice(
       "data.dataset",
       "fashion_mnist",
-      {"fashion_mnist", "text"},
+      {"fashion_mnist", "text", "synthetic"},
       "fashion_mnist: the IDX files in data.root; text: next-token windows "
-      "of the file data.path"));
+      "of the file data.path; synthetic: random images (data.image_shape) "
+      "and labels, for speed measurements"));
+  s.add(
+      opt("data.image_shape",
+          T::kIntList,
+          "[3, 32, 32]",
+          "synthetic: [channels, height, width] of each image"));
+  s.add(
+      opt("data.synthetic_size",
+          T::kInt,
+          "50000",
+          "synthetic: training images (validation: a fifth as many)",
+          1));
   s.add(
       opt("data.path",
           T::kString,
@@ -848,6 +861,15 @@ FitConfig to_fit_config(const Config& c) {
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");
+  f.data.image_shape = c.get_int_list("data.image_shape");
+  f.data.synthetic_size = c.get_int("data.synthetic_size");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.data.image_shape.size() == 3 && std::all_of(
+                                            f.data.image_shape.begin(),
+                                            f.data.image_shape.end(),
+                                            [](int64_t d) { return d > 0; }),
+      "data.image_shape must be [channels, height, width], all positive");
   f.data.path = c.get_string("data.path");
   f.data.token_bytes = c.get_int("data.token_bytes");
   f.data.block_size = c.get_int("data.block_size");

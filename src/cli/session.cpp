@@ -10,6 +10,10 @@
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/language_model.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -49,18 +53,44 @@ std::pair<torch::nn::AnyModule, double> image_network(
   return {torch::nn::AnyModule(cnn), cnn->flops_per_sample()};
 }
 
+// data.dataset=synthetic: uniformly random uint8 images and labels, the
+// same for a given seed (torchvision's FakeData), for measuring speed on a
+// shape no real dataset here has. Nothing can be learnt from them.
+std::shared_ptr<data::ImageClassificationDataset> synthetic_split(
+    const FitConfig& config,
+    bool train,
+    const data::ImageTransformOptions& transform) {
+  const auto& shape = config.data.image_shape;
+  const int64_t n = train
+                        ? config.data.synthetic_size
+                        : std::max<int64_t>(config.data.synthetic_size / 5, 1);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(
+      config.seed * 2 + (train ? 0 : 1));
+  at::Tensor images = at::randint(
+      0, 256, {n, shape[0], shape[1], shape[2]}, generator, at::kByte);
+  at::Tensor labels =
+      at::randint(0, config.model.num_classes, {n}, generator, at::kLong);
+  return std::make_shared<data::ImageClassificationDataset>(
+      std::move(images), std::move(labels), transform);
+}
+
 Session image_session(const FitConfig& config, bool with_train) {
   Session session;
   data::ImageTransformOptions eval_transform;
   eval_transform.mean = config.data.transform.mean;
   eval_transform.std = config.data.transform.std;
   eval_transform.dtype = config.data.transform.dtype;
+  const bool synthetic = config.data.dataset == "synthetic";
   if (with_train) {
     session.train_set =
-        data::load_mnist_split(config.data.root, true, config.data.transform);
+        synthetic ? synthetic_split(config, true, config.data.transform)
+                  : data::load_mnist_split(
+                        config.data.root, true, config.data.transform);
   }
   const auto val_set =
-      data::load_mnist_split(config.data.root, false, eval_transform);
+      synthetic
+          ? synthetic_split(config, false, eval_transform)
+          : data::load_mnist_split(config.data.root, false, eval_transform);
   session.val_set = val_set;
   session.val_labels = val_set->labels();
   const auto& images = val_set->images();

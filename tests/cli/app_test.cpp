@@ -395,6 +395,36 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
   EXPECT_THAT(r.out, HasSubstr("GFLOP/s achieved"));
 }
 
+TEST(Cli, SyntheticImagesOfAnyShapeTrainAResNet) {
+  TempDir dir;
+  const std::vector<std::string> args = {
+      "fit",
+      "--data.dataset=synthetic",
+      "--data.image_shape=[3, 16, 16]",
+      "--data.synthetic_size=64",
+      "--data.batch_size=32",
+      "--data.val_batch_size=32",
+      "--data.mean=[0.5, 0.5, 0.5]",
+      "--data.std=[0.25, 0.25, 0.25]",
+      "--model.name=resnet18",
+      "--trainer.max_epochs=1",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  const Result r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fit: 64 training samples, 2 batches/epoch"));
+  // ResNet's FLOPs are counted, so the profile reports FLOP/s.
+  EXPECT_THAT(r.out, HasSubstr("GFLOP/s achieved"));
+
+  std::vector<std::string> bad = args;
+  bad.push_back("--data.image_shape=[3, 16]");
+  const Result e = run_cli(bad);
+  EXPECT_EQ(e.code, 2);
+  EXPECT_THAT(
+      e.err,
+      HasSubstr("data.image_shape must be [channels, height, width], all "
+                "positive"));
+}
+
 TEST(Cli, ModelAndDatasetMismatchesAreConfigErrors) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);

@@ -11,13 +11,19 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hotloop::cli {
 
 /// The `data:` section.
 struct DataConfig {
-  /// fashion_mnist (IDX files in root) or text (windows of the file `path`).
+  /// fashion_mnist (IDX files in root), text (windows of the file `path`)
+  /// or synthetic (random images of image_shape, for speed measurements).
   std::string dataset = "fashion_mnist";
+  /// synthetic: [C, H, W] of each image; training images (validation gets
+  /// a fifth as many).
+  std::vector<int64_t> image_shape = {3, 32, 32};
+  int64_t synthetic_size = 50000;
   std::string root;
   std::string path;
   int64_t token_bytes = 1;
