@@ -24,6 +24,14 @@ double StepProfile::samples_per_s() const {
   return step_seconds() > 0 ? samples / step_seconds() : 0;
 }
 
+double StepProfile::steady_samples_per_s() const {
+  const double seconds = step_seconds() - warmup_seconds;
+  if (warmup_samples == 0 || seconds <= 0 || samples <= warmup_samples) {
+    return samples_per_s();
+  }
+  return static_cast<double>(samples - warmup_samples) / seconds;
+}
+
 double StepProfile::flops_per_s() const {
   return flops_per_sample * samples_per_s();
 }

@@ -898,7 +898,10 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     const bool next_synced =
         step_now &&
         progress_.global_step % kSyncedStepInterval == kSyncedStepInterval / 2;
-    if (synced || next_synced) {
+    // The warm-up steps end here; the work they queued counts to them.
+    const bool warmup_ends =
+        step_now && progress_.global_step == state.start_step + kWarmupSteps;
+    if (synced || next_synced || warmup_ends) {
       synchronize_device(device_);
     }
     wait_start = Clock::now();
@@ -910,6 +913,10 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
         seconds_between(logging_start, wait_start) - validation_seconds);
     phases.optimizer +=
         seconds_between(optimizer_start, wait_start) - validation_seconds;
+    if (warmup_ends) {
+      profile.warmup_seconds = profile.step_seconds();
+      profile.warmup_samples = profile.samples + samples;
+    }
     if (stop) {
       break;
     }
@@ -1337,6 +1344,7 @@ void Trainer::write_summary(
       {"validation", profile.validation},
       {"steps", profile.steps},
       {"samples_per_s", profile.samples_per_s()},
+      {"steady_samples_per_s", profile.steady_samples_per_s()},
       {"verdict", profile.verdict(context)},
   };
   if (profile.flops_per_sample > 0) {

@@ -677,6 +677,10 @@ TEST_F(CallbackTest, EveryHundredthStepIsTimedWithTheDeviceSynchronised) {
   const StepProfile& profile = result.profile;
   EXPECT_FALSE(profile.asynchronous); // the CPU: host times are exact
   EXPECT_EQ(profile.synced_steps, 1); // the 51st step
+  // The first 10 steps (320 samples) are the warm-up.
+  EXPECT_EQ(profile.warmup_samples, 320);
+  EXPECT_GT(profile.warmup_seconds, 0);
+  EXPECT_LT(profile.warmup_seconds, profile.step_seconds());
   EXPECT_GT(profile.synced.at("forward"), 0);
   EXPECT_LT(profile.synced.at("forward"), profile.forward);
 }

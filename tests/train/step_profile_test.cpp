@@ -121,6 +121,15 @@ TEST(StepProfile, OnAnAsynchronousDeviceSharesComeFromTheSyncedSteps) {
   EXPECT_DOUBLE_EQ(p.samples_per_s(), 100);
 }
 
+TEST(StepProfile, SteadyRateLeavesTheWarmupStepsOut) {
+  StepProfile p = profile(1, 0, 4, 4, 1, 0);       // 10 s, 1000 samples
+  EXPECT_DOUBLE_EQ(p.steady_samples_per_s(), 100); // no warm-up recorded
+  p.warmup_seconds = 6;
+  p.warmup_samples = 200;
+  EXPECT_DOUBLE_EQ(p.steady_samples_per_s(), 200); // 800 samples in 4 s
+  EXPECT_DOUBLE_EQ(p.samples_per_s(), 100);
+}
+
 TEST(StepProfile, UtilizationIsAchievedOverTheMeasuredPeak) {
   StepProfile p = profile(0, 0, 1, 1, 0, 0);
   p.flops_per_sample = 1e6; // 500 samples/s -> 5e8 FLOP/s

@@ -27,6 +27,10 @@ struct ProfileContext {
 /// interval) with the device synchronised at each phase boundary.
 constexpr int64_t kSyncedStepInterval = 100;
 
+/// A fit's first optimizer steps (first-call allocations, algorithm
+/// searches, compilation) that steady_samples_per_s leaves out.
+constexpr int64_t kWarmupSteps = 10;
+
 /// Where the training steps' time went over a fit, by phase, in seconds.
 /// The fields are host times over every step; on an asynchronous device
 /// (CUDA) they say when work was queued, not when it ran, so the phase
@@ -64,6 +68,13 @@ struct StepProfile {
     return data + h2d + forward + backward + optimizer + logging;
   }
   double samples_per_s() const;
+  /// Step seconds and samples of the fit's first kWarmupSteps steps (zero
+  /// when it took no more steps than that).
+  double warmup_seconds = 0;
+  int64_t warmup_samples = 0;
+  /// Samples per second after the warm-up steps: the rate a longer run
+  /// approaches. samples_per_s() when there were no more steps.
+  double steady_samples_per_s() const;
   /// Achieved FLOP/s over the step time; 0 when FLOPs are unknown.
   double flops_per_s() const;
   /// flops_per_s() / peak_flops; 0 when either is unknown.
