@@ -78,27 +78,30 @@ ConfigSchema make_schema() {
           -1));
   s.add(
       opt("trainer.limit_train_batches",
-          T::kInt,
+          T::kFloat,
           "-1",
-          "batches per training epoch; -1: all",
+          "batches per training epoch: -1 all, a fraction in (0, 1), or a "
+          "count",
           -1));
   s.add(
       opt("trainer.limit_val_batches",
-          T::kInt,
+          T::kFloat,
           "-1",
-          "batches per validation; -1: all, 0: no validation",
+          "batches per validation: -1 all, 0 none, a fraction in (0, 1), "
+          "or a count",
           -1));
   s.add(
       opt("trainer.limit_test_batches",
-          T::kInt,
+          T::kFloat,
           "-1",
-          "batches per test run; -1: all",
+          "batches per test run: -1 all, a fraction in (0, 1), or a count",
           -1));
   s.add(
       opt("trainer.limit_predict_batches",
-          T::kInt,
+          T::kFloat,
           "-1",
-          "batches per predict run; -1: all",
+          "batches per predict run: -1 all, a fraction in (0, 1), or a "
+          "count",
           -1));
   s.add(
       opt("trainer.val_check_interval",
@@ -109,10 +112,10 @@ ConfigSchema make_schema() {
           0));
   s.add(
       opt("trainer.overfit_batches",
-          T::kInt,
+          T::kFloat,
           "0",
-          "train on the same first n batches every epoch (and validate on "
-          "the first n); 0: off",
+          "train on the same first n batches (or fraction) every epoch, "
+          "validate on the first n; 0: off",
           0));
   s.add(
       opt("trainer.check_val_every_n_epoch",
@@ -797,8 +800,8 @@ FitConfig to_fit_config(const Config& c) {
   f.seed = static_cast<uint64_t>(c.get_int("trainer.seed"));
   f.trainer.max_epochs(c.get_int("trainer.max_epochs"))
       .max_steps(c.get_int("trainer.max_steps"))
-      .limit_train_batches(c.get_int("trainer.limit_train_batches"))
-      .limit_val_batches(c.get_int("trainer.limit_val_batches"))
+      .limit_train_batches(c.get_float("trainer.limit_train_batches"))
+      .limit_val_batches(c.get_float("trainer.limit_val_batches"))
       .check_val_every_n_epoch(c.get_int("trainer.check_val_every_n_epoch"))
       .accumulate_grad_batches(c.get_int("trainer.accumulate_grad_batches"))
       .precision(c.get_string("trainer.precision"))
@@ -821,10 +824,10 @@ FitConfig to_fit_config(const Config& c) {
       .log_every_n_steps(c.get_int("trainer.log_every_n_steps"))
       .flush_logs_every_n_steps(c.get_int("trainer.flush_logs_every_n_steps"))
       .min_epochs(c.get_int("trainer.min_epochs"))
-      .limit_test_batches(c.get_int("trainer.limit_test_batches"))
-      .limit_predict_batches(c.get_int("trainer.limit_predict_batches"))
+      .limit_test_batches(c.get_float("trainer.limit_test_batches"))
+      .limit_predict_batches(c.get_float("trainer.limit_predict_batches"))
       .val_check_interval(c.get_float("trainer.val_check_interval"))
-      .overfit_batches(c.get_int("trainer.overfit_batches"))
+      .overfit_batches(c.get_float("trainer.overfit_batches"))
       .inference_mode(c.get_bool("trainer.inference_mode"))
       .accelerator(c.get_string("trainer.accelerator"))
       .devices(c.get_string("trainer.devices"))

@@ -51,6 +51,44 @@ int64_t limited(int64_t available, int64_t limit) {
   return limit < 0 ? available : std::min(available, limit);
 }
 
+// Whether `limit` is a valid limit_* value: -1, 0 (when allowed), a
+// fraction in (0, 1) or a whole number.
+void check_limit(double limit, const char* name, bool zero_allowed) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      limit == -1 || (zero_allowed && limit == 0) ||
+          (limit > 0 && (limit < 1 || limit == std::floor(limit))),
+      "trainer.",
+      name,
+      ": expected -1 (all), ",
+      zero_allowed ? "0 (none), " : "",
+      "a fraction in (0, 1) or a whole number of batches, got ",
+      limit);
+}
+
+// The batches a limit_* value leaves of a loader's `available` ones.
+int64_t resolve_limit(double limit, int64_t available, const char* name) {
+  if (limit < 0) {
+    return available;
+  }
+  if (limit > 0 && limit < 1) {
+    const auto batches = static_cast<int64_t>(
+        std::floor(limit * static_cast<double>(available)));
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        batches > 0,
+        "trainer.",
+        name,
+        "=",
+        limit,
+        " of ",
+        available,
+        " batches is none: raise it or give a whole number");
+    return batches;
+  }
+  return std::min(available, static_cast<int64_t>(limit));
+}
+
 // Evaluation runs without autograd: InferenceMode by default, NoGradGuard
 // when trainer.inference_mode is off.
 class NoGradScope {
@@ -214,15 +252,10 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       options_.max_steps() == -1 || options_.max_steps() > 0,
       "trainer.max_steps must be positive or -1, got ",
       options_.max_steps());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options_.limit_train_batches() == -1 ||
-          options_.limit_train_batches() > 0,
-      "trainer.limit_train_batches must be positive or -1, got ",
-      options_.limit_train_batches());
-  check_at_least(options_.limit_val_batches(), -1, "limit_val_batches");
-  check_at_least(options_.limit_test_batches(), -1, "limit_test_batches");
-  check_at_least(options_.limit_predict_batches(), -1, "limit_predict_batches");
+  check_limit(options_.limit_train_batches(), "limit_train_batches", false);
+  check_limit(options_.limit_val_batches(), "limit_val_batches", true);
+  check_limit(options_.limit_test_batches(), "limit_test_batches", true);
+  check_limit(options_.limit_predict_batches(), "limit_predict_batches", true);
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.val_check_interval() > 0 &&
@@ -234,7 +267,12 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
       options_.val_check_interval());
   check_at_least(
       options_.check_val_every_n_epoch(), 1, "check_val_every_n_epoch");
-  check_at_least(options_.overfit_batches(), 0, "overfit_batches");
+  check_limit(options_.overfit_batches(), "overfit_batches", true);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.overfit_batches() >= 0,
+      "trainer.overfit_batches must be >= 0, got ",
+      options_.overfit_batches());
   check_at_least(
       options_.accumulate_grad_batches(), 1, "accumulate_grad_batches");
   HOTLOOP_CHECK_AS(
@@ -531,10 +569,11 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   state.start = Clock::now();
   const int threads = apply_runtime_settings(train.options().num_workers());
 
-  const int64_t overfit = options_.overfit_batches();
-  state.batches_per_epoch = limited(
+  const double overfit = options_.overfit_batches();
+  state.batches_per_epoch = resolve_limit(
+      overfit > 0 ? overfit : options_.limit_train_batches(),
       train.num_batches(),
-      overfit > 0 ? overfit : options_.limit_train_batches());
+      overfit > 0 ? "overfit_batches" : "limit_train_batches");
   HOTLOOP_CHECK_AS(
       ConfigError,
       state.batches_per_epoch > 0,
@@ -547,7 +586,12 @@ FitResult Trainer::run_fit(FitState& state, const std::string& ckpt_path) {
   state.val_check_batches = val_check_batches(
       options_.val_check_interval(), state.batches_per_epoch, state.accumulate);
   state.limit_val_batches =
-      overfit > 0 ? overfit : options_.limit_val_batches();
+      state.val == nullptr
+          ? 0
+          : resolve_limit(
+                overfit > 0 ? overfit : options_.limit_val_batches(),
+                state.val->num_batches(),
+                overfit > 0 ? "overfit_batches" : "limit_val_batches");
   has_validation_ = state.val != nullptr && state.limit_val_batches != 0;
 
   FitPlan plan;
@@ -1241,7 +1285,10 @@ std::map<std::string, double> Trainer::validate(
       loader,
       Stage::kValidate,
       precision,
-      options_.limit_val_batches());
+      resolve_limit(
+          options_.limit_val_batches(),
+          loader.num_batches(),
+          "limit_val_batches"));
   for (const auto& callback : callbacks_) {
     callback->on_validation_end(*this, module);
   }
@@ -1255,7 +1302,14 @@ std::map<std::string, double> Trainer::test(
     callback->on_test_start(*this, module);
   }
   callback_metrics_ = evaluate(
-      module, loader, Stage::kTest, precision, options_.limit_test_batches());
+      module,
+      loader,
+      Stage::kTest,
+      precision,
+      resolve_limit(
+          options_.limit_test_batches(),
+          loader.num_batches(),
+          "limit_test_batches"));
   for (const auto& callback : callbacks_) {
     callback->on_test_end(*this, module);
   }
@@ -1270,8 +1324,10 @@ std::vector<at::Tensor> Trainer::predict(
   std::vector<at::Tensor> outputs;
   {
     const NoGradScope no_grad(options_.inference_mode());
-    const int64_t limit =
-        limited(loader.num_batches(), options_.limit_predict_batches());
+    const int64_t limit = resolve_limit(
+        options_.limit_predict_batches(),
+        loader.num_batches(),
+        "limit_predict_batches");
     int64_t batch_idx = 0;
     loader.set_epoch(0);
     for (auto it = loader.begin(); it != loader.end() && batch_idx < limit;

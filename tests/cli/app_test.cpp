@@ -105,7 +105,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
        "--trainer.max_steps=99",
        "--trainer.max_time=3600",
        "--trainer.limit_train_batches=5",
-       "--trainer.limit_val_batches=4",
+       "--trainer.limit_val_batches=0.25",
        "--trainer.limit_test_batches=3",
        "--trainer.limit_predict_batches=2",
        "--trainer.val_check_interval=0.5",
@@ -145,7 +145,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.max_steps(), 99);
   EXPECT_EQ(t.max_time(), 3600);
   EXPECT_EQ(t.limit_train_batches(), 5);
-  EXPECT_EQ(t.limit_val_batches(), 4);
+  EXPECT_EQ(t.limit_val_batches(), 0.25);
   EXPECT_EQ(t.limit_test_batches(), 3);
   EXPECT_EQ(t.limit_predict_batches(), 2);
   EXPECT_EQ(t.val_check_interval(), 0.5);

@@ -670,3 +670,38 @@ TEST_F(TrainerTest, Fp16MixedResumesOnTheGpuBitForBit) {
 
 } // namespace
 } // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+TEST_F(TrainerTest, LimitsTakeFractionsOfTheLoaderAsLightningDoes) {
+  auto train = train_loader(); // 8 batches
+  CountingClassifier module(std::move(*make_module(0)));
+  data::DataLoader val(val_set_, data::DataLoaderOptions(16)); // 4 batches
+  const FitResult result = Trainer(options()
+                                       .max_epochs(2)
+                                       .num_sanity_val_steps(0)
+                                       .limit_train_batches(0.5)
+                                       .limit_val_batches(0.25))
+                               .fit(module, train, &val);
+  EXPECT_EQ(result.steps, 8);
+  EXPECT_EQ(module.calls, "ttttvttttv");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().limit_train_batches(0.1)).fit(*make_module(0), train),
+      "trainer.limit_train_batches=0.1 of 8 batches is none: raise it or "
+      "give a whole number");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().limit_val_batches(2.5)),
+      "trainer.limit_val_batches: expected -1 (all), 0 (none), a fraction in "
+      "(0, 1) or a whole number of batches, got 2.5");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().limit_train_batches(0)),
+      "trainer.limit_train_batches: expected -1 (all), a fraction in (0, 1) "
+      "or a whole number of batches, got 0");
+}
+
+} // namespace
+} // namespace hotloop::train

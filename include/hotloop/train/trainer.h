@@ -32,14 +32,18 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, min_epochs) = 0;
   /// Stop after this many optimizer steps; -1 for no limit.
   TORCH_ARG(int64_t, max_steps) = -1;
-  /// Batches per training epoch; -1 for all.
-  TORCH_ARG(int64_t, limit_train_batches) = -1;
-  /// Batches per validation run; -1 for all, 0 turns validation off.
-  TORCH_ARG(int64_t, limit_val_batches) = -1;
-  /// Batches per test run; -1 for all.
-  TORCH_ARG(int64_t, limit_test_batches) = -1;
-  /// Batches per predict run; -1 for all.
-  TORCH_ARG(int64_t, limit_predict_batches) = -1;
+  /// The limit_* options, as in Lightning: -1 for every batch, a fraction
+  /// in (0, 1) of the loader's batches (rounded down; an error when that
+  /// is none), or a whole number of batches. Unlike Lightning, 1.0 means
+  /// one batch: a double cannot tell Lightning's 1 from 1.0; use -1 for all.
+  /// Batches per training epoch; > 0 or -1.
+  TORCH_ARG(double, limit_train_batches) = -1;
+  /// Batches per validation run; 0 turns validation off.
+  TORCH_ARG(double, limit_val_batches) = -1;
+  /// Batches per test run.
+  TORCH_ARG(double, limit_test_batches) = -1;
+  /// Batches per predict run.
+  TORCH_ARG(double, limit_predict_batches) = -1;
   /// How often to validate within an epoch: a value in (0, 1] is a
   /// fraction of the epoch (0.25: four times per epoch), a whole number > 1
   /// a count of training batches (at most one epoch's worth). Fractions are
@@ -52,8 +56,9 @@ struct TrainerOptions {
   /// Train on the same first n batches every epoch (the training loader's
   /// epoch-0 order, augmentation included) to check that the model can
   /// overfit them, and validate on the first n validation batches (as
-  /// Lightning 2 does); 0 turns it off.
-  TORCH_ARG(int64_t, overfit_batches) = 0;
+  /// Lightning 2 does); a fraction or a whole number as for limit_*; 0
+  /// turns it off.
+  TORCH_ARG(double, overfit_batches) = 0;
   /// Sum gradients over this many batches per optimizer step.
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
   /// Numeric precision, as Lightning names it: 32-true, 16-mixed (autocast
