@@ -142,7 +142,13 @@ void StepProfile::print(
     if (peak_flops > 0) {
       out << ", " << std::setprecision(1) << 100 * utilization()
           << "% of the device's measured matmul peak (" << std::setprecision(2)
-          << peak_flops / 1e9 << " GFLOP/s)";
+          << peak_flops / 1e9 << " GFLOP/s";
+      if (utilization() > 1) {
+        // Counted FLOPs are nominal: Winograd or FFT convolutions do fewer.
+        out << "; over 100%: the kernels do fewer operations than the "
+               "nominal count, as Winograd convolutions do";
+      }
+      out << ")";
     }
   }
   out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";

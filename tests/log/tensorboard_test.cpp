@@ -292,7 +292,7 @@ bool all_digits(const std::string& text) {
 }
 
 // ---------------------------------------------------------------------------
-// Reference numbers from tests/log/make_tensorboard_reference.py (Python
+// Reference numbers from tests/reference/make_tensorboard_reference.py (Python
 // PyTorch 1.13's own make_histogram over SummaryWriter's default bins,
 // torchvision 0.14's make_grid, numpy for the image conversion).
 
@@ -896,9 +896,15 @@ TEST(EventReader, DetectsTornAndCorruptRecords) {
   EXPECT_EQ(read_records(path).size(), 3u);
 }
 
-TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
-  TempDir dir;
-  auto logger = std::make_shared<TensorBoardLogger>(dir.path());
+// A small fit's run folder, as hotloop fit writes it, for TensorBoard's own
+// reader (tests/tensorboard_reader.sh).
+struct FitRun {
+  std::string event_file;
+  std::map<std::string, double> metrics;
+};
+
+FitRun write_fit_run(const std::string& dir) {
+  auto logger = std::make_shared<TensorBoardLogger>(dir);
   auto module = train::make_module(0);
   data::DataLoader train_loader(
       train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));
@@ -912,7 +918,13 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   trainer.add_logger(logger).add_callback(logger);
   trainer.set_hyperparams({{"optimizer.lr", "0.01"}, {"model.name", "cnn"}});
   trainer.fit(*module, train_loader, &val_loader);
-  const std::string path = logger->writer().path();
+  return {logger->writer().path(), trainer.callback_metrics()};
+}
+
+TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
+  TempDir dir;
+  const FitRun run = write_fit_run(dir.path());
+  const std::string& path = run.event_file;
 
   std::vector<int64_t> steps;
   for (const Message& event : events_tagged(path, "train_loss_step")) {
@@ -925,7 +937,7 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   EXPECT_EQ(val_acc[1].int64(kStep), 8);
   EXPECT_FLOAT_EQ(
       value_of(val_acc[1]).float32(kSimpleValue),
-      static_cast<float>(trainer.callback_metrics().at("val_acc")));
+      static_cast<float>(run.metrics.at("val_acc")));
   // Weights at each epoch end, gradients at each epoch's first step.
   const auto weights = events_tagged(path, "weights/network.features.0.weight");
   ASSERT_EQ(weights.size(), 2u);
@@ -957,25 +969,6 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 1u);
 }
 
-// A small fit's run folder, as hotloop fit writes it, for TensorBoard's own
-// reader (tests/tensorboard_reader.sh).
-void write_fit_run(const std::string& dir) {
-  auto logger = std::make_shared<TensorBoardLogger>(dir);
-  auto module = train::make_module(0);
-  data::DataLoader train_loader(
-      train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));
-  data::DataLoader val_loader(
-      train::quadrants(32, 2), data::DataLoaderOptions(32));
-  train::Trainer trainer(train::TrainerOptions()
-                             .max_epochs(2)
-                             .default_root_dir("")
-                             .enable_progress_bar(false)
-                             .log_every_n_steps(2));
-  trainer.add_logger(logger).add_callback(logger);
-  trainer.set_hyperparams({{"optimizer.lr", "0.01"}, {"model.name", "cnn"}});
-  trainer.fit(*module, train_loader, &val_loader);
-}
-
 TEST(TensorBoardLogger, SelfCheckFitForTheTensorBoardScript) {
   // With HOTLOOP_TENSORBOARD_FIT_DIR set, a fit's event file is also
   // written there for `read_tensorboard.py DIR --expect-...`.
@@ -996,23 +989,12 @@ TEST(TensorBoardLogger, SelfCheckFitForTheTensorBoardScript) {
 TEST(TensorBoardLogger, AFailedFitKeepsItsScalarsAndEndsItsSessionAsFailed) {
   // The third training step throws: what was logged before reaches the
   // file, and the HParams session says the run failed.
-  class Failing : public train::ImageClassifier {
-   public:
-    explicit Failing(train::ImageClassifier&& base)
-        : train::ImageClassifier(std::move(base)) {}
-    at::Tensor training_step(
-        const data::Batch& batch,
-        int64_t batch_idx,
-        train::MetricCollection& metrics) override {
-      if (++steps_ == 3) {
+  train::OnStepClassifier module(
+      std::move(*train::make_module(0)),
+      3,
+      [](const at::Tensor&) -> at::Tensor {
         throw std::runtime_error("out of memory, say");
-      }
-      return train::ImageClassifier::training_step(batch, batch_idx, metrics);
-    }
-
-   private:
-    int steps_ = 0;
-  } module(std::move(*train::make_module(0)));
+      });
   TempDir dir;
   auto logger = std::make_shared<TensorBoardLogger>(dir.path());
   data::DataLoader train_loader(

@@ -142,6 +142,14 @@ TEST(StepProfile, UtilizationIsAchievedOverTheMeasuredPeak) {
       out.str(),
       HasSubstr("0.50 GFLOP/s achieved, 25.0% of the device's measured "
                 "matmul peak (2.00 GFLOP/s)"));
+  p.peak_flops = 2e8;
+  std::ostringstream over;
+  p.print(over, ProfileContext{});
+  EXPECT_THAT(
+      over.str(),
+      HasSubstr("250.0% of the device's measured matmul peak (0.20 GFLOP/s; "
+                "over 100%: the kernels do fewer operations than the nominal "
+                "count, as Winograd convolutions do)"));
 }
 
 TEST(StepProfile, MeasuredPeakIsPositiveAndLeavesTheRngAlone) {

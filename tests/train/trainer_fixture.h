@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <functional>
 #include <memory>
 
 namespace hotloop::train {
@@ -55,6 +57,39 @@ inline std::shared_ptr<ImageClassifier> make_module(
       optimizer,
       scheduler,
       top_k);
+}
+
+// A classifier that hands the loss of its `at_step`-th training step (from
+// 1) to `action` and trains on what it returns: a test raises a signal
+// there, throws, or makes the loss infinite.
+class OnStepClassifier : public ImageClassifier {
+ public:
+  using Action = std::function<at::Tensor(const at::Tensor& loss)>;
+  OnStepClassifier(ImageClassifier&& base, int64_t at_step, Action action)
+      : ImageClassifier(std::move(base)),
+        at_step_(at_step),
+        action_(std::move(action)) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    at::Tensor loss = ImageClassifier::training_step(batch, batch_idx, metrics);
+    return ++steps_ == at_step_ ? action_(loss) : loss;
+  }
+
+ private:
+  int64_t at_step_;
+  int64_t steps_ = 0;
+  Action action_;
+};
+
+// An OnStepClassifier action: the process gets `signal` during the step,
+// as from Ctrl-C (SIGINT) or a scheduler (SIGTERM).
+inline OnStepClassifier::Action raise_signal(int signal) {
+  return [signal](const at::Tensor& loss) {
+    std::raise(signal);
+    return loss;
+  };
 }
 
 class TrainerTest : public ::testing::Test {

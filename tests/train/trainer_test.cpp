@@ -154,27 +154,6 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
 namespace hotloop::train {
 namespace {
 
-// Sends itself SIGINT during the training step of one batch, as a user
-// pressing Ctrl-C would.
-class InterruptingClassifier : public ImageClassifier {
- public:
-  InterruptingClassifier(ImageClassifier&& base, int64_t at_step)
-      : ImageClassifier(std::move(base)), at_step_(at_step) {}
-  at::Tensor training_step(
-      const data::Batch& batch,
-      int64_t batch_idx,
-      MetricCollection& metrics) override {
-    if (++steps_ == at_step_) {
-      std::raise(SIGINT);
-    }
-    return ImageClassifier::training_step(batch, batch_idx, metrics);
-  }
-
- private:
-  int64_t at_step_;
-  int64_t steps_ = 0;
-};
-
 TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
   auto train = train_loader(2);
   auto straight = make_module(0);
@@ -182,7 +161,8 @@ TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
       Trainer(options().max_epochs(2)).fit(*straight, train, &val_loader_);
 
   // Interrupted in the 11th step: epoch 2, batch 3 of 8.
-  InterruptingClassifier interrupted(std::move(*make_module(0)), 11);
+  OnStepClassifier interrupted(
+      std::move(*make_module(0)), 11, raise_signal(SIGINT));
   std::ostringstream log;
   const FitResult cut = Trainer(options().max_epochs(2), log)
                             .fit(interrupted, train, &val_loader_);
@@ -468,23 +448,7 @@ TEST_F(TrainerTest, AResumeFromAnEpochEndKeepsPerEpochSchedulesInStep) {
 }
 
 TEST_F(TrainerTest, SigtermWithoutCheckpointCallbacksStillLeavesACheckpoint) {
-  class TerminatedClassifier : public ImageClassifier {
-   public:
-    explicit TerminatedClassifier(ImageClassifier&& base)
-        : ImageClassifier(std::move(base)) {}
-    at::Tensor training_step(
-        const data::Batch& batch,
-        int64_t batch_idx,
-        MetricCollection& metrics) override {
-      if (++steps_ == 3) {
-        std::raise(SIGTERM);
-      }
-      return ImageClassifier::training_step(batch, batch_idx, metrics);
-    }
-
-   private:
-    int64_t steps_ = 0;
-  } module(std::move(*make_module(0)));
+  OnStepClassifier module(std::move(*make_module(0)), 3, raise_signal(SIGTERM));
   auto train = train_loader();
   std::ostringstream log;
   Trainer trainer(options().max_epochs(2).enable_checkpointing(false), log);
@@ -583,24 +547,6 @@ TEST_F(TrainerTest, TheSanityCheckDoesNotMoveTheRandomGenerators) {
 namespace hotloop::train {
 namespace {
 
-// Makes the loss of one training step infinite, as an fp16 overflow would.
-class OverflowingClassifier : public ImageClassifier {
- public:
-  OverflowingClassifier(ImageClassifier&& base, int64_t at_step)
-      : ImageClassifier(std::move(base)), at_step_(at_step) {}
-  at::Tensor training_step(
-      const data::Batch& batch,
-      int64_t batch_idx,
-      MetricCollection& metrics) override {
-    at::Tensor loss = ImageClassifier::training_step(batch, batch_idx, metrics);
-    return ++steps_ == at_step_ ? loss * INFINITY : loss;
-  }
-
- private:
-  int64_t at_step_;
-  int64_t steps_ = 0;
-};
-
 // The first parameter after each optimizer step.
 class WeightRecorder : public Callback {
  public:
@@ -620,7 +566,11 @@ TEST_F(TrainerTest, Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
   }
   auto train = train_loader();
-  OverflowingClassifier module(std::move(*make_module(0)), 3);
+  // The third step's loss is infinite, as in an fp16 overflow.
+  OnStepClassifier module(
+      std::move(*make_module(0)), 3, [](const at::Tensor& loss) {
+        return loss * INFINITY;
+      });
   auto recorder = std::make_shared<WeightRecorder>();
   Trainer trainer(
       options().max_epochs(1).precision("16-mixed").accelerator("cuda"));
