@@ -47,6 +47,14 @@ double seconds_between(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double>(end - start).count();
 }
 
+// Seconds that `work` takes.
+template <typename Work>
+double timed(Work&& work) {
+  const auto start = Clock::now();
+  work();
+  return seconds_since(start);
+}
+
 int64_t limited(int64_t available, int64_t limit) {
   return limit < 0 ? available : std::min(available, limit);
 }
@@ -834,8 +842,12 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     record_synced("data", seconds_between(wait_start, transfer_start));
     record_synced("h2d", seconds_between(transfer_start, compute_start));
     phases.data += seconds_between(wait_start, transfer_start);
-    each_callback([&](Callback& c) {
-      c.on_train_batch_start(*this, module, batch, batch_idx);
+    // Hooks inside the step (an input grid, gradient histograms) are
+    // logging time, not the forward's or the optimizer's.
+    const double start_hooks = timed([&] {
+      each_callback([&](Callback& c) {
+        c.on_train_batch_start(*this, module, batch, batch_idx);
+      });
     });
     at::Tensor loss;
     {
@@ -851,11 +863,17 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
     sync();
     const auto optimizer_start = Clock::now();
-    profile.forward += seconds_between(compute_start, backward_start);
+    profile.forward +=
+        seconds_between(compute_start, backward_start) - start_hooks;
     profile.backward += seconds_between(backward_start, optimizer_start);
-    record_synced("forward", seconds_between(compute_start, backward_start));
+    record_synced(
+        "forward",
+        seconds_between(compute_start, backward_start) - start_hooks);
     record_synced("backward", seconds_between(backward_start, optimizer_start));
-    phases.compute += seconds_between(transfer_start, optimizer_start);
+    phases.compute +=
+        seconds_between(transfer_start, optimizer_start) - start_hooks;
+    phases.optimizer += start_hooks; // the bar's "opt" holds the logging
+    double optimizer_hooks = 0;
     samples += batch.size();
     progress_.epoch_batches = ++batch_idx;
     const bool step_now = batch_idx % accumulate == 0 || batch_idx == batches;
@@ -872,8 +890,10 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
         if (scaler.is_enabled()) {
           scaler.unscale_(optimizer); // callbacks and clipping see true grads
         }
-        each_callback([&](Callback& c) {
-          c.on_before_optimizer_step(*this, module, optimizer);
+        optimizer_hooks += timed([&] {
+          each_callback([&](Callback& c) {
+            c.on_before_optimizer_step(*this, module, optimizer);
+          });
         });
         clip_gradients(state.optimizer_parameters[i]);
         if (scaler.is_enabled()) {
@@ -895,8 +915,11 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     }
     sync();
     const auto logging_start = Clock::now();
-    profile.optimizer += seconds_between(optimizer_start, logging_start);
-    record_synced("optimizer", seconds_between(optimizer_start, logging_start));
+    profile.optimizer +=
+        seconds_between(optimizer_start, logging_start) - optimizer_hooks;
+    record_synced(
+        "optimizer",
+        seconds_between(optimizer_start, logging_start) - optimizer_hooks);
     const double validation_before = profile.validation;
     each_callback([&](Callback& c) {
       c.on_train_batch_end(*this, module, loss_value, batch, batch_idx - 1);
@@ -950,11 +973,11 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     }
     wait_start = Clock::now();
     const double validation_seconds = profile.validation - validation_before;
-    profile.logging +=
-        seconds_between(logging_start, wait_start) - validation_seconds;
-    record_synced(
-        "logging",
-        seconds_between(logging_start, wait_start) - validation_seconds);
+    const double logging_seconds = seconds_between(logging_start, wait_start) -
+                                   validation_seconds + start_hooks +
+                                   optimizer_hooks;
+    profile.logging += logging_seconds;
+    record_synced("logging", logging_seconds);
     phases.optimizer +=
         seconds_between(optimizer_start, wait_start) - validation_seconds;
     if (warmup_ends) {

@@ -644,7 +644,8 @@ class SlowDataset : public data::Dataset {
       c10::ArrayRef<int64_t> indices,
       const data::SampleContext& context,
       data::Batch& out) const override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    // Far slower than a step of the tiny model, even on a loaded machine.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     inner_->get_batch(indices, context, out);
   }
 
@@ -668,6 +669,36 @@ TEST_F(CallbackTest, TheProfileBlamesASlowLoaderAndNamesTheOption) {
   EXPECT_THAT(
       summary.at("profile").at("verdict").get<std::string>(),
       HasSubstr("raise data.num_workers (now 1)"));
+}
+
+// Takes its time in the hooks that run inside a training step, as an input
+// grid or gradient histograms do.
+class SlowStepHooks : public Callback {
+ public:
+  void on_train_batch_start(
+      Trainer&, Module&, const data::Batch&, int64_t) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  void on_before_optimizer_step(
+      Trainer&, Module&, torch::optim::Optimizer&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+};
+
+TEST_F(CallbackTest, HooksInsideTheStepCountAsLoggingTime) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(std::make_shared<SlowStepHooks>());
+  const StepProfile& profile = trainer.fit(*make_module(0), train).profile;
+  ASSERT_EQ(profile.steps, 8);
+  EXPECT_GE(profile.logging, 8 * 0.120);
+  // Had the sleeps stayed there, each would hold at least 8 x 60 ms.
+  EXPECT_LT(profile.forward, 8 * 0.060);
+  EXPECT_LT(profile.optimizer, 8 * 0.060);
+  std::ifstream in(trainer.log_dir() + "/summary.json");
+  EXPECT_THAT(
+      nlohmann::json::parse(in).at("profile").at("verdict").get<std::string>(),
+      ::testing::StartsWith("logging-bound: "));
 }
 
 TEST_F(CallbackTest, EveryHundredthStepIsTimedWithTheDeviceSynchronised) {

@@ -47,7 +47,8 @@ struct StepProfile {
   double backward = 0;
   /// Gradient sync, unscale, clipping, optimizer and schedule steps.
   double optimizer = 0;
-  /// Callbacks, logging and checkpoints between steps.
+  /// Callbacks (those inside the step too: on_train_batch_start,
+  /// on_before_optimizer_step), logging and checkpoints.
   double logging = 0;
   double validation = 0;
   int64_t samples = 0;
