@@ -203,6 +203,12 @@ void write_file_atomically(
   fsync_dir(target.parent_path());
 }
 
+bool LoaderFingerprint::operator==(const LoaderFingerprint& other) const {
+  return seed == other.seed && batches_per_epoch == other.batches_per_epoch &&
+         batch_size == other.batch_size && dataset_size == other.dataset_size &&
+         shuffle == other.shuffle;
+}
+
 void save_checkpoint(
     const std::string& path,
     torch::nn::Module& model,
@@ -252,6 +258,19 @@ void save_checkpoint(
     callback_metrics[name] = {value};
   }
   write_doubles(archive, "loop_callback_metrics", callback_metrics, 1);
+  if (state.loader.known()) {
+    const LoaderFingerprint& loader = state.loader;
+    archive.write(
+        "loader",
+        at::tensor(
+            std::vector<int64_t>{
+                static_cast<int64_t>(loader.seed),
+                loader.batches_per_epoch,
+                loader.batch_size,
+                loader.dataset_size,
+                loader.shuffle ? 1 : 0},
+            at::kLong));
+  }
   write_file_atomically(path, [&](std::ostream& out) { archive.save_to(out); });
 }
 
@@ -348,6 +367,21 @@ TrainingProgress load_checkpoint(
     for (const auto& [name, values] :
          read_doubles(archive, "loop_callback_metrics", 1)) {
       state->loop.callback_metrics[name] = values[0];
+    }
+    state->loader = LoaderFingerprint{};
+    at::Tensor loader;
+    if (archive.try_read("loader", loader)) {
+      HOTLOOP_CHECK(
+          loader.dim() == 1 && loader.numel() == 5 &&
+              loader.scalar_type() == at::kLong,
+          path,
+          ": malformed loader record");
+      const int64_t* values = loader.data_ptr<int64_t>();
+      state->loader.seed = static_cast<uint64_t>(values[0]);
+      state->loader.batches_per_epoch = values[1];
+      state->loader.batch_size = values[2];
+      state->loader.dataset_size = values[3];
+      state->loader.shuffle = values[4] != 0;
     }
   } catch (const c10::Error& e) {
     throw Error(hotloop::detail::str_cat(

@@ -233,6 +233,53 @@ struct Trainer::FitState {
   std::vector<std::vector<at::Tensor>> optimizer_parameters;
 };
 
+namespace {
+
+LoaderFingerprint loader_fingerprint(
+    const data::DataLoader& train, int64_t batches_per_epoch) {
+  const data::DataLoaderOptions& options = train.options();
+  LoaderFingerprint loader;
+  loader.seed = options.seed();
+  loader.batches_per_epoch = batches_per_epoch;
+  loader.batch_size = options.batch_size().value_or(0);
+  loader.dataset_size = train.dataset().size();
+  loader.shuffle = options.shuffle();
+  return loader;
+}
+
+// A mid-epoch resume skips the batches trained on before the stop: with
+// another loader those are other samples, and the epoch would silently
+// repeat some and never see others.
+void check_same_loader(
+    const std::string& path,
+    const LoaderFingerprint& saved,
+    const LoaderFingerprint& now) {
+  if (saved == now) {
+    return;
+  }
+  std::ostringstream differences;
+  auto compare = [&](const char* name, auto was, auto is) {
+    if (was != is) {
+      differences << (differences.tellp() > 0 ? ", " : "") << name << " " << is
+                  << " (was " << was << ")";
+    }
+  };
+  compare("seed", saved.seed, now.seed);
+  compare("batch_size", saved.batch_size, now.batch_size);
+  compare("dataset size", saved.dataset_size, now.dataset_size);
+  compare("batches per epoch", saved.batches_per_epoch, now.batches_per_epoch);
+  compare("shuffle", saved.shuffle, now.shuffle);
+  throw ConfigError(hotloop::detail::str_cat(
+      path,
+      ": written mid-epoch, and resuming there needs the training loader it "
+      "had; now ",
+      differences.str(),
+      " - resume with the run's data settings, or from a checkpoint written "
+      "at an epoch end"));
+}
+
+} // namespace
+
 void seed_everything(uint64_t seed) {
   at::manual_seed(seed);
 }
@@ -436,6 +483,7 @@ void Trainer::save_checkpoint(const std::string& path) {
     checkpoint.loop.epoch_metrics = fit_->epoch_metrics->state();
   }
   checkpoint.loop.callback_metrics = callback_metrics_;
+  checkpoint.loader = loader_fingerprint(*fit_->train, fit_->batches_per_epoch);
   train::save_checkpoint(path, *fit_->module, checkpoint);
   last_checkpoint_ = path;
 }
@@ -752,6 +800,12 @@ void Trainer::restore(FitState& state, const std::string& ckpt_path) {
         callback->load_state_dict(*found);
       }
     }
+  }
+  if (progress_.epoch_batches > 0 && checkpoint.loader.known()) {
+    check_same_loader(
+        ckpt_path,
+        checkpoint.loader,
+        loader_fingerprint(*state.train, state.batches_per_epoch));
   }
   callback_metrics_ = checkpoint.loop.callback_metrics;
   state.resumed_epoch_metrics = checkpoint.loop.epoch_metrics;

@@ -10,8 +10,15 @@
 #include <torch/optim/adam.h>
 #include <torch/serialize/output-archive.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 namespace hotloop::train {
 namespace {
@@ -139,6 +146,60 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
       },
       ::testing::ThrowsMessage<Error>(
           HasSubstr("cannot create a temporary file next to it")));
+}
+
+TEST(Checkpoint, AProcessKilledWhileWritingLeavesAWholeFile) {
+  // A child rewrites a 16 MB file over and over, each time filled with a
+  // new byte, until it is killed at some moment of a write. The file is
+  // then one whole version: never cut short, never two versions mixed.
+  TempDir dir;
+  const std::string path = dir.file("big.ckpt");
+  constexpr size_t kBytes = 16 << 20;
+  write_file_atomically(
+      path, [](std::ostream& out) { out << std::string(kBytes, 'a'); });
+  for (int delay_ms : {5, 40, 120}) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      try {
+        for (char fill = 'b';; fill = fill == 'z' ? 'b' : fill + 1) {
+          write_file_atomically(path, [&](std::ostream& out) {
+            out << std::string(kBytes, fill);
+          });
+        }
+      } catch (...) {
+      }
+      ::_exit(1); // never back into the test runner
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    std::ifstream in(path, std::ios::binary);
+    const std::string content(std::istreambuf_iterator<char>(in), {});
+    ASSERT_EQ(content.size(), kBytes) << "killed after " << delay_ms << " ms";
+    EXPECT_EQ(content.find_first_not_of(content[0]), std::string::npos)
+        << "killed after " << delay_ms << " ms";
+  }
+}
+
+TEST(Checkpoint, LoaderFingerprintRoundTrips) {
+  TempDir dir;
+  Net net;
+  CheckpointState saved;
+  saved.loader.seed = 12345678901234ull;
+  saved.loader.batches_per_epoch = 7;
+  saved.loader.batch_size = 0; // batch_size = None
+  saved.loader.dataset_size = 7;
+  saved.loader.shuffle = true;
+  save_checkpoint(dir.file("c.ckpt"), net, saved);
+  CheckpointState loaded;
+  load_checkpoint(dir.file("c.ckpt"), net, &loaded);
+  EXPECT_TRUE(loaded.loader == saved.loader);
+  save_checkpoint(dir.file("none.ckpt"), net, CheckpointState{});
+  load_checkpoint(dir.file("none.ckpt"), net, &loaded);
+  EXPECT_FALSE(loaded.loader.known());
 }
 
 TEST(Checkpoint, LoadErrorsNameTheFile) {

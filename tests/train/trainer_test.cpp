@@ -655,3 +655,43 @@ TEST_F(TrainerTest, LimitsTakeFractionsOfTheLoaderAsLightningDoes) {
 
 } // namespace
 } // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+TEST_F(TrainerTest, AMidEpochResumeRefusesADifferentLoader) {
+  auto train = train_loader();
+  OnStepClassifier interrupted(
+      std::move(*make_module(0)), 3, raise_signal(SIGTERM));
+  std::ostringstream log;
+  const FitResult cut =
+      Trainer(options().max_epochs(2), log).fit(interrupted, train);
+  ASSERT_TRUE(cut.interrupted);
+  ASSERT_FALSE(cut.checkpoint_path.empty());
+
+  data::DataLoader reseeded(
+      train_set_, data::DataLoaderOptions(32).shuffle(true).seed(4));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(2), log)
+          .fit(*make_module(0), reseeded, nullptr, cut.checkpoint_path),
+      cut.checkpoint_path +
+          ": written mid-epoch, and resuming there needs the training loader "
+          "it had; now seed 4 (was 3) - resume with the run's data settings, "
+          "or from a checkpoint written at an epoch end");
+  data::DataLoader rebatched(
+      train_set_, data::DataLoaderOptions(64).shuffle(true).seed(3));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(2), log)
+          .fit(*make_module(0), rebatched, nullptr, cut.checkpoint_path),
+      "now batch_size 64 (was 32), batches per epoch 4 (was 8)");
+  // The same loader resumes.
+  const FitResult rest =
+      Trainer(options().max_epochs(2), log)
+          .fit(*make_module(0), train, nullptr, cut.checkpoint_path);
+  EXPECT_EQ(rest.steps, 16);
+}
+
+} // namespace
+} // namespace hotloop::train

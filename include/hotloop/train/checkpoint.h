@@ -59,6 +59,28 @@ struct LoopState {
   std::map<std::string, double> callback_metrics;
 };
 
+/// The training loader a checkpoint was written with. A mid-epoch resume
+/// skips the batches already trained on, which means the same batches only
+/// with the same order: the same seed, batch size and dataset.
+struct LoaderFingerprint {
+  /// DataLoaderOptions::seed.
+  uint64_t seed = 0;
+  /// Batches per epoch, after limit_train_batches or overfit_batches.
+  int64_t batches_per_epoch = 0;
+  int64_t batch_size = 0; // 0 for batch_size = None
+  int64_t dataset_size = 0;
+  bool shuffle = false;
+
+  /// Whether the checkpoint recorded one (older ones did not).
+  bool known() const {
+    return batches_per_epoch > 0;
+  }
+  bool operator==(const LoaderFingerprint& other) const;
+  bool operator!=(const LoaderFingerprint& other) const {
+    return !(*this == other);
+  }
+};
+
 /// What a checkpoint holds besides the model; each part is optional.
 struct CheckpointState {
   std::vector<torch::optim::Optimizer*> optimizers;
@@ -69,6 +91,8 @@ struct CheckpointState {
   /// The callbacks' state as JSON text, `{state_key: state}`; empty: none.
   std::string callbacks;
   LoopState loop;
+  /// Saved when known().
+  LoaderFingerprint loader;
 };
 
 /// Saves the model's parameters and buffers, `state` and the RNG states of
