@@ -900,6 +900,68 @@ TEST_F(CallbackTest, TimerCountsTimeFromEarlierRunsOfAResumedFit) {
       ConfigError, Timer(1, "batch"), "expected step or epoch, got 'batch'");
 }
 
+// Sleeps after every training batch, so that fits take measurable time.
+class SlowBatches : public Callback {
+ public:
+  explicit SlowBatches(double seconds) : seconds_(seconds) {}
+  void on_train_batch_end(
+      Trainer&,
+      Module&,
+      const at::Tensor&,
+      const data::Batch&,
+      int64_t) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+  }
+
+ private:
+  double seconds_;
+};
+
+TEST_F(CallbackTest, TimerTimeComesBackFromTheCheckpointOfAResumedFit) {
+  auto train = train_loader();
+  auto first = std::make_shared<Timer>(100.0, "step", /*verbose=*/false);
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(first).add_callback(std::make_shared<SlowBatches>(0.05));
+  const FitResult cut = trainer.fit(*make_module(0), train);
+  ASSERT_GE(first->time_elapsed(), 8 * 0.05);
+
+  // Reads the resumed Timer where the new run's training starts.
+  class ElapsedAtStart : public Callback {
+   public:
+    explicit ElapsedAtStart(std::shared_ptr<Timer> timer)
+        : timer_(std::move(timer)) {}
+    void on_train_epoch_start(Trainer&, Module&) override {
+      elapsed = timer_->time_elapsed();
+    }
+    double elapsed = -1;
+
+   private:
+    std::shared_ptr<Timer> timer_;
+  };
+  auto second = std::make_shared<Timer>(100.0, "step", /*verbose=*/false);
+  auto probe = std::make_shared<ElapsedAtStart>(second);
+  Trainer again(options().max_epochs(2));
+  again.add_callback(second).add_callback(probe);
+  again.fit(*make_module(0), train, nullptr, cut.checkpoint_path);
+  EXPECT_GE(probe->elapsed, 8 * 0.05);
+  EXPECT_LE(probe->elapsed, first->time_elapsed() + 1.0);
+}
+
+TEST_F(CallbackTest, AnEpochTimerLetsTheEpochFinish) {
+  auto train = train_loader(); // 8 batches
+  // The first batch's sleep runs before the Timer looks: the limit is
+  // crossed at its first check.
+  auto timer = std::make_shared<Timer>(0.01, "epoch", /*verbose=*/false);
+  Trainer trainer(options().max_epochs(3));
+  trainer.add_callback(std::make_shared<SlowBatches>(0.02)).add_callback(timer);
+  EXPECT_EQ(trainer.fit(*make_module(0), train).steps, 8);
+  auto per_step = std::make_shared<Timer>(0.01, "step", /*verbose=*/false);
+  Trainer stepwise(options().max_epochs(3));
+  stepwise.add_callback(std::make_shared<SlowBatches>(0.02))
+      .add_callback(per_step);
+  EXPECT_EQ(stepwise.fit(*make_module(0), train).steps, 1);
+}
+
 TEST_F(CallbackTest, ValCheckIntervalValidatesWithinTheEpoch) {
   auto count_validations = [&](TrainerOptions options) {
     auto recorder = std::make_shared<RecordingCallback>();

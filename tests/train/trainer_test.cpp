@@ -2,6 +2,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/mlp.h"
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/grad_scaler.h"
 #include "test_util.h"
@@ -658,6 +659,155 @@ TEST_F(TrainerTest, LimitsTakeFractionsOfTheLoaderAsLightningDoes) {
 
 namespace hotloop::train {
 namespace {
+
+// A linear classifier trained by plain SGD: no BatchNorm (whose batch
+// statistics differ between one batch and its halves) and no momentum or
+// adaptive rates (which would hide a gradient's scale).
+std::shared_ptr<ImageClassifier> linear_sgd() {
+  seed_everything(4);
+  optim::OptimizerOptions optimizer;
+  optimizer.name = "sgd";
+  optimizer.lr = 0.5;
+  optimizer.momentum = 0;
+  optim::SchedulerOptions scheduler;
+  scheduler.name = "none";
+  return std::make_shared<ImageClassifier>(
+      torch::nn::AnyModule(models::Mlp(models::MlpOptions(kSize * kSize, 4))),
+      optimizer,
+      scheduler);
+}
+
+TEST_F(TrainerTest, AccumulatedHalfBatchesStepAsOneWholeBatch) {
+  // Two micro-batches of 16 with accumulate_grad_batches=2 give the
+  // gradient of one batch of 32: each loss is divided by the count.
+  data::DataLoader whole(train_set_, data::DataLoaderOptions(32));
+  data::DataLoader halves(train_set_, data::DataLoaderOptions(16));
+  auto one = linear_sgd();
+  auto two = linear_sgd();
+  const FitResult a = Trainer(options().max_epochs(1)).fit(*one, whole);
+  const FitResult b =
+      Trainer(options().max_epochs(1).accumulate_grad_batches(2))
+          .fit(*two, halves);
+  EXPECT_EQ(a.steps, 8);
+  EXPECT_EQ(b.steps, 8);
+  const auto x = one->parameters();
+  const auto y = two->parameters();
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_TRUE(at::allclose(x[i], y[i], 1e-5, 1e-6))
+        << "parameter " << i << " differs by "
+        << (x[i] - y[i]).abs().max().item<double>();
+  }
+  // The step really moved the weights far beyond that tolerance.
+  EXPECT_GT(
+      (x[0] - linear_sgd()->parameters()[0]).abs().max().item<double>(), 1e-2);
+}
+
+TEST_F(TrainerTest, TheSeedFlagSeedsTheGeneratorsAtTheStartOfFit) {
+  class FirstDraw : public Callback {
+   public:
+    void on_fit_start(Trainer&, Module&) override {
+      value = at::rand({1}).item<double>();
+    }
+    double value = 0;
+  };
+  auto draw = [&](int64_t seed, uint64_t before) {
+    auto module = make_module(0);
+    auto train = train_loader();
+    at::manual_seed(before); // what ran before the fit
+    auto first = std::make_shared<FirstDraw>();
+    Trainer trainer(options().max_steps(1).seed(seed));
+    trainer.add_callback(first);
+    trainer.fit(*module, train);
+    return first->value;
+  };
+  EXPECT_EQ(draw(7, 1), draw(7, 2));
+  EXPECT_NE(draw(7, 1), draw(8, 1));
+  EXPECT_NE(draw(-1, 1), draw(-1, 2)); // -1 leaves the generators alone
+}
+
+TEST_F(TrainerTest, BenchmarkFlagSetsCudnnsAlgorithmSearch) {
+  auto train = train_loader();
+  Trainer(options().max_steps(1)).fit(*make_module(0), train);
+  EXPECT_TRUE(at::globalContext().benchmarkCuDNN()); // on by default
+  Trainer(options().max_steps(1).benchmark(false)).fit(*make_module(0), train);
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+  // Timing-based choices are not deterministic.
+  Trainer(options().max_steps(1).deterministic(true))
+      .fit(*make_module(0), train);
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+}
+
+TEST_F(TrainerTest, EvaluationRunsInEvalModeAndTrainingInTrainMode) {
+  // Records the module's mode in each kind of step.
+  class ModeRecorder : public ImageClassifier {
+   public:
+    explicit ModeRecorder(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    at::Tensor training_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        MetricCollection& metrics) override {
+      modes += is_training() ? "T" : "t";
+      return ImageClassifier::training_step(batch, batch_idx, metrics);
+    }
+    void validation_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        MetricCollection& metrics) override {
+      modes += is_training() ? "V" : "v";
+      ImageClassifier::validation_step(batch, batch_idx, metrics);
+    }
+    at::Tensor predict_step(
+        const data::Batch& batch, int64_t batch_idx) override {
+      modes += is_training() ? "P" : "p";
+      return ImageClassifier::predict_step(batch, batch_idx);
+    }
+    std::string modes;
+  };
+  ModeRecorder module(std::move(*make_module(0)));
+  auto train = train_loader();
+  data::DataLoader val(val_set_, data::DataLoaderOptions(32)); // 2 batches
+  Trainer trainer(
+      options().max_epochs(2).limit_train_batches(2).num_sanity_val_steps(1));
+  trainer.fit(module, train, &val);
+  // The sanity batch, the model summary's one sample through predict_step,
+  // then two epochs. Upper case would be the wrong mode.
+  EXPECT_EQ(module.modes, "vpTTvvTTvv");
+  module.modes.clear();
+  trainer.predict(module, val);
+  EXPECT_EQ(module.modes, "pp");
+}
+
+TEST_F(TrainerTest, ValidationMetricsAreExactOverAnUnevenLastBatch) {
+  // An untrained model, neither all right nor all wrong, so that the
+  // counts below can tell a weighting error.
+  auto module = make_module(0, /*top_k=*/2);
+  // val_loader_: 64 samples in batches of 40 and 24.
+  const std::map<std::string, double> metrics =
+      Trainer(options()).validate(*module, val_loader_);
+
+  // The same metrics over all 64 samples at once.
+  data::DataLoader all(val_set_, data::DataLoaderOptions(64));
+  const data::Batch& batch = *all.begin();
+  module->eval();
+  const at::NoGradGuard no_grad;
+  const at::Tensor logits = module->forward(batch.input);
+  const double correct = logits.argmax(1).eq(batch.target).sum().item<double>();
+  const double top2 = std::get<1>(logits.topk(2, 1))
+                          .eq(batch.target.unsqueeze(1))
+                          .any(1)
+                          .sum()
+                          .item<double>();
+  EXPECT_NEAR(metrics.at("val_acc"), correct / 64, 1e-12);
+  EXPECT_NEAR(metrics.at("val_acc_top2"), top2 / 64, 1e-12);
+  EXPECT_NEAR(
+      metrics.at("val_loss"),
+      at::cross_entropy_loss(logits, batch.target).item<double>(),
+      1e-6);
+  EXPECT_GT(correct, 0);
+  EXPECT_LT(top2, 64);
+  EXPECT_GT(top2, correct);
+}
 
 TEST_F(TrainerTest, AMidEpochResumeRefusesADifferentLoader) {
   auto train = train_loader();
