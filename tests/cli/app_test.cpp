@@ -1,5 +1,6 @@
 #include "hotloop/cli/app.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace hotloop::cli {
@@ -42,6 +44,12 @@ Result run_cli(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int code = run(args, out, err);
   return {code, out.str(), err.str()};
+}
+
+// A value of a run folder's summary.json.
+double summary_value(const fs::path& run, const std::string& key) {
+  std::ifstream in(run / "summary.json");
+  return nlohmann::json::parse(in).at(key).get<double>();
 }
 
 // A tiny model and a few epochs, so a CLI run takes a second.
@@ -259,6 +267,26 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
         entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_EQ(event_files, 1);
+  // Two epoch rows (16 steps log no step row at log_every_n_steps 50).
+  const log::MetricsTable metrics =
+      log::read_metrics_csv((run / "metrics.csv").string());
+  ASSERT_EQ(metrics.rows(), 2u);
+  EXPECT_EQ(metrics.column("step")[0], 8.0);
+  EXPECT_EQ(metrics.column("step")[1], 16.0);
+  EXPECT_EQ(metrics.column("epoch")[1], 1.0);
+  EXPECT_EQ(metrics.column("val_acc")[1], summary_value(run, "val_acc"));
+  // The event file carries the config as text and the epoch scalars.
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (entry.path().filename().string().rfind("events.out", 0) == 0) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      const std::string events(
+          (std::istreambuf_iterator<char>(in)),
+          std::istreambuf_iterator<char>());
+      EXPECT_THAT(events, HasSubstr("trainer:")); // the YAML, as text
+      EXPECT_THAT(events, HasSubstr("val_acc"));
+      EXPECT_THAT(events, HasSubstr("_hparams_/experiment"));
+    }
+  }
   EXPECT_THAT(r.out, HasSubstr("network.features.0  Conv2d"));
   EXPECT_THAT(r.out, HasSubstr("verdict: "));
   std::ifstream summary_file(run / "summary.json");
@@ -308,6 +336,24 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
           "resumed from " + (run / "checkpoints" / "last.ckpt").string()));
   EXPECT_THAT(r.out, HasSubstr("epoch 3/3"));
   EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/3")));
+}
+
+TEST(Cli, LoggerFalseWritesNoMetricsFiles) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  const Result r = run_cli(
+      small_fit(dir, {"--trainer.max_epochs=1", "--trainer.logger=false"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run =
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  EXPECT_TRUE(fs::is_regular_file(run / "summary.json"));
+  EXPECT_TRUE(fs::is_regular_file(run / "config.yaml"));
+  EXPECT_FALSE(fs::exists(run / "metrics.csv"));
+  EXPECT_FALSE(fs::exists(run / "hparams.yaml"));
+  for (const auto& entry : fs::directory_iterator(run)) {
+    EXPECT_NE(entry.path().filename().string().rfind("events.out", 0), 0u)
+        << entry.path();
+  }
 }
 
 TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {

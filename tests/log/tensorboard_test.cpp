@@ -901,6 +901,24 @@ TEST(EventReader, DetectsTornAndCorruptRecords) {
 struct FitRun {
   std::string event_file;
   std::map<std::string, double> metrics;
+  // The first conv's gradient at the first optimizer step (global step 0).
+  at::Tensor first_gradient;
+};
+
+// Keeps a copy of one parameter's gradient at the fit's first optimizer
+// step, where the logger takes its first gradient histograms.
+class FirstGradient : public train::Callback {
+ public:
+  void on_before_optimizer_step(
+      train::Trainer& trainer,
+      train::Module& module,
+      torch::optim::Optimizer&) override {
+    if (!gradient.defined()) {
+      gradient =
+          module.named_parameters()["network.features.0.weight"].grad().clone();
+    }
+  }
+  at::Tensor gradient;
 };
 
 FitRun write_fit_run(const std::string& dir) {
@@ -915,10 +933,12 @@ FitRun write_fit_run(const std::string& dir) {
                              .default_root_dir("")
                              .enable_progress_bar(false)
                              .log_every_n_steps(2));
-  trainer.add_logger(logger).add_callback(logger);
+  auto gradient = std::make_shared<FirstGradient>();
+  trainer.add_logger(logger).add_callback(logger).add_callback(gradient);
   trainer.set_hyperparams({{"optimizer.lr", "0.01"}, {"model.name", "cnn"}});
-  trainer.fit(*module, train_loader, &val_loader);
-  return {logger->writer().path(), trainer.callback_metrics()};
+  const train::FitResult result =
+      trainer.fit(*module, train_loader, &val_loader);
+  return {logger->writer().path(), result.metrics, gradient->gradient};
 }
 
 TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
@@ -948,6 +968,17 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
   ASSERT_EQ(gradients.size(), 2u);
   EXPECT_EQ(gradients[0].int64(kStep), 0);
   EXPECT_EQ(gradients[1].int64(kStep), 4);
+  // The first one is of that step's gradient, not of the weight.
+  ASSERT_TRUE(run.first_gradient.defined());
+  const Message histogram = value_of(gradients[0]).message(kHisto);
+  const at::Tensor grad = run.first_gradient.to(at::kDouble);
+  EXPECT_EQ(histogram.float64(3), static_cast<double>(grad.numel())); // num
+  EXPECT_DOUBLE_EQ(histogram.float64(1), grad.min().item<double>());
+  EXPECT_DOUBLE_EQ(histogram.float64(2), grad.max().item<double>());
+  EXPECT_NEAR(
+      histogram.float64(4),
+      grad.sum().item<double>(),
+      1e-9 * grad.abs().sum().item<double>());
   // One grid of the first batch: 16 images of 12x12, 8 per row.
   const auto images = events_tagged(path, "train/input_samples");
   ASSERT_EQ(images.size(), 1u);
@@ -964,6 +995,33 @@ TEST(TensorBoardLogger, AFitWritesScalarsHistogramsImagesAndHParams) {
     }
   }
   EXPECT_EQ(hparams, 3);
+  // The experiment lists the fit's final metrics; the session holds the
+  // hyperparameters, numbers as numbers.
+  const auto experiment = events_tagged(path, "_hparams_/experiment");
+  ASSERT_EQ(experiment.size(), 1u);
+  const Message info =
+      Message(plugin_content(value_of(experiment[0]))).message(2);
+  std::vector<std::string> metric_names;
+  for (size_t i = 0; i < info.count(5); ++i) {
+    metric_names.push_back(info.message(5, i).message(1).bytes(2));
+  }
+  std::vector<std::string> final_metrics;
+  for (const auto& [name, value] : run.metrics) {
+    final_metrics.push_back(name);
+  }
+  EXPECT_EQ(metric_names, final_metrics);
+  EXPECT_THAT(metric_names, ::testing::IsSupersetOf({"val_acc", "val_loss"}));
+  const auto start = events_tagged(path, "_hparams_/session_start_info");
+  ASSERT_EQ(start.size(), 1u);
+  const Message session =
+      Message(plugin_content(value_of(start[0]))).message(3);
+  std::map<std::string, Message> values;
+  for (size_t i = 0; i < session.count(1); ++i) {
+    values[session.message(1, i).bytes(1)] = session.message(1, i).message(2);
+  }
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values["optimizer.lr"].float64(2), 0.01);
+  EXPECT_EQ(values["model.name"].bytes(3), "cnn");
   const auto end = events_tagged(path, "_hparams_/session_end_info");
   ASSERT_EQ(end.size(), 1u);
   EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 1u);

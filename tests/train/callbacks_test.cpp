@@ -1,6 +1,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/log/csv_logger.h"
 #include "hotloop/log/logger.h"
+#include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/lr_monitor.h"
 #include "hotloop/train/model_checkpoint.h"
@@ -22,6 +23,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -246,7 +248,11 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
   auto train = train_loader();
   Trainer trainer(options().max_epochs(1));
   trainer.add_logger(logger).set_hyperparams({{"optimizer.lr", "0.01"}});
-  const FitResult result = trainer.fit(*make_module(0), train, &val_loader_);
+  auto module = make_module(0);
+  const double forward_flops =
+      models::FashionCnn(small_model())->flops_per_sample();
+  module->set_flops_per_sample(forward_flops);
+  const FitResult result = trainer.fit(*module, train, &val_loader_);
   EXPECT_EQ(logger->hyperparams.at("optimizer.lr"), "0.01");
   EXPECT_EQ(logger->final_metrics, result.metrics);
   EXPECT_EQ(result.profile.steps, 8);
@@ -260,6 +266,27 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
     }
     return n;
   }());
+  // Shapes from one training sample through the network.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& layer : trainer.model_summary().layers) {
+    shapes[layer.name] = layer.output_shape;
+  }
+  EXPECT_EQ(
+      shapes.at("network.features.0"),
+      (std::vector<int64_t>{1, 8, kSize, kSize}));
+  EXPECT_EQ(shapes.at("network"), (std::vector<int64_t>{1, 4}));
+  // Training FLOPs: the forward's and twice that for the backward.
+  EXPECT_DOUBLE_EQ(result.profile.flops_per_sample, 3 * forward_flops);
+  std::ifstream in(trainer.log_dir() + "/summary.json");
+  const auto summary = nlohmann::json::parse(in).at("profile");
+  EXPECT_DOUBLE_EQ(
+      summary.at("flops_per_s").get<double>(),
+      3 * forward_flops * (256 / result.profile.step_seconds()));
+  EXPECT_GT(summary.at("peak_flops").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(
+      summary.at("utilization").get<double>(),
+      summary.at("flops_per_s").get<double>() /
+          summary.at("peak_flops").get<double>());
 }
 
 TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
@@ -1167,10 +1194,18 @@ class RankOneReducer : public Reducer {
 TEST_F(CallbackTest, TheReducerSeesEveryStepsGradientsAndDecidesWhoWrites) {
   auto reducer = std::make_shared<RankOneReducer>();
   auto logger = std::make_shared<RecordingLogger>();
+  // Real loggers too, made outside the run folder as a user would: the
+  // TensorBoard one is also a callback (histograms, the input grid).
+  hotloop::testing::TempDir logs;
+  auto csv = std::make_shared<log::CsvLogger>(logs.file("csv"));
+  auto tensorboard = std::make_shared<log::TensorBoardLogger>(logs.file("tb"));
   auto module = make_module(0);
   auto train = train_loader();
   Trainer trainer(options().max_epochs(1).accumulate_grad_batches(2));
-  trainer.set_reducer(reducer).add_logger(logger);
+  trainer.set_reducer(reducer).add_logger(logger).add_logger(csv).add_logger(
+      tensorboard);
+  trainer.add_callback(tensorboard);
+  trainer.set_hyperparams({{"optimizer.lr", "0.01"}});
   const FitResult result = trainer.fit(*module, train, &val_loader_);
   EXPECT_EQ(result.steps, 4);
   EXPECT_EQ(reducer->finalized, 4);
@@ -1181,6 +1216,27 @@ TEST_F(CallbackTest, TheReducerSeesEveryStepsGradientsAndDecidesWhoWrites) {
       result.checkpoint_path.empty() || !fs::exists(result.checkpoint_path));
   EXPECT_TRUE(fs::is_empty(dir_.path()));
   EXPECT_TRUE(logger->records.empty());
+  EXPECT_TRUE(logger->hyperparams.empty());
+  EXPECT_TRUE(logger->statuses.empty());
+  csv.reset();
+  EXPECT_FALSE(fs::exists(logs.file("csv/metrics.csv")));
+  EXPECT_FALSE(fs::exists(logs.file("csv/hparams.yaml")));
+  // The event file holds its version record and nothing else: no scalars,
+  // histograms, images or hparams (their tags are stored as plain bytes).
+  tensorboard->flush();
+  std::ifstream in(tensorboard->writer().path(), std::ios::binary);
+  const std::string events(
+      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(events, HasSubstr("brain.Event:2"));
+  for (const char* tag :
+       {"train_loss",
+        "val_acc",
+        "weights/",
+        "gradients/",
+        "input_samples",
+        "_hparams_"}) {
+    EXPECT_THAT(events, ::testing::Not(HasSubstr(tag))) << tag;
+  }
 }
 
 } // namespace
