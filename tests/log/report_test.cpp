@@ -609,7 +609,9 @@ TEST(RunReport, WritesReportHtmlIntoTheRunFolderByDefault) {
 // --------------------------------------------------------- in a real browser
 
 // Runs headless Chromium on `page` with `flags`, its stdout into `out`,
-// under a timeout and with a throwaway profile. Returns its exit status
+// under a timeout and with a throwaway profile, cut off from the network
+// (no name resolves, every connection goes to a dead proxy), so that a page
+// that needed anything from outside would show it. Returns its exit status
 // (124 on timeout), its stderr appended to `log`.
 int run_chromium(
     const TempDir& dir,
@@ -621,7 +623,10 @@ int run_chromium(
   const std::string command =
       "timeout -k 5 60 '" + chromium() + "'" +
       " --headless --no-sandbox --disable-gpu --no-first-run"
-      " --disable-extensions --user-data-dir='" +
+      " --disable-extensions --disable-background-networking"
+      " --disable-component-update --disable-sync --disable-quic"
+      " --host-resolver-rules='MAP * ~NOTFOUND'"
+      " --proxy-server=127.0.0.1:9 --user-data-dir='" +
       dir.file("profile") + "' " + flags + " 'file://" + page + "' >'" + out +
       "' 2>'" + err + "'";
   const int status = std::system(command.c_str());
