@@ -12,12 +12,14 @@
 
 #include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -1075,6 +1077,41 @@ TEST(TensorBoardLogger, AFailedFitKeepsItsScalarsAndEndsItsSessionAsFailed) {
       events_tagged(logger->writer().path(), "_hparams_/session_end_info");
   ASSERT_EQ(end.size(), 1u);
   EXPECT_EQ(Message(plugin_content(value_of(end[0]))).message(4).uint(1), 2u);
+}
+
+TEST(TensorBoardLogger, AStopSignalFlushesTheScalarsAndLeavesTheSessionOpen) {
+  // SIGTERM in the third step: the Trainer finishes the step and stops.
+  // Its scalars are on disk before the logger is gone, and the session is
+  // neither a success nor a failure (STATUS_UNKNOWN): the run resumes.
+  train::OnStepClassifier module(
+      std::move(*train::make_module(0)), 3, train::raise_signal(SIGTERM));
+  TempDir dir;
+  auto logger = std::make_shared<TensorBoardLogger>(dir.path());
+  data::DataLoader train_loader(
+      train::quadrants(64, 1), data::DataLoaderOptions(16));
+  std::ostringstream out;
+  train::Trainer trainer(
+      train::TrainerOptions()
+          .max_epochs(2)
+          .default_root_dir("")
+          .enable_progress_bar(false)
+          .log_every_n_steps(1),
+      out);
+  trainer.add_logger(logger).add_callback(logger);
+  trainer.set_hyperparams({{"optimizer.lr", "0.01"}});
+  EXPECT_TRUE(trainer.fit(module, train_loader).interrupted);
+  std::vector<int64_t> steps;
+  for (const Message& event :
+       events_tagged(logger->writer().path(), "train_loss_step")) {
+    steps.push_back(event.int64(kStep));
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+  const auto end =
+      events_tagged(logger->writer().path(), "_hparams_/session_end_info");
+  ASSERT_EQ(end.size(), 1u);
+  const Message content(plugin_content(value_of(end[0])));
+  ASSERT_TRUE(content.has(4)); // a SessionEndInfo, with the default status
+  EXPECT_EQ(content.message(4).uint(1), 0u);
 }
 
 } // namespace
