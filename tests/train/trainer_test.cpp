@@ -507,9 +507,17 @@ TEST_F(TrainerTest, EvaluationAppliesTheRuntimeSettingsToo) {
   EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
 }
 
+// Draws a random number where training starts.
+class FirstDraw : public Callback {
+ public:
+  void on_fit_start(Trainer&, Module&) override {
+    value = at::rand({1}).item<double>();
+  }
+  double value = 0;
+};
+
 TEST_F(TrainerTest, TheSanityCheckDoesNotMoveTheRandomGenerators) {
-  // A validation_step that draws random numbers, and a callback that
-  // reads the generator where training starts.
+  // A validation_step that draws random numbers.
   class RandomValidation : public ImageClassifier {
    public:
     explicit RandomValidation(ImageClassifier&& base)
@@ -521,13 +529,6 @@ TEST_F(TrainerTest, TheSanityCheckDoesNotMoveTheRandomGenerators) {
       at::rand({16});
       ImageClassifier::validation_step(batch, batch_idx, metrics);
     }
-  };
-  class FirstDraw : public Callback {
-   public:
-    void on_fit_start(Trainer&, Module&) override {
-      value = at::rand({1}).item<double>();
-    }
-    double value = 0;
   };
   auto draw_at_start = [&](int64_t sanity_steps) {
     RandomValidation module(std::move(*make_module(0)));
@@ -703,13 +704,6 @@ TEST_F(TrainerTest, AccumulatedHalfBatchesStepAsOneWholeBatch) {
 }
 
 TEST_F(TrainerTest, TheSeedFlagSeedsTheGeneratorsAtTheStartOfFit) {
-  class FirstDraw : public Callback {
-   public:
-    void on_fit_start(Trainer&, Module&) override {
-      value = at::rand({1}).item<double>();
-    }
-    double value = 0;
-  };
   auto draw = [&](int64_t seed, uint64_t before) {
     auto module = make_module(0);
     auto train = train_loader();
