@@ -380,6 +380,35 @@ TEST(LearningRateMonitor, NamesOneGroupAfterTheOptimizerAndLogsMomentum) {
       "'batch'");
 }
 
+TEST_F(CallbackTest, LearningRateMonitorByEpochLogsTheRateEachEpochStarts) {
+  // make_module's schedule halves the rate every 5 steps; 8 steps an epoch.
+  auto logger = std::make_shared<RecordingLogger>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(3).log_every_n_steps(1));
+  trainer.add_logger(logger).add_callback(
+      std::make_shared<LearningRateMonitor>("epoch"));
+  trainer.fit(*make_module(0), train);
+  std::vector<std::pair<int64_t, double>> rates;
+  for (const auto& [step, metrics] : logger->records) {
+    for (const auto& [name, value] : metrics) {
+      if (name.rfind("lr-Adam", 0) == 0 &&
+          name.find("pg2") == std::string::npos) {
+        rates.emplace_back(step, value);
+      }
+    }
+  }
+  // One record as each epoch starts, at the steps taken before it, as
+  // Lightning logs them: 0.01, then 0.005 after the halving at step 5, then
+  // 0.0025 after step 10 and 0.00125 after step 15.
+  ASSERT_EQ(rates.size(), 3u);
+  EXPECT_EQ(rates[0].first, 0);
+  EXPECT_DOUBLE_EQ(rates[0].second, 0.01);
+  EXPECT_EQ(rates[1].first, 8);
+  EXPECT_DOUBLE_EQ(rates[1].second, 0.005);
+  EXPECT_EQ(rates[2].first, 16);
+  EXPECT_DOUBLE_EQ(rates[2].second, 0.00125);
+}
+
 TEST_F(CallbackTest, ModelCheckpointKeepsTheBestKByTheMonitoredMetric) {
   ScriptedClassifier module(
       std::move(*make_module(0)), {0.5, 0.2, 0.9, 0.1, 0.7});
@@ -417,6 +446,26 @@ TEST_F(CallbackTest, ModelCheckpointKeepsTheBestKByTheMonitoredMetric) {
   const FitResult rest =
       resumed.fit(*fresh, train, &val_loader_, checkpoint->best_model_path());
   EXPECT_EQ(rest.steps, 24);
+}
+
+TEST_F(CallbackTest, ModelCheckpointSaveTopKZeroKeepsOnlyLast) {
+  ScriptedClassifier module(std::move(*make_module(0)), {0.5, 0.9, 0.7});
+  auto checkpoint = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions().monitor("score").save_top_k(0).save_last(true));
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(3));
+  trainer.add_callback(checkpoint);
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  const std::string dir = trainer.log_dir() + "/checkpoints";
+  EXPECT_EQ(files(dir), (std::set<std::string>{"last.ckpt"}));
+  EXPECT_TRUE(checkpoint->best_model_path().empty());
+  EXPECT_EQ(result.checkpoint_path, dir + "/last.ckpt");
+  // It is the end of the fit: a resume has nothing left to train.
+  EXPECT_EQ(
+      Trainer(options().max_epochs(3))
+          .fit(*make_module(1), train, &val_loader_, result.checkpoint_path)
+          .steps,
+      24);
 }
 
 TEST_F(CallbackTest, ModelCheckpointWithoutMonitorKeepsTheNewestFile) {
@@ -560,6 +609,20 @@ TEST_F(CallbackTest, EarlyStoppingStopsAfterPatienceChecksWithoutImprovement) {
   EXPECT_THAT(
       stopper->reason(),
       HasSubstr("score did not improve in the last 2 records; best 0.8"));
+}
+
+TEST_F(CallbackTest, EarlyStoppingInMaxModeWaitsForAHigherScore) {
+  // 0.6 is the best; 0.55 and 0.58 are lower, so the second stops the fit.
+  ScriptedClassifier module(
+      std::move(*make_module(0)), {0.5, 0.6, 0.55, 0.58, 0.9});
+  auto stopper = std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions("score").mode("max").patience(2).verbose(false));
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(10));
+  trainer.add_callback(stopper);
+  EXPECT_EQ(trainer.fit(module, train, &val_loader_).epochs, 4);
+  EXPECT_EQ(stopper->stopped_epoch(), 3);
+  EXPECT_DOUBLE_EQ(stopper->best_score(), 0.6);
 }
 
 TEST_F(CallbackTest, MinEpochsOverridesAnEarlyStop) {
