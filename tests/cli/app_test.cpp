@@ -104,49 +104,51 @@ TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
   EXPECT_THAT(r.out, HasSubstr("--ckpt_path"));
 }
 
+// Each trainer.* option set to a value other than its default.
+std::vector<std::string> trainer_overrides() {
+  return {
+      "--trainer.max_epochs=7",
+      "--trainer.min_epochs=2",
+      "--trainer.max_steps=99",
+      "--trainer.max_time=3600",
+      "--trainer.limit_train_batches=5",
+      "--trainer.limit_val_batches=0.25",
+      "--trainer.limit_test_batches=3",
+      "--trainer.limit_predict_batches=2",
+      "--trainer.val_check_interval=0.5",
+      "--trainer.check_val_every_n_epoch=3",
+      "--trainer.num_sanity_val_steps=-1",
+      "--trainer.overfit_batches=6",
+      "--trainer.fast_dev_run=0",
+      "--trainer.accumulate_grad_batches=4",
+      "--trainer.gradient_clip_val=0.5",
+      "--trainer.gradient_clip_algorithm=value",
+      "--trainer.precision=bf16-mixed",
+      "--trainer.zero_grad_set_to_none=false",
+      "--trainer.deterministic=true",
+      "--trainer.benchmark=false",
+      "--trainer.detect_anomaly=true",
+      "--trainer.inference_mode=false",
+      "--trainer.accelerator=cpu",
+      "--trainer.devices=1",
+      "--trainer.channels_last=true",
+      "--trainer.seed=11",
+      "--trainer.profiler=pytorch",
+      "--trainer.profiler_steps=3",
+      "--trainer.default_root_dir=elsewhere",
+      "--trainer.name=other",
+      "--trainer.num_threads=3",
+      "--trainer.blas_threads=2",
+      "--trainer.retain_host_memory=false",
+      "--trainer.enable_checkpointing=false",
+      "--trainer.handle_signals=false",
+      "--trainer.enable_progress_bar=false",
+      "--trainer.log_every_n_steps=9",
+      "--trainer.flush_logs_every_n_steps=8"};
+}
+
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
-  // Each trainer.* option set to a value other than its default.
-  const ParsedArgs parsed = parse_args(
-      fit_schema(),
-      {"--trainer.max_epochs=7",
-       "--trainer.min_epochs=2",
-       "--trainer.max_steps=99",
-       "--trainer.max_time=3600",
-       "--trainer.limit_train_batches=5",
-       "--trainer.limit_val_batches=0.25",
-       "--trainer.limit_test_batches=3",
-       "--trainer.limit_predict_batches=2",
-       "--trainer.val_check_interval=0.5",
-       "--trainer.check_val_every_n_epoch=3",
-       "--trainer.num_sanity_val_steps=-1",
-       "--trainer.overfit_batches=6",
-       "--trainer.fast_dev_run=0",
-       "--trainer.accumulate_grad_batches=4",
-       "--trainer.gradient_clip_val=0.5",
-       "--trainer.gradient_clip_algorithm=value",
-       "--trainer.precision=bf16-mixed",
-       "--trainer.zero_grad_set_to_none=false",
-       "--trainer.deterministic=true",
-       "--trainer.benchmark=false",
-       "--trainer.detect_anomaly=true",
-       "--trainer.inference_mode=false",
-       "--trainer.accelerator=cpu",
-       "--trainer.devices=1",
-       "--trainer.channels_last=true",
-       "--trainer.seed=11",
-       "--trainer.profiler=pytorch",
-       "--trainer.profiler_steps=3",
-       "--trainer.default_root_dir=elsewhere",
-       "--trainer.name=other",
-       "--trainer.num_threads=3",
-       "--trainer.blas_threads=2",
-       "--trainer.retain_host_memory=false",
-       "--trainer.enable_checkpointing=false",
-       "--trainer.handle_signals=false",
-       "--trainer.enable_progress_bar=false",
-       "--trainer.log_every_n_steps=9",
-       "--trainer.flush_logs_every_n_steps=8"},
-      {});
+  const ParsedArgs parsed = parse_args(fit_schema(), trainer_overrides(), {});
   const train::TrainerOptions t = to_fit_config(parsed.config).trainer;
   EXPECT_EQ(t.max_epochs(), 7);
   EXPECT_EQ(t.min_epochs(), 2);
@@ -193,6 +195,27 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
   EXPECT_EQ(trainer_options, 38 + 1);
+}
+
+TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
+  TempDir dir;
+  std::ofstream yaml(dir.file("c.yaml"));
+  yaml << "trainer:\n";
+  for (const std::string& flag : trainer_overrides()) {
+    const size_t eq = flag.find('=');
+    yaml << "  "
+         << flag.substr(
+                std::string("--trainer.").size(),
+                eq - std::string("--trainer.").size())
+         << ": " << flag.substr(eq + 1) << "\n";
+  }
+  yaml.close();
+  const ParsedArgs from_file =
+      parse_args(fit_schema(), {"--config=" + dir.file("c.yaml")}, {});
+  const ParsedArgs from_flags =
+      parse_args(fit_schema(), trainer_overrides(), {});
+  EXPECT_EQ(from_file.config.flat(), from_flags.config.flat());
+  EXPECT_EQ(to_fit_config(from_file.config).trainer.max_epochs(), 7);
 }
 
 TEST(Cli, UnknownOptionSuggestsTheClosestOne) {
