@@ -57,6 +57,21 @@ TEST(ModelSummary, ListsLayersWithParameterCountsAndOutputShapes) {
   EXPECT_THAT(text.str(), HasSubstr("654 trainable params, 0 frozen"));
 }
 
+TEST(ModelSummary, PrintsATableOfNamesTypesCountsAndShapesThenTheTotals) {
+  auto model = classifier();
+  const ModelSummary summary = summarize_model(
+      *model, 1, at::zeros({1, 1, 8, 8}), [&](const at::Tensor& x) {
+        return model->forward(x);
+      });
+  std::ostringstream text;
+  summary.print(text);
+  EXPECT_EQ(
+      text.str(),
+      "  name     type           params  out shape\n"
+      "  network  FashionCnn        654  [1, 10]\n"
+      "  654 trainable params, 0 frozen, 654 total, 0.003 MB\n");
+}
+
 TEST(ModelSummary, DepthLimitsRowsAndFrozenParametersAreCounted) {
   auto model = classifier();
   for (auto& parameter : model->parameters()) {
