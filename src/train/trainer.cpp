@@ -917,12 +917,11 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     (scaler.is_enabled() ? scaler.scale(loss) : loss).backward();
     sync();
     const auto optimizer_start = Clock::now();
-    profile.forward +=
+    const double forward_seconds =
         seconds_between(compute_start, backward_start) - start_hooks;
+    profile.forward += forward_seconds;
     profile.backward += seconds_between(backward_start, optimizer_start);
-    record_synced(
-        "forward",
-        seconds_between(compute_start, backward_start) - start_hooks);
+    record_synced("forward", forward_seconds);
     record_synced("backward", seconds_between(backward_start, optimizer_start));
     phases.compute +=
         seconds_between(transfer_start, optimizer_start) - start_hooks;
@@ -969,11 +968,10 @@ bool Trainer::train_epoch(FitState& state, int64_t epoch) {
     }
     sync();
     const auto logging_start = Clock::now();
-    profile.optimizer +=
+    const double optimizer_seconds =
         seconds_between(optimizer_start, logging_start) - optimizer_hooks;
-    record_synced(
-        "optimizer",
-        seconds_between(optimizer_start, logging_start) - optimizer_hooks);
+    profile.optimizer += optimizer_seconds;
+    record_synced("optimizer", optimizer_seconds);
     const double validation_before = profile.validation;
     each_callback([&](Callback& c) {
       c.on_train_batch_end(*this, module, loss_value, batch, batch_idx - 1);
