@@ -103,21 +103,31 @@ ParameterSplit split_parameters(
 }
 
 // Group 0: decayed parameters; group 1: the rest with weight decay 0.
+// Each group's options are set once the optimizer exists, not passed to its
+// constructor: from LibTorch 2.10 on the constructor merges a group's
+// options into the defaults and takes a field equal to the options class's
+// own default as unset, so a weight decay of 0 (SGD's, Adam's, RMSprop's
+// and Adagrad's default) would be replaced by the decay of group 0.
 template <typename Optimizer, typename Options>
 std::unique_ptr<torch::optim::Optimizer> build(
     ParameterSplit split, Options options) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<Options> group_options;
   if (!split.decay.empty()) {
-    groups.emplace_back(
-        std::move(split.decay), std::make_unique<Options>(options));
+    groups.emplace_back(std::move(split.decay));
+    group_options.push_back(options);
   }
   if (!split.no_decay.empty()) {
-    Options no_decay = options;
-    no_decay.weight_decay(0.0);
-    groups.emplace_back(
-        std::move(split.no_decay), std::make_unique<Options>(no_decay));
+    groups.emplace_back(std::move(split.no_decay));
+    group_options.push_back(options);
+    group_options.back().weight_decay(0.0);
   }
-  return std::make_unique<Optimizer>(std::move(groups), options);
+  auto optimizer = std::make_unique<Optimizer>(std::move(groups), options);
+  for (size_t i = 0; i < group_options.size(); ++i) {
+    optimizer->param_groups()[i].set_options(
+        std::make_unique<Options>(group_options[i]));
+  }
+  return optimizer;
 }
 
 void check_unit_interval(const char* option, double value) {

@@ -272,6 +272,48 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
   EXPECT_EQ(adagrad_bias.weight_decay(), 0.0);
 }
 
+// The decay each optimizer's options class holds for `group`.
+double any_weight_decay(const torch::optim::OptimizerParamGroup& group) {
+  namespace to = torch::optim;
+  const to::OptimizerOptions& options = group.options();
+  if (auto* sgd = dynamic_cast<const to::SGDOptions*>(&options)) {
+    return sgd->weight_decay();
+  }
+  if (auto* adam = dynamic_cast<const to::AdamOptions*>(&options)) {
+    return adam->weight_decay();
+  }
+  if (auto* adamw = dynamic_cast<const to::AdamWOptions*>(&options)) {
+    return adamw->weight_decay();
+  }
+  if (auto* rmsprop = dynamic_cast<const to::RMSpropOptions*>(&options)) {
+    return rmsprop->weight_decay();
+  }
+  return dynamic_cast<const to::AdagradOptions&>(options).weight_decay();
+}
+
+// LibTorch 2.10 and later merge a group's options into the optimizer's
+// defaults and take a field equal to the options class's own default (a
+// weight decay of 0 for all but AdamW) as unset: passed to the constructor,
+// the no-decay group would decay. Every optimizer must keep it at 0.
+TEST(MakeOptimizer, EveryOptimizerKeepsTheNoDecayGroupAtZeroDecay) {
+  torch::nn::Linear net(3, 2);
+  for (const std::string name :
+       {"sgd", "adam", "adamw", "rmsprop", "adagrad"}) {
+    SCOPED_TRACE(name);
+    OptimizerOptions o;
+    o.name = name;
+    o.lr = 0.02;
+    o.weight_decay = 0.03;
+    auto optimizer = make_optimizer(*net, o);
+    const auto& groups = optimizer->param_groups();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(impls(groups[1].params()), impls({net->bias}));
+    EXPECT_EQ(any_weight_decay(groups[0]), 0.03);
+    EXPECT_EQ(any_weight_decay(groups[1]), 0.0);
+    EXPECT_EQ(groups[1].options().get_lr(), 0.02);
+  }
+}
+
 struct StepCase {
   std::string name; // reference case optim_<name>
   OptimizerOptions options;
