@@ -79,7 +79,7 @@ std::map<std::string, double> LearningRateMonitor::learning_rates(
     std::string base = "lr-" + optimizer_name(*optimizer);
     const int64_t repeat = seen[base]++;
     if (repeat > 0) {
-      base += "-" + std::to_string(repeat);
+      base.append("-").append(std::to_string(repeat));
     }
     auto& groups = optimizer->param_groups();
     for (size_t i = 0; i < groups.size(); ++i) {

@@ -117,7 +117,7 @@ class Reference {
 std::string shape_string(at::IntArrayRef sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
-    out += (i ? "," : "") + std::to_string(sizes[i]);
+    out.append(i ? "," : "").append(std::to_string(sizes[i]));
   }
   return out + "]";
 }
