@@ -363,6 +363,7 @@ TEST(LearningRateMonitor, NamesOneGroupAfterTheOptimizerAndLogsMomentum) {
   data::DataLoader train(
       quadrants(64, 1), data::DataLoaderOptions(32).shuffle(true));
   Trainer trainer(TrainerOptions()
+                      .accelerator("cpu")
                       .max_epochs(1)
                       .default_root_dir("")
                       .enable_progress_bar(false)
@@ -763,15 +764,20 @@ TEST_F(CallbackTest, TheProfileBlamesASlowLoaderAndNamesTheOption) {
 
 // Takes its time in the hooks that run inside a training step, as an input
 // grid or gradient histograms do.
+// Sleeps far longer than the tiny model's step takes even on a loaded
+// machine (CI runs two tests at once), so that the sleeps' place in the
+// profile is unmistakable.
+constexpr auto kHookSleep = std::chrono::milliseconds(150);
+
 class SlowStepHooks : public Callback {
  public:
   void on_train_batch_start(
       Trainer&, Module&, const data::Batch&, int64_t) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    std::this_thread::sleep_for(kHookSleep);
   }
   void on_before_optimizer_step(
       Trainer&, Module&, torch::optim::Optimizer&) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    std::this_thread::sleep_for(kHookSleep);
   }
 };
 
@@ -781,10 +787,11 @@ TEST_F(CallbackTest, HooksInsideTheStepCountAsLoggingTime) {
   trainer.add_callback(std::make_shared<SlowStepHooks>());
   const StepProfile& profile = trainer.fit(*make_module(0), train).profile;
   ASSERT_EQ(profile.steps, 8);
-  EXPECT_GE(profile.logging, 8 * 0.120);
-  // Had the sleeps stayed there, each would hold at least 8 x 60 ms.
-  EXPECT_LT(profile.forward, 8 * 0.060);
-  EXPECT_LT(profile.optimizer, 8 * 0.060);
+  const double sleeps = 8 * std::chrono::duration<double>(kHookSleep).count();
+  EXPECT_GE(profile.logging, 2 * sleeps);
+  // Had the sleeps stayed there, each would hold at least 8 x 150 ms.
+  EXPECT_LT(profile.forward, sleeps);
+  EXPECT_LT(profile.optimizer, sleeps);
   std::ifstream in(trainer.log_dir() + "/summary.json");
   EXPECT_THAT(
       nlohmann::json::parse(in).at("profile").at("verdict").get<std::string>(),
