@@ -680,6 +680,7 @@ TEST(RunReportInChromium, ARealFitsRunFolderShowsItsCurves) {
   data::DataLoader val_loader(
       train::quadrants(32, 2), data::DataLoaderOptions(32));
   train::Trainer trainer(train::TrainerOptions()
+                             .accelerator("cpu")
                              .max_epochs(3)
                              .default_root_dir(dir.path())
                              .name("fit")

@@ -931,6 +931,7 @@ FitRun write_fit_run(const std::string& dir) {
   data::DataLoader val_loader(
       train::quadrants(32, 2), data::DataLoaderOptions(32));
   train::Trainer trainer(train::TrainerOptions()
+                             .accelerator("cpu")
                              .max_epochs(2)
                              .default_root_dir("")
                              .enable_progress_bar(false)
@@ -1060,6 +1061,7 @@ TEST(TensorBoardLogger, AFailedFitKeepsItsScalarsAndEndsItsSessionAsFailed) {
   data::DataLoader train_loader(
       train::quadrants(64, 1), data::DataLoaderOptions(16));
   train::Trainer trainer(train::TrainerOptions()
+                             .accelerator("cpu")
                              .max_epochs(2)
                              .default_root_dir("")
                              .enable_progress_bar(false)
@@ -1092,6 +1094,7 @@ TEST(TensorBoardLogger, AStopSignalFlushesTheScalarsAndLeavesTheSessionOpen) {
   std::ostringstream out;
   train::Trainer trainer(
       train::TrainerOptions()
+          .accelerator("cpu")
           .max_epochs(2)
           .default_root_dir("")
           .enable_progress_bar(false)

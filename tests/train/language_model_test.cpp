@@ -39,9 +39,11 @@ TEST(LanguageModel, LearnsARepeatingTextAndPredictsItsNextBytes) {
   LanguageModel module(torch::nn::AnyModule(gpt), adamw, none);
   data::DataLoader train(tokens, data::DataLoaderOptions(16).shuffle(true));
   data::DataLoader val(tokens, data::DataLoaderOptions(64));
-  Trainer trainer(
-      TrainerOptions().max_epochs(3).default_root_dir("").enable_progress_bar(
-          false));
+  Trainer trainer(TrainerOptions()
+                      .accelerator("cpu")
+                      .max_epochs(3)
+                      .default_root_dir("")
+                      .enable_progress_bar(false));
   const auto before = trainer.validate(module, val);
   const FitResult result = trainer.fit(module, train, &val);
   // A period-8 pattern: after one cycle of context every byte is certain.

@@ -115,6 +115,7 @@ class ModuleTest : public ::testing::Test {
   }
   TrainerOptions options() const {
     return TrainerOptions()
+        .accelerator("cpu") // compared with CPU tensors, also on a GPU machine
         .default_root_dir(dir_.path())
         .name("m")
         .enable_progress_bar(false)

@@ -94,8 +94,11 @@ inline OnStepClassifier::Action raise_signal(int signal) {
 
 class TrainerTest : public ::testing::Test {
  protected:
+  // On the CPU wherever the machine has a GPU too: these tests compare with
+  // CPU tensors and expect CPU behaviour; the CUDA tests name "cuda".
   TrainerOptions options() {
     return TrainerOptions()
+        .accelerator("cpu")
         .default_root_dir(dir_.path())
         .name("t")
         .enable_progress_bar(false);

@@ -345,6 +345,7 @@ at::Tensor update_after_clipping(const std::string& algorithm, double clip) {
   auto dataset = quadrants(32, 1);
   data::DataLoader loader(dataset, data::DataLoaderOptions(32));
   Trainer(TrainerOptions()
+              .accelerator("cpu")
               .default_root_dir("")
               .enable_progress_bar(false)
               .max_steps(1)
