@@ -60,6 +60,18 @@ at::Generator cuda_generator(int64_t index) {
       c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
 }
 
+// Where a model's tensors live: its first parameter's or buffer's device,
+// the CPU for a model without either.
+c10::Device device_of(const torch::nn::Module& model) {
+  const std::vector<at::Tensor> parameters = model.parameters();
+  if (!parameters.empty()) {
+    return parameters.front().device();
+  }
+  const std::vector<at::Tensor> buffers = model.buffers();
+  return buffers.empty() ? c10::Device(c10::DeviceType::CPU)
+                         : buffers.front().device();
+}
+
 std::string cuda_rng_key(int64_t index) {
   return "cuda_rng_state_" + std::to_string(index);
 }
@@ -120,7 +132,7 @@ std::map<std::string, std::vector<double>> read_doubles(
       width,
       "] values, got ",
       values.sizes());
-  const at::Tensor contiguous = values.contiguous();
+  const at::Tensor contiguous = values.to(at::kCPU).contiguous();
   const double* data = contiguous.data_ptr<double>();
   for (size_t i = 0; i < names.size(); ++i) {
     rows[names[i].get<std::string>()] =
@@ -281,8 +293,12 @@ TrainingProgress load_checkpoint(
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
   TrainingProgress progress;
   try {
+    // Tensors load onto the model's device, as PyTorch's map_location does:
+    // a checkpoint written on a GPU loads into a model on the CPU and the
+    // reverse, and parameters stay where the Trainer put them. Host-side
+    // records (RNG states, the loader, metrics) are brought back to the CPU.
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, device_of(model));
     // InputArchive::read assigns into a defined tensor, so each read gets
     // a fresh one.
     auto read_int = [&](const std::string& key, int64_t fallback) {
@@ -349,10 +365,15 @@ TrainingProgress load_checkpoint(
       state->scaler->load(scaler_archive);
     }
     RngStates rng;
-    archive.try_read("cpu_rng_state", rng.cpu);
+    if (archive.try_read("cpu_rng_state", rng.cpu)) {
+      rng.cpu = rng.cpu.to(at::kCPU);
+    }
     for (int64_t i = 0; i < cuda_devices(); ++i) {
-      rng.cuda.emplace_back();
-      archive.try_read(cuda_rng_key(i), rng.cuda.back());
+      at::Tensor cuda_state;
+      if (archive.try_read(cuda_rng_key(i), cuda_state)) {
+        cuda_state = cuda_state.to(at::kCPU);
+      }
+      rng.cuda.push_back(cuda_state);
     }
     set_rng_states(rng);
     c10::IValue callbacks;
@@ -371,6 +392,7 @@ TrainingProgress load_checkpoint(
     state->loader = LoaderFingerprint{};
     at::Tensor loader;
     if (archive.try_read("loader", loader)) {
+      loader = loader.to(at::kCPU);
       HOTLOOP_CHECK(
           loader.dim() == 1 && loader.numel() == 5 &&
               loader.scalar_type() == at::kLong,

@@ -115,6 +115,63 @@ TEST(Checkpoint, RestoresEveryCudaDevicesGenerator) {
   EXPECT_TRUE(at::rand({4}, cuda).equal(expected));
 }
 
+// One Adam step of `net` on a fixed batch, made on the net's device.
+void device_step(Net& net, torch::optim::Adam& optimizer) {
+  const at::Tensor x = at::arange(8 * 4, at::kFloat).view({8, 4}).cos();
+  optimizer.zero_grad();
+  net.forward(x.to(net.linear->weight.device())).pow(2).mean().backward();
+  optimizer.step();
+}
+
+// Tensors load onto the model's device (PyTorch's map_location), either
+// way, optimizer state included: a step after the load needs the moments on
+// the parameters' device and matches the step the saved model takes.
+TEST(Checkpoint, LoadsOntoTheModelsDeviceEitherWay) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  TempDir dir;
+  at::manual_seed(1);
+  Net gpu;
+  gpu.to(at::kCUDA);
+  torch::optim::Adam adam_gpu(gpu.parameters(), torch::optim::AdamOptions(0.1));
+  device_step(gpu, adam_gpu);
+  CheckpointState saved;
+  saved.optimizers = {&adam_gpu};
+  saved.progress = TrainingProgress{1, 5};
+  save_checkpoint(dir.file("gpu.ckpt"), gpu, saved);
+
+  Net cpu;
+  torch::optim::Adam adam_cpu(cpu.parameters(), torch::optim::AdamOptions(0.1));
+  CheckpointState on_cpu;
+  on_cpu.optimizers = {&adam_cpu};
+  EXPECT_EQ(load_checkpoint(dir.file("gpu.ckpt"), cpu, &on_cpu).global_step, 5);
+  EXPECT_TRUE(cpu.norm->running_mean.is_cpu());
+  save_checkpoint(dir.file("cpu.ckpt"), cpu, on_cpu);
+  Net back;
+  back.to(at::kCUDA);
+  torch::optim::Adam adam_back(
+      back.parameters(), torch::optim::AdamOptions(0.1));
+  CheckpointState on_gpu;
+  on_gpu.optimizers = {&adam_back};
+  load_checkpoint(dir.file("cpu.ckpt"), back, &on_gpu);
+
+  device_step(gpu, adam_gpu);
+  device_step(cpu, adam_cpu);
+  device_step(back, adam_back);
+  const auto gpu_params = gpu.parameters();
+  const auto cpu_params = cpu.parameters();
+  const auto back_params = back.parameters();
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(cpu_params[i].is_cpu());
+    EXPECT_TRUE(back_params[i].is_cuda());
+    const at::Tensor expected = gpu_params[i].cpu();
+    EXPECT_TRUE(cpu_params[i].allclose(expected, /*rtol=*/1e-5, /*atol=*/1e-6));
+    EXPECT_TRUE(back_params[i].cpu().allclose(expected, 1e-5, 1e-6));
+  }
+}
+
 TEST(Checkpoint, AtomicWriteReplacesTheFileAndLeavesNoTemporaries) {
   TempDir dir;
   const std::string path = dir.file("f.txt");
