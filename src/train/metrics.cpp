@@ -12,8 +12,14 @@ void MeanMetric::update(const at::Tensor& value, double weight) {
     return;
   }
   const at::Tensor weighted = value.detach().to(at::kDouble) * weight;
-  device_sum_ =
-      device_sum_.defined() ? device_sum_.add_(weighted) : weighted.clone();
+  if (device_sum_.defined()) {
+    device_sum_.add_(weighted);
+  } else {
+    // The device sum takes over the host's (a resumed epoch's), so that the
+    // additions happen in the order of an uninterrupted run.
+    device_sum_ = weighted.add(sum_);
+    sum_ = 0;
+  }
   weight_ += weight;
 }
 

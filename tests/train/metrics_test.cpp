@@ -46,6 +46,39 @@ TEST(MeanMetric, AcceleratorTensorsAreSummedOnTheDevice) {
   EXPECT_DOUBLE_EQ(mean.compute(), (6.0 + 4.0 + 4.0) / 8);
 }
 
+// A sum continued from a checkpoint adds in the order of the uninterrupted
+// one: 1e16 + 1 rounds to 1e16, so ((1e16 + 1) - 1e16) + 1 is 1 while
+// (1e16 + 1) + (-1e16 + 1) is 0. On the CPU sums are host doubles; on a GPU
+// the device sum must take the loaded one over.
+TEST(MeanMetric, AResumedSumAddsInTheOrderOfAnUninterruptedOne) {
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA() && at::getNumGPUs() > 0) {
+    devices.emplace_back(at::kCUDA);
+  }
+  const std::vector<double> values = {1e16, 1.0, -1e16, 1.0};
+  for (const at::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    auto value = [&](size_t i) {
+      return at::full({}, values[i], at::device(device).dtype(at::kDouble));
+    };
+    MeanMetric straight;
+    MeanMetric first_half;
+    for (size_t i = 0; i < values.size(); ++i) {
+      straight.update(value(i));
+      if (i < 2) {
+        first_half.update(value(i));
+      }
+    }
+    MeanMetric resumed;
+    resumed.load(first_half.sum(), first_half.weight());
+    resumed.update(value(2));
+    resumed.update(value(3));
+    EXPECT_EQ(straight.sum(), 1.0);
+    EXPECT_EQ(resumed.sum(), straight.sum());
+    EXPECT_EQ(resumed.compute(), 0.25);
+  }
+}
+
 TEST(CountCorrect, CountsTopKHitsOverUnevenBatches) {
   const at::Tensor logits =
       at::tensor({0.1f, 0.7f, 0.2f, 0.5f, 0.3f, 0.2f, 0.2f, 0.3f, 0.5f})
