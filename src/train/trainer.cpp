@@ -7,6 +7,7 @@
 #include "hotloop/core/threads.h"
 #include "hotloop/log/model_summary.h"
 #include "hotloop/log/progress.h"
+#include "hotloop/optim/clip_grad.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/early_stopping.h"
@@ -1216,7 +1217,9 @@ void Trainer::clip_gradients(const std::vector<at::Tensor>& parameters) const {
     torch::nn::utils::clip_grad_value_(
         parameters, options_.gradient_clip_val());
   } else {
-    torch::nn::utils::clip_grad_norm_(parameters, options_.gradient_clip_val());
+    // Ours, not LibTorch's: the same arithmetic without reading the norm
+    // back, which would make the host wait for the device every step.
+    optim::clip_grad_norm_(parameters, options_.gradient_clip_val());
   }
 }
 
