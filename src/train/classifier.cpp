@@ -33,14 +33,15 @@ void ImageClassifier::evaluate(
   const auto n = static_cast<double>(batch.size());
   metrics.log(
       prefix + "_loss", at::cross_entropy_loss(logits, batch.target), n);
+  // Counts stay on the device: no wait for it at every batch.
   metrics.log(
       prefix + "_acc",
-      static_cast<double>(count_correct(logits, batch.target)) / n,
+      correct_count(logits, batch.target).to(at::kDouble) / n,
       n);
   if (top_k_ > 1 && top_k_ < logits.size(1)) {
     metrics.log(
         prefix + "_acc_top" + std::to_string(top_k_),
-        static_cast<double>(count_correct(logits, batch.target, top_k_)) / n,
+        correct_count(logits, batch.target, top_k_).to(at::kDouble) / n,
         n);
   }
 }

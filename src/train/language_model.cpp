@@ -29,7 +29,7 @@ void LanguageModel::evaluate(
   metrics.log(prefix + "_loss", token_loss(logits, batch.target), tokens);
   metrics.log(
       prefix + "_acc",
-      logits.argmax(-1).eq(batch.target).sum().item<double>() / tokens,
+      logits.argmax(-1).eq(batch.target).sum().to(at::kDouble) / tokens,
       tokens);
 }
 

@@ -85,7 +85,7 @@ double MetricCollection::get(const std::string& name) const {
                               : it->second.compute();
 }
 
-int64_t count_correct(
+at::Tensor correct_count(
     const at::Tensor& logits, const at::Tensor& target, int64_t k) {
   TORCH_CHECK(logits.dim() == 2, "logits must be [N, C], got ", logits.sizes());
   TORCH_CHECK(
@@ -95,7 +95,12 @@ int64_t count_correct(
       "], got ",
       k);
   const at::Tensor top = std::get<1>(logits.detach().topk(k, /*dim=*/1));
-  return top.eq(target.view({-1, 1})).any(/*dim=*/1).sum().item<int64_t>();
+  return top.eq(target.view({-1, 1})).any(/*dim=*/1).sum();
+}
+
+int64_t count_correct(
+    const at::Tensor& logits, const at::Tensor& target, int64_t k) {
+  return correct_count(logits, target, k).item<int64_t>();
 }
 
 } // namespace hotloop::train

@@ -87,6 +87,11 @@ TEST(CountCorrect, CountsTopKHitsOverUnevenBatches) {
   EXPECT_EQ(count_correct(logits, target, 1), 1);
   EXPECT_EQ(count_correct(logits, target, 2), 2);
   EXPECT_EQ(count_correct(logits, target, 3), 3);
+  // The same count, left as a tensor where the logits are.
+  const at::Tensor count = correct_count(logits, target, 2);
+  EXPECT_EQ(count.dim(), 0);
+  EXPECT_EQ(count.scalar_type(), at::kLong);
+  EXPECT_EQ(count.item<int64_t>(), 2);
 }
 
 } // namespace

@@ -84,4 +84,10 @@ class MetricCollection {
 int64_t count_correct(
     const at::Tensor& logits, const at::Tensor& target, int64_t k = 1);
 
+/// count_correct's count as a 0-dim int64 tensor on the logits' device, not
+/// read back: logged as a tensor, it keeps evaluation on a GPU from waiting
+/// for the device at every batch.
+at::Tensor correct_count(
+    const at::Tensor& logits, const at::Tensor& target, int64_t k = 1);
+
 } // namespace hotloop::train
