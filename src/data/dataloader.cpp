@@ -34,6 +34,19 @@ std::vector<int64_t> with_rows(
   return sizes;
 }
 
+// A batch part on `device`; a batch may leave its target undefined
+// (prediction data, a collate without labels).
+at::Tensor moved(
+    const at::Tensor& tensor, c10::Device device, bool non_blocking = false) {
+  return tensor.defined() ? tensor.to(device, non_blocking) : tensor;
+}
+
+// A batch part in page-locked memory, so its copy to the GPU is
+// asynchronous.
+at::Tensor pinned(const at::Tensor& tensor) {
+  return tensor.defined() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
+}
+
 } // namespace
 
 DataLoader::DataLoader(
@@ -301,7 +314,12 @@ Batch DataLoader::make_batch(
   try {
     if (options_.collate() ||
         (!options_.batch_size() && !options_.batch_sampler())) {
-      return collate(indices, epoch);
+      Batch batch = collate(indices, epoch);
+      if (pin_) {
+        // As torch's pin_memory: every batch, the collate's too.
+        batch = Batch{pinned(batch.input), pinned(batch.target)};
+      }
+      return batch;
     }
     const auto rows = static_cast<int64_t>(indices.size());
     Batch batch{
@@ -338,8 +356,8 @@ void DataLoader::start_copy(Batch batch) {
   // From pinned memory these copies are asynchronous: they overlap the
   // consumer's work on its own stream.
   Batch copied{
-      batch.input.to(device, /*non_blocking=*/true),
-      batch.target.to(device, /*non_blocking=*/true)};
+      moved(batch.input, device, /*non_blocking=*/true),
+      moved(batch.target, device, /*non_blocking=*/true)};
   c10::Event done(device.type());
   done.record(*copy_stream_);
   in_flight_.emplace(InFlight{std::move(copied), std::move(done)});
@@ -446,7 +464,8 @@ bool DataLoader::next(Batch& out) {
       return false;
     }
     out = Batch{
-        out.input.to(*options_.device()), out.target.to(*options_.device())};
+        moved(out.input, *options_.device()),
+        moved(out.target, *options_.device())};
     return true;
   }
   Batch host;
@@ -463,8 +482,11 @@ bool DataLoader::next(Batch& out) {
   const c10::impl::VirtualGuardImpl guard(device_.type());
   const c10::Stream consumer = guard.getStream(device_);
   ready.done.block(consumer);
-  ready.batch.input.record_stream(consumer);
-  ready.batch.target.record_stream(consumer);
+  for (at::Tensor* tensor : {&ready.batch.input, &ready.batch.target}) {
+    if (tensor->defined()) {
+      tensor->record_stream(consumer);
+    }
+  }
   out = std::move(ready.batch);
   // Start the next copy now, so it runs while the caller uses this batch.
   if (next_host(host)) {

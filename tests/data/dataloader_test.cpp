@@ -520,6 +520,27 @@ TEST(DataLoader, DeviceCpuAndPinMemoryWithoutCudaStillLoad) {
       (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5}}));
 }
 
+// A collate for data without labels: the batch's target stays undefined.
+Batch inputs_only(std::vector<Example> samples) {
+  std::vector<at::Tensor> inputs;
+  for (auto& s : samples) {
+    inputs.push_back(s.input);
+  }
+  return Batch{at::stack(inputs), at::Tensor()};
+}
+
+TEST(DataLoader, BatchesWithoutTargetsMoveToTheDevice) {
+  DataLoader loader(
+      std::make_shared<Indices>(5),
+      DataLoaderOptions(2).collate(inputs_only).device(c10::Device(c10::kCPU)));
+  int64_t rows = 0;
+  for (auto& batch : loader) {
+    EXPECT_FALSE(batch.target.defined());
+    rows += batch.input.size(0);
+  }
+  EXPECT_EQ(rows, 5);
+}
+
 } // namespace
 } // namespace hotloop::data
 
@@ -558,6 +579,33 @@ TEST(DataLoaderCuda, BatchesArriveOnTheDeviceEqualToTheHostBatches) {
     }
   }
   EXPECT_EQ(k, expected.size());
+}
+
+// A collate's batches are pinned too (PyTorch pins every batch), and a
+// batch without a target crosses to the GPU as well.
+TEST(DataLoaderCuda, CollateBatchesArePinnedAndMayLackATarget) {
+  if (!at::hasCUDA()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  DataLoader pinned(
+      std::make_shared<Indices>(5),
+      DataLoaderOptions(2).collate(inputs_only).pin_memory(true));
+  for (auto& batch : pinned) {
+    EXPECT_TRUE(batch.input.is_pinned());
+  }
+  DataLoader device(
+      std::make_shared<Indices>(5),
+      DataLoaderOptions(2)
+          .collate(inputs_only)
+          .pin_memory(true)
+          .device(c10::Device("cuda:0")));
+  int64_t rows = 0;
+  for (auto& batch : device) {
+    EXPECT_TRUE(batch.input.is_cuda());
+    EXPECT_FALSE(batch.target.defined());
+    rows += batch.input.size(0);
+  }
+  EXPECT_EQ(rows, 5);
 }
 
 TEST(DataLoader, AnUnavailableDeviceIsAConfigError) {
