@@ -162,7 +162,9 @@ void set_rng_states(const RngStates& states) {
   if (states.cpu.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(states.cpu);
+    // Generators take their state as a CPU byte tensor; a checkpoint loaded
+    // onto a GPU brings it there.
+    generator.set_state(states.cpu.to(at::kCPU));
   }
   const int64_t devices = cuda_devices();
   for (int64_t i = 0;
@@ -171,7 +173,7 @@ void set_rng_states(const RngStates& states) {
     if (states.cuda[i].defined()) {
       at::Generator generator = cuda_generator(i);
       std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(states.cuda[i]);
+      generator.set_state(states.cuda[i].to(at::kCPU));
     }
   }
 }
@@ -365,15 +367,10 @@ TrainingProgress load_checkpoint(
       state->scaler->load(scaler_archive);
     }
     RngStates rng;
-    if (archive.try_read("cpu_rng_state", rng.cpu)) {
-      rng.cpu = rng.cpu.to(at::kCPU);
-    }
+    archive.try_read("cpu_rng_state", rng.cpu);
     for (int64_t i = 0; i < cuda_devices(); ++i) {
-      at::Tensor cuda_state;
-      if (archive.try_read(cuda_rng_key(i), cuda_state)) {
-        cuda_state = cuda_state.to(at::kCPU);
-      }
-      rng.cuda.push_back(cuda_state);
+      rng.cuda.emplace_back();
+      archive.try_read(cuda_rng_key(i), rng.cuda.back());
     }
     set_rng_states(rng);
     c10::IValue callbacks;

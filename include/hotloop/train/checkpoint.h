@@ -45,8 +45,9 @@ struct RngStates {
   std::vector<at::Tensor> cuda;
 };
 RngStates get_rng_states();
-/// Restores what get_rng_states returned; CUDA states of devices that are
-/// not present are ignored.
+/// Restores what get_rng_states returned, wherever the state tensors are
+/// (a checkpoint loads them onto the model's device); CUDA states of devices
+/// that are not present are ignored.
 void set_rng_states(const RngStates& states);
 
 /// The Trainer's loop state beyond TrainingProgress, so that a resumed
