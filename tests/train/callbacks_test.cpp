@@ -735,8 +735,10 @@ class SlowDataset : public data::Dataset {
       c10::ArrayRef<int64_t> indices,
       const data::SampleContext& context,
       data::Batch& out) const override {
-    // Far slower than a step of the tiny model, even on a loaded machine.
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // Far slower than a step of the tiny model, even on a loaded machine:
+    // there, with CI's two tests at once, a step took up to 100 ms, which
+    // the loader thread's prefetch overlaps with this wait.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
     inner_->get_batch(indices, context, out);
   }
 
