@@ -18,6 +18,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 namespace hotloop::train {
@@ -850,6 +851,47 @@ TEST_F(TrainerTest, AMidEpochResumeRefusesADifferentLoader) {
       Trainer(options().max_epochs(2), log)
           .fit(*make_module(0), train, nullptr, cut.checkpoint_path);
   EXPECT_EQ(rest.steps, 16);
+}
+
+// The values a short fit gave before the training step moved into its own
+// loop files: accumulation, norm clipping, a step schedule, mid-epoch
+// validation and a loader thread all take part. A change that alters what
+// the loop computes (the order of the step, a skipped schedule step, a
+// lost accumulation division) moves these far beyond the tolerance, which
+// only allows for other CPUs' kernels rounding differently.
+TEST_F(TrainerTest, AShortFitGivesThePinnedLossMetricsAndWeights) {
+  auto module = make_module(0);
+  auto train = train_loader(1);
+  Trainer trainer(options()
+                      .max_epochs(2)
+                      .accumulate_grad_batches(2)
+                      .gradient_clip_val(0.5)
+                      .val_check_interval(0.5)
+                      .num_threads(1));
+  const FitResult result = trainer.fit(*module, train, &val_loader_);
+  EXPECT_EQ(result.epochs, 2);
+  EXPECT_EQ(result.steps, 8);
+  double sum = 0;
+  double squares = 0;
+  for (const at::Tensor& parameter : module->parameters()) {
+    sum += parameter.sum().item<double>();
+    squares += parameter.square().sum().item<double>();
+  }
+  const auto pinned = [](double actual, double expected, const char* name) {
+    EXPECT_NEAR(actual, expected, 1e-6 * std::max(1.0, std::abs(expected)))
+        << name << " is " << std::setprecision(17) << actual;
+  };
+  pinned(result.metrics.at("train_loss"), 0.0314661935553886, "train_loss");
+  pinned(result.metrics.at("val_loss"), 0.013665989972651005, "val_loss");
+  pinned(result.metrics.at("val_acc"), 1.0, "val_acc");
+  pinned(sum, 31.948222823441029, "the parameters' sum");
+  pinned(squares, 24.897854778915644, "the parameters' sum of squares");
+  std::ifstream in(fs::path(trainer.log_dir()) / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  for (const char* key : {"train_loss", "val_loss", "val_acc"}) {
+    EXPECT_EQ(summary.at(key).get<double>(), result.metrics.at(key)) << key;
+  }
+  EXPECT_EQ(summary.at("steps"), 8);
 }
 
 } // namespace
