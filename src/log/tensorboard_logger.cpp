@@ -76,7 +76,7 @@ void TensorBoardLogger::flush() {
 bool TensorBoardLogger::histogram_epoch(const train::Trainer& trainer) const {
   const int64_t every = options_.histogram_every_n_epochs;
   return every > 0 && (trainer.current_epoch() + 1) % every == 0 &&
-         trainer.reducer().is_global_zero();
+         trainer.is_global_zero();
 }
 
 void TensorBoardLogger::on_train_epoch_start(
@@ -90,7 +90,7 @@ void TensorBoardLogger::on_train_batch_start(
     const data::Batch& batch,
     int64_t batch_idx) {
   if (!options_.log_images || images_logged_ || batch.input.dim() != 4 ||
-      !trainer.reducer().is_global_zero()) {
+      !trainer.is_global_zero()) {
     return;
   }
   images_logged_ = true;

@@ -1245,26 +1245,57 @@ TEST_F(CallbackTest, FastDevRunSkipsCheckpointCallbacksAndLoggers) {
   EXPECT_TRUE(fs::is_empty(dir_.path()));
 }
 
-// A second process of a data-parallel run, as the Trainer sees it: counts
-// what it is handed and does not write files.
-class RankOneReducer : public Reducer {
+// A second process of a data-parallel run, as the Trainer sees it: records
+// the calls the Trainer makes through the seam and writes no files. Its
+// partner saw the same validation batches, so the reduced sums are twice
+// its own and the means unchanged.
+class RankOneStrategy : public Strategy {
  public:
-  void add(at::Tensor& grad) override {
-    ++added;
-    EXPECT_TRUE(grad.defined());
+  void setup(Module& module) override {
+    calls += "setup ";
+    module_ = &module;
   }
-  void finalize() override {
-    ++finalized;
+  void before_backward(bool sync) override {
+    calls += sync ? "B " : "b ";
+  }
+  void wait_for_gradients() override {
+    calls += "W ";
+    // Every gradient of the step exists by now.
+    for (const at::Tensor& parameter : module_->parameters()) {
+      EXPECT_TRUE(parameter.grad().defined());
+    }
+  }
+  void all_reduce(at::Tensor& values, Reduction op) override {
+    ++reductions;
+    EXPECT_EQ(op, Reduction::kSum);
+    values.mul_(2);
+  }
+  bool any(bool flag) override {
+    ++decisions;
+    return flag;
+  }
+  void barrier() override {
+    calls += "barrier ";
+  }
+  void teardown() override {
+    calls += "teardown";
   }
   bool is_global_zero() const override {
     return false;
   }
-  int64_t added = 0;
-  int64_t finalized = 0;
+  int64_t world_size() const override {
+    return 2;
+  }
+  std::string calls;
+  int64_t reductions = 0;
+  int64_t decisions = 0;
+
+ private:
+  Module* module_ = nullptr;
 };
 
-TEST_F(CallbackTest, TheReducerSeesEveryStepsGradientsAndDecidesWhoWrites) {
-  auto reducer = std::make_shared<RankOneReducer>();
+TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
+  auto strategy = std::make_shared<RankOneStrategy>();
   auto logger = std::make_shared<RecordingLogger>();
   // Real loggers too, made outside the run folder as a user would: the
   // TensorBoard one is also a callback (histograms, the input grid).
@@ -1273,16 +1304,28 @@ TEST_F(CallbackTest, TheReducerSeesEveryStepsGradientsAndDecidesWhoWrites) {
   auto tensorboard = std::make_shared<log::TensorBoardLogger>(logs.file("tb"));
   auto module = make_module(0);
   auto train = train_loader();
-  Trainer trainer(options().max_epochs(1).accumulate_grad_batches(2));
-  trainer.set_reducer(reducer).add_logger(logger).add_logger(csv).add_logger(
+  Trainer trainer(
+      options().max_epochs(1).accumulate_grad_batches(2).num_sanity_val_steps(
+          1));
+  trainer.set_strategy(strategy).add_logger(logger).add_logger(csv).add_logger(
       tensorboard);
   trainer.add_callback(tensorboard);
   trainer.set_hyperparams({{"optimizer.lr", "0.01"}});
   const FitResult result = trainer.fit(*module, train, &val_loader_);
   EXPECT_EQ(result.steps, 4);
-  EXPECT_EQ(reducer->finalized, 4);
-  EXPECT_EQ(
-      reducer->added, 4 * static_cast<int64_t>(module->parameters().size()));
+  // Eight micro-batches, two per step: only each step's second backward
+  // syncs, and the step waits for its gradients once.
+  EXPECT_EQ(strategy->calls, "setup b B W b B W b B W b B W barrier teardown");
+  // The sanity check's and the epoch's validation metrics, one collective
+  // each, with the means of the whole split.
+  EXPECT_EQ(strategy->reductions, 2);
+  Trainer alone(options().max_epochs(1).default_root_dir(""));
+  EXPECT_DOUBLE_EQ(
+      result.metrics.at("val_loss"),
+      alone.validate(*module, val_loader_).at("val_loss"));
+  // A stop signal and should_stop are agreed after every step and at the
+  // epoch's end.
+  EXPECT_EQ(strategy->decisions, 2 * 4 + 2);
   EXPECT_TRUE(trainer.log_dir().empty());
   EXPECT_TRUE(
       result.checkpoint_path.empty() || !fs::exists(result.checkpoint_path));

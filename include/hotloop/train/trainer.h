@@ -3,15 +3,13 @@
 #include "hotloop/data/dataloader.h"
 #include "hotloop/log/logger.h"
 #include "hotloop/log/model_summary.h"
-#include "hotloop/log/progress.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
+#include "hotloop/train/fit_result.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/precision.h"
-#include "hotloop/train/reducer.h"
-#include "hotloop/train/step_profile.h"
-
-#include <torch/arg.h>
+#include "hotloop/train/strategy.h"
+#include "hotloop/train/trainer_options.h"
 
 #include <cstdint>
 #include <iostream>
@@ -21,151 +19,11 @@
 #include <vector>
 
 namespace hotloop::train {
-
-/// Trainer settings, named as Lightning's Trainer flags. Validated when the
-/// Trainer is built.
-struct TrainerOptions {
-  /// Epochs to train; > 0.
-  TORCH_ARG(int64_t, max_epochs) = 10;
-  /// Train at least this many epochs even when a callback (EarlyStopping,
-  /// Timer) asks to stop earlier; 0: no minimum.
-  TORCH_ARG(int64_t, min_epochs) = 0;
-  /// Stop after this many optimizer steps; -1 for no limit.
-  TORCH_ARG(int64_t, max_steps) = -1;
-  /// The limit_* options, as in Lightning: -1 for every batch, a fraction
-  /// in (0, 1) of the loader's batches (rounded down; an error when that
-  /// is none), or a whole number of batches. Unlike Lightning, 1.0 means
-  /// one batch: a double cannot tell Lightning's 1 from 1.0; use -1 for all.
-  /// Batches per training epoch; > 0 or -1.
-  TORCH_ARG(double, limit_train_batches) = -1;
-  /// Batches per validation run; 0 turns validation off.
-  TORCH_ARG(double, limit_val_batches) = -1;
-  /// Batches per test run.
-  TORCH_ARG(double, limit_test_batches) = -1;
-  /// Batches per predict run.
-  TORCH_ARG(double, limit_predict_batches) = -1;
-  /// How often to validate within an epoch: a value in (0, 1] is a
-  /// fraction of the epoch (0.25: four times per epoch), a whole number > 1
-  /// a count of training batches (at most one epoch's worth). Fractions are
-  /// rounded down to whole optimizer steps; counts must be a multiple of
-  /// accumulate_grad_batches, so validation (and the checkpoints taken
-  /// after it) always fall between optimizer steps.
-  TORCH_ARG(double, val_check_interval) = 1.0;
-  /// Validate in every n-th epoch (and always after the last).
-  TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
-  /// Train on the same first n batches every epoch (the training loader's
-  /// epoch-0 order, augmentation included) to check that the model can
-  /// overfit them, and validate on the first n validation batches (as
-  /// Lightning 2 does); a fraction or a whole number as for limit_*; 0
-  /// turns it off.
-  TORCH_ARG(double, overfit_batches) = 0;
-  /// Sum gradients over this many batches per optimizer step.
-  TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
-  /// Numeric precision, as Lightning names it: 32-true, 16-mixed (autocast
-  /// to float16 with dynamic loss scaling; CUDA), bf16-mixed (autocast to
-  /// bfloat16), bf16-true (parameters and inputs in bfloat16).
-  TORCH_ARG(std::string, precision) = "32-true";
-  /// Drop gradients after each optimizer step (PyTorch's
-  /// zero_grad(set_to_none=True)); false zero-fills them, as older PyTorch
-  /// did. Kept switchable for the ablation benchmark.
-  TORCH_ARG(bool, zero_grad_set_to_none) = true;
-  /// Clip gradients at this value; 0 turns clipping off.
-  TORCH_ARG(double, gradient_clip_val) = 0;
-  /// "norm": scale all gradients so their global 2-norm is at most
-  /// gradient_clip_val; "value": clamp each element to +-gradient_clip_val.
-  TORCH_ARG(std::string, gradient_clip_algorithm) = "norm";
-  /// Stop after this many seconds of fitting, counted across resumes (a
-  /// Timer callback checked after each optimizer step); 0 for no limit.
-  TORCH_ARG(double, max_time) = 0;
-  /// Run this many training and validation batches once, as a smoke test:
-  /// one epoch, no run folder, no checkpoint, no loggers, no
-  /// checkpoint/early-stopping/lr-monitor callbacks; 0 turns it off.
-  TORCH_ARG(int64_t, fast_dev_run) = 0;
-  /// Validation batches run before training starts, to catch a broken
-  /// validation_step early; 0 turns it off, -1 runs them all.
-  TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
-  /// Make LibTorch use deterministic algorithms (errors where none exists).
-  TORCH_ARG(bool, deterministic) = false;
-  /// Let cuDNN benchmark convolution algorithms for each input shape and
-  /// keep the fastest (the shapes of a training loop rarely change).
-  TORCH_ARG(bool, benchmark) = true;
-  /// Autograd anomaly detection: slow, for debugging NaNs only.
-  TORCH_ARG(bool, detect_anomaly) = false;
-  /// Evaluate under c10::InferenceMode (no graph, no version counters);
-  /// false: under NoGradGuard, for models that keep evaluation outputs
-  /// for later autograd use.
-  TORCH_ARG(bool, inference_mode) = true;
-  /// "auto", "cpu", "cuda", "gpu" or "cuda:N"; see resolve_device.
-  TORCH_ARG(std::string, accelerator) = "auto";
-  /// "auto", "1", or one device index as "[N]"; see resolve_device.
-  TORCH_ARG(std::string, devices) = "auto";
-  /// Keep 4-D parameters and inputs in channels-last memory format, which
-  /// convolution kernels on tensor cores (and oneDNN) prefer.
-  TORCH_ARG(bool, channels_last) = false;
-  /// When >= 0, fit/validate/test/predict first seed LibTorch's generators
-  /// with it (Lightning's seed_everything); -1 leaves them as they are.
-  TORCH_ARG(int64_t, seed) = -1;
-  /// The step-time profile (printed at the end of fit, in summary.json) is
-  /// always kept; "pytorch" also records LibTorch's profiler over
-  /// profiler_steps optimizer steps after the first two, as a Chrome trace
-  /// `<run folder>/trace.json` (open in chrome://tracing or Perfetto).
-  TORCH_ARG(std::string, profiler) = "";
-  TORCH_ARG(int64_t, profiler_steps) = 5;
-  /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
-  TORCH_ARG(std::string, default_root_dir) = "runs";
-  TORCH_ARG(std::string, name) = "default";
-  /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
-  TORCH_ARG(int64_t, num_threads) = 0;
-  /// Worker threads of the BLAS library itself (OpenBLAS), set at fit
-  /// start; 0 leaves the library's default. 1 lets LibTorch's intra-op
-  /// threads own the cores instead of competing with a second spinning pool
-  /// (see set_blas_threads).
-  TORCH_ARG(int64_t, blas_threads) = 1;
-  /// Keep freed host memory for reuse (retain_freed_host_memory): saves a
-  /// page fault per touched page of every activation, every step.
-  TORCH_ARG(bool, retain_host_memory) = true;
-  /// Checkpoint through a ModelCheckpoint callback: when none was added, a
-  /// default one writes `checkpoints/last.ckpt` and the latest
-  /// `epoch=E-step=S.ckpt` after every epoch.
-  TORCH_ARG(bool, enable_checkpointing) = true;
-  /// On SIGINT/SIGTERM finish the current optimizer step, write
-  /// `last.ckpt` and return from fit with `interrupted` set.
-  TORCH_ARG(bool, handle_signals) = true;
-  /// Show progress: a live bar on a terminal, otherwise a line every
-  /// log_every_n_steps batches; and one line per epoch.
-  TORCH_ARG(bool, enable_progress_bar) = true;
-  /// Optimizer steps between metric records sent to the loggers (and
-  /// between progress lines when output is not a terminal); 0: none.
-  TORCH_ARG(int64_t, log_every_n_steps) = 50;
-  /// Optimizer steps between writes of the loggers' buffered records to
-  /// disk (Lightning's CSVLogger flush_logs_every_n_steps), besides every
-  /// epoch end, stop signal and the end of fit; 0: only then.
-  TORCH_ARG(int64_t, flush_logs_every_n_steps) = 100;
-};
-
-/// What a fit returns (and writes to summary.json).
-struct FitResult {
-  /// The last validation metrics plus train_loss of the last epoch.
-  std::map<std::string, double> metrics;
-  /// Epochs completed: one cut short by max_steps or a stop is not counted
-  /// (its checkpoint resumes in the middle).
-  int64_t epochs = 0;
-  int64_t steps = 0;
-  /// Training samples per second over the training phases only.
-  double train_samples_per_s = 0;
-  /// Wall time of the whole fit, validation included.
-  double wall_s = 0;
-  /// The checkpoint to resume from: last.ckpt when one was written, else
-  /// the last checkpoint written; empty when none was.
-  std::string checkpoint_path;
-  /// The best checkpoint of the first ModelCheckpoint that monitors a
-  /// metric; empty when there is none.
-  std::string best_model_path;
-  /// A stop signal ended the fit early, after checkpointing mid-epoch.
-  bool interrupted = false;
-  /// Where the training steps' time went.
-  StepProfile profile;
-};
+namespace detail {
+class EvaluationLoop;
+class FitLoop;
+class OptimizationStep;
+} // namespace detail
 
 /// Seeds LibTorch's default generators (Lightning's seed_everything).
 void seed_everything(uint64_t seed);
@@ -186,16 +44,22 @@ class Trainer {
   /// Adds a callback; hooks run in the order callbacks were added.
   Trainer& add_callback(std::shared_ptr<Callback> callback);
   /// Adds a logger; every logged metric goes to all of them (on the
-  /// process whose reducer is_global_zero).
+  /// process that is_global_zero).
   Trainer& add_logger(std::shared_ptr<log::Logger> logger);
   /// The run's settings (name -> value as text), which every logger gets
   /// with the final metrics at the end of each fit.
   Trainer& set_hyperparams(std::map<std::string, std::string> params);
-  /// Replaces the single-process Reducer: how gradients are synchronised
-  /// and which process writes files.
-  Trainer& set_reducer(std::shared_ptr<Reducer> reducer);
-  const Reducer& reducer() const {
-    return *reducer_;
+  /// Replaces the single-process Strategy: how gradients, metrics and stop
+  /// decisions are synchronised across processes, and which process writes
+  /// files.
+  Trainer& set_strategy(std::shared_ptr<Strategy> strategy);
+  Strategy& strategy() const {
+    return *strategy_;
+  }
+  /// Whether this process writes the run folder, checkpoints and logs
+  /// (Lightning's is_global_zero).
+  bool is_global_zero() const {
+    return strategy_->is_global_zero();
   }
 
   /// Trains `module` on `train` for max_epochs (or max_steps), validating on
@@ -320,62 +184,43 @@ class Trainer {
   }
 
  private:
-  struct FitState;
-  enum class Stage { kValidate, kTest };
+  // The loops of a fit and of evaluation read and advance the state that
+  // callbacks see (progress, callback_metrics, should_stop).
+  friend class detail::EvaluationLoop;
+  friend class detail::FitLoop;
+  friend class detail::OptimizationStep;
 
-  FitResult run_fit(FitState& state, const std::string& ckpt_path);
   void prepare_callbacks(const std::string& run_dir);
-  void restore(FitState& state, const std::string& ckpt_path);
-  // Trains one epoch (validating as due); true when the fit should end.
-  bool train_epoch(FitState& state, int64_t epoch);
-  // epoch_end: the validation at the end of an epoch, after which the
-  // schedules that watch a metric step.
-  void run_validation(FitState& state, bool epoch_end);
   // Seeds, threads, determinism, cuDNN benchmark, anomaly detection and
   // host memory, as the options say; returns the intra-op threads.
   int apply_runtime_settings(int64_t num_workers);
-  // Clips one optimizer's gradients as gradient_clip_* say.
-  void clip_gradients(const std::vector<at::Tensor>& parameters) const;
-  // Steps the schedules of `interval` that watch no metric and are due at
-  // the `count`-th step or epoch.
-  void step_schedules(
-      FitState& state, ScheduleInterval interval, int64_t count);
-  // Steps the schedules that watch a metric, after `epochs` epochs.
-  void step_metric_schedules(FitState& state, int64_t epochs);
-  // Drops or zero-fills the gradients, as zero_grad_set_to_none says.
-  void zero_grad(torch::optim::Optimizer& optimizer) const;
-  // Starts and stops LibTorch's profiler around the traced steps.
-  void trace_steps(FitState& state);
-  // should_stop, honoured once min_epochs are done.
-  bool stop_requested(int64_t completed_epochs);
-  // A stop signal: write last.ckpt and end the fit.
-  void interrupt(FitState& state);
   // Sends the metrics logged since the last flush as one record.
   void flush_logs();
   // Has the loggers write their buffered records to disk.
   void flush_loggers();
-  void print_epoch_line(
-      int64_t samples, const log::StepTimes& phases, double seconds);
+  // Hands the loggers the hyperparameters with `metrics` and ends their
+  // run with `status`.
+  void finalize_loggers(
+      const std::map<std::string, double>& metrics, const std::string& status);
   Precision prepare_evaluation(
       Module& module,
       const data::DataLoader& loader,
       const std::string& ckpt_path);
-  std::map<std::string, double> evaluate(
-      Module& module,
-      data::DataLoader& loader,
-      Stage stage,
-      const Precision& precision,
-      int64_t limit_batches);
+  // The batch on the device (non_blocking from pinned memory), in the
+  // memory format and dtype the module trains in.
   data::Batch prepare_batch(
       const Precision& precision, const data::Batch& batch) const;
   void prepare_module(Module& module);
   Precision precision_for(Module& module) const;
-  void write_summary(const FitResult& result, const ProfileContext& context);
   ProfileContext profile_context(const data::DataLoader& train) const;
   log::ModelSummary summarize(
       Module& module, data::DataLoader& train, const Precision& precision);
   template <typename Hook>
-  void each_callback(Hook&& hook);
+  void each_callback(Hook&& hook) {
+    for (const auto& callback : active_callbacks_) {
+      hook(*callback);
+    }
+  }
 
   TrainerOptions options_;
   std::ostream& out_;
@@ -384,10 +229,10 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Callback>> active_callbacks_;
   std::vector<std::shared_ptr<log::Logger>> loggers_;
-  std::shared_ptr<Reducer> reducer_;
+  std::shared_ptr<Strategy> strategy_;
   std::map<std::string, std::string> hyperparams_;
   log::ModelSummary model_summary_;
-  FitState* fit_ = nullptr;
+  detail::FitLoop* fit_ = nullptr;
   TrainingProgress progress_;
   int64_t current_epoch_ = 0;
   std::map<std::string, double> callback_metrics_;

@@ -1,0 +1,57 @@
+#pragma once
+
+#include "hotloop/data/dataloader.h"
+#include "hotloop/train/metrics.h"
+#include "hotloop/train/precision.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hotloop::train {
+class Module;
+class Strategy;
+class Trainer;
+} // namespace hotloop::train
+
+namespace hotloop::train::detail {
+
+/// Which of the Module's evaluation steps a run calls.
+enum class Stage { kValidate, kTest };
+
+/// The one loop behind validate, test, predict, the sanity check and a fit's
+/// validations: the module in eval mode (its mode restored afterwards),
+/// no autograd (InferenceMode, or NoGradGuard when trainer.inference_mode
+/// is off), batches moved as for training, under the same autocast, in the
+/// loader's epoch-0 order every time.
+class EvaluationLoop {
+ public:
+  EvaluationLoop(Trainer& trainer, Module& module, const Precision& precision);
+
+  /// Runs `stage`'s step over the first `limit` batches of `loader` (-1:
+  /// all) and returns the means of what it logged, over every process.
+  std::map<std::string, double> run(
+      data::DataLoader& loader, Stage stage, int64_t limit);
+
+  /// Runs predict_step over the first `limit` batches and returns its
+  /// outputs, one per batch, in order.
+  std::vector<at::Tensor> predict(data::DataLoader& loader, int64_t limit);
+
+ private:
+  template <typename Step>
+  void for_each_batch(data::DataLoader& loader, int64_t limit, Step&& step);
+
+  Trainer& trainer_;
+  Module& module_;
+  const Precision& precision_;
+};
+
+/// Sums every metric's weighted sum and weight over the processes of
+/// `strategy`, so that the means are those of the whole split (a no-op for
+/// one process). Every process must hold the same metric names.
+void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy);
+
+} // namespace hotloop::train::detail

@@ -1,0 +1,74 @@
+#pragma once
+
+#include "hotloop/data/batch.h"
+#include "hotloop/train/metrics.h"
+#include "hotloop/train/module.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hotloop::train {
+class GradScaler;
+class Precision;
+class Trainer;
+} // namespace hotloop::train
+
+namespace hotloop::train::detail {
+
+class StepClock;
+
+/// The training step of a fit, as llm.c's micro-step loop: forward under
+/// autocast → loss ÷ accumulation → backward (scaled) → on the last
+/// micro-batch of an optimizer step: wait for the gradients, unscale, clip,
+/// step, update the scale, drop the gradients, step the schedules. Not
+/// thread-safe.
+class OptimizationStep {
+ public:
+  /// The optimizers and schedules are `setup`'s, which must outlive this.
+  OptimizationStep(
+      Trainer& trainer,
+      Module& module,
+      const OptimizerSetup& setup,
+      const Precision& precision,
+      GradScaler& scaler,
+      StepClock& clock,
+      int64_t accumulate);
+
+  /// Trains on micro-batch `batch_idx` of the epoch, already on the device;
+  /// `last` when it completes an optimizer step, which is then taken (and
+  /// the Trainer's global_step counts it). Returns the batch's loss,
+  /// detached, before the accumulation division.
+  at::Tensor run(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      bool last,
+      MetricCollection& metrics);
+
+  /// Drops every optimizer's gradients (or zero-fills them when
+  /// trainer.zero_grad_set_to_none is off).
+  void zero_grad();
+
+ private:
+  void clip_gradients(const std::vector<at::Tensor>& parameters) const;
+
+  Trainer& trainer_;
+  Module& module_;
+  const OptimizerSetup& setup_;
+  const Precision& precision_;
+  GradScaler& scaler_;
+  StepClock& clock_;
+  int64_t accumulate_;
+  // Each optimizer's parameters, for clipping.
+  std::vector<std::vector<at::Tensor>> parameters_;
+};
+
+/// Steps the schedules of `interval` that watch no metric and are due at
+/// the `count`-th step or epoch (every `frequency`).
+void step_schedules(
+    const std::vector<ScheduleConfig>& schedules,
+    ScheduleInterval interval,
+    int64_t count);
+
+} // namespace hotloop::train::detail

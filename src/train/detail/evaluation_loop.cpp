@@ -1,0 +1,107 @@
+#include "hotloop/train/detail/evaluation_loop.h"
+
+#include "hotloop/train/module.h"
+#include "hotloop/train/strategy.h"
+#include "hotloop/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+#include <optional>
+
+namespace hotloop::train::detail {
+namespace {
+
+// Evaluation runs without autograd: InferenceMode by default, NoGradGuard
+// when trainer.inference_mode is off.
+class NoGradScope {
+ public:
+  explicit NoGradScope(bool inference) {
+    if (inference) {
+      inference_.emplace();
+    } else {
+      no_grad_.emplace();
+    }
+  }
+
+ private:
+  std::optional<c10::InferenceMode> inference_;
+  std::optional<at::NoGradGuard> no_grad_;
+};
+
+} // namespace
+
+EvaluationLoop::EvaluationLoop(
+    Trainer& trainer, Module& module, const Precision& precision)
+    : trainer_(trainer), module_(module), precision_(precision) {}
+
+template <typename Step>
+void EvaluationLoop::for_each_batch(
+    data::DataLoader& loader, int64_t limit, Step&& step) {
+  const bool was_training = module_.is_training();
+  module_.eval();
+  {
+    const NoGradScope no_grad(trainer_.options().inference_mode());
+    const int64_t batches = limited(loader.num_batches(), limit);
+    int64_t batch_idx = 0;
+    loader.set_epoch(0); // evaluation sees the same order every time
+    for (auto it = loader.begin(); it != loader.end() && batch_idx < batches;
+         ++it, ++batch_idx) {
+      const data::Batch batch = trainer_.prepare_batch(precision_, *it);
+      const AutocastGuard autocast = precision_.autocast();
+      step(batch, batch_idx);
+    }
+  }
+  module_.train(was_training);
+}
+
+std::map<std::string, double> EvaluationLoop::run(
+    data::DataLoader& loader, Stage stage, int64_t limit) {
+  MetricCollection metrics;
+  for_each_batch(loader, limit, [&](const data::Batch& batch, int64_t idx) {
+    if (stage == Stage::kValidate) {
+      module_.validation_step(batch, idx, metrics);
+    } else {
+      module_.test_step(batch, idx, metrics);
+    }
+  });
+  all_reduce_metrics(metrics, trainer_.strategy());
+  return metrics.compute();
+}
+
+std::vector<at::Tensor> EvaluationLoop::predict(
+    data::DataLoader& loader, int64_t limit) {
+  std::vector<at::Tensor> outputs;
+  for_each_batch(loader, limit, [&](const data::Batch& batch, int64_t idx) {
+    // A result that views the batch keeps that buffer out of the loader's
+    // pool, so no copy is needed.
+    outputs.push_back(module_.predict_step(batch, idx));
+  });
+  return outputs;
+}
+
+void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
+  if (strategy.world_size() == 1) {
+    return;
+  }
+  auto state = metrics.state();
+  // One collective for all of them: [sum, weight] per metric, by name.
+  at::Tensor values = at::empty(
+      {static_cast<int64_t>(state.size()), 2}, at::TensorOptions(at::kDouble));
+  auto* value = values.data_ptr<double>();
+  for (const auto& [name, sum_weight] : state) {
+    *value++ = sum_weight.first;
+    *value++ = sum_weight.second;
+  }
+  strategy.all_reduce(values, Reduction::kSum);
+  values = values.cpu();
+  value = values.data_ptr<double>();
+  for (auto& [name, sum_weight] : state) {
+    sum_weight.first = *value++;
+    sum_weight.second = *value++;
+  }
+  metrics.load_state(state);
+}
+
+} // namespace hotloop::train::detail

@@ -1,0 +1,638 @@
+#include "hotloop/train/detail/fit_loop.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/evaluation_loop.h"
+#include "hotloop/train/model_checkpoint.h"
+#include "hotloop/train/strategy.h"
+#include "hotloop/train/trainer.h"
+
+#include <torch/csrc/autograd/profiler.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+namespace hotloop::train::detail {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// What configure_optimizers returned must be usable as it stands.
+void check_optimizer_setup(const OptimizerSetup& setup) {
+  HOTLOOP_CHECK(
+      !setup.optimizers.empty(), "configure_optimizers returned no optimizer");
+  std::set<const void*> owned;
+  std::set<const torch::optim::Optimizer*> optimizers;
+  for (size_t i = 0; i < setup.optimizers.size(); ++i) {
+    HOTLOOP_CHECK(
+        setup.optimizers[i] != nullptr,
+        "configure_optimizers returned a null optimizer (number ",
+        i,
+        ")");
+    optimizers.insert(setup.optimizers[i].get());
+    for (const auto& group : setup.optimizers[i]->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        HOTLOOP_CHECK(
+            owned.insert(parameter.unsafeGetTensorImpl()).second,
+            "configure_optimizers: a parameter of shape ",
+            parameter.sizes(),
+            " is in two optimizers (or twice in one); each parameter must "
+            "have one optimizer");
+      }
+    }
+  }
+  for (const auto& schedule : setup.schedules) {
+    HOTLOOP_CHECK(
+        schedule.scheduler != nullptr,
+        "configure_optimizers returned a null schedule");
+    HOTLOOP_CHECK(
+        optimizers.count(&schedule.scheduler->optimizer()) > 0,
+        "configure_optimizers: the ",
+        schedule.scheduler->name(),
+        " schedule sets the rates of an optimizer it did not return");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        schedule.frequency > 0,
+        "the ",
+        schedule.scheduler->name(),
+        " schedule's frequency must be positive, got ",
+        schedule.frequency);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !schedule.scheduler->needs_metric() ||
+            schedule.interval == ScheduleInterval::kEpoch,
+        "a schedule that watches '",
+        schedule.monitor,
+        "' steps once per epoch: set lr_scheduler.interval=epoch");
+  }
+}
+
+LoaderFingerprint loader_fingerprint(
+    const data::DataLoader& train, int64_t batches_per_epoch) {
+  const data::DataLoaderOptions& options = train.options();
+  LoaderFingerprint loader;
+  loader.seed = options.seed();
+  loader.batches_per_epoch = batches_per_epoch;
+  loader.batch_size = options.batch_size().value_or(0);
+  loader.dataset_size = train.dataset().size();
+  loader.shuffle = options.shuffle();
+  return loader;
+}
+
+// A mid-epoch resume skips the batches trained on before the stop: with
+// another loader those are other samples, and the epoch would silently
+// repeat some and never see others.
+void check_same_loader(
+    const std::string& path,
+    const LoaderFingerprint& saved,
+    const LoaderFingerprint& now) {
+  if (saved == now) {
+    return;
+  }
+  std::ostringstream differences;
+  auto compare = [&](const char* name, auto was, auto is) {
+    if (was != is) {
+      differences << (differences.tellp() > 0 ? ", " : "") << name << " " << is
+                  << " (was " << was << ")";
+    }
+  };
+  compare("seed", saved.seed, now.seed);
+  compare("batch_size", saved.batch_size, now.batch_size);
+  compare("dataset size", saved.dataset_size, now.dataset_size);
+  compare("batches per epoch", saved.batches_per_epoch, now.batches_per_epoch);
+  compare("shuffle", saved.shuffle, now.shuffle);
+  throw ConfigError(hotloop::detail::str_cat(
+      path,
+      ": written mid-epoch, and resuming there needs the training loader it "
+      "had; now ",
+      differences.str(),
+      " - resume with the run's data settings, or from a checkpoint written "
+      "at an epoch end"));
+}
+
+} // namespace
+
+FitLoop::FitLoop(
+    Trainer& trainer,
+    Module& module,
+    data::DataLoader& train,
+    data::DataLoader* val)
+    : trainer_(trainer), module_(module), train_(train), val_(val) {}
+
+FitLoop::~FitLoop() = default;
+
+CheckpointState FitLoop::checkpoint_state() const {
+  CheckpointState checkpoint;
+  for (const auto& optimizer : setup_.optimizers) {
+    checkpoint.optimizers.push_back(optimizer.get());
+  }
+  for (const auto& schedule : setup_.schedules) {
+    checkpoint.schedulers.push_back(schedule.scheduler.get());
+  }
+  checkpoint.scaler = scaler_.get();
+  if (epoch_metrics_ != nullptr && trainer_.progress_.epoch_batches > 0) {
+    checkpoint.loop.epoch_metrics = epoch_metrics_->state();
+  }
+  checkpoint.loader = loader_fingerprint(train_, batches_per_epoch_);
+  return checkpoint;
+}
+
+FitResult FitLoop::run(const std::string& ckpt_path) {
+  prepare(ckpt_path);
+  bool stop = false;
+  for (int64_t epoch = trainer_.progress_.epoch;
+       epoch < trainer_.options().max_epochs() && !stop;
+       ++epoch) {
+    stop = run_epoch(epoch);
+  }
+  return finish();
+}
+
+void FitLoop::prepare(const std::string& ckpt_path) {
+  Trainer& trainer = trainer_;
+  const TrainerOptions& options = trainer.options();
+  start_ = Clock::now();
+  const int threads =
+      trainer.apply_runtime_settings(train_.options().num_workers());
+
+  const double overfit = options.overfit_batches();
+  batches_per_epoch_ = resolve_limit(
+      overfit > 0 ? overfit : options.limit_train_batches(),
+      train_.num_batches(),
+      overfit > 0 ? "overfit_batches" : "limit_train_batches");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches_per_epoch_ > 0,
+      "the training set gives no batch (",
+      train_.dataset().size(),
+      " samples, ",
+      train_.num_batches(),
+      " batches per epoch)");
+  accumulate_ = options.accumulate_grad_batches();
+  val_check_batches_ = val_check_batches(
+      options.val_check_interval(), batches_per_epoch_, accumulate_);
+  limit_val_batches_ =
+      val_ == nullptr
+          ? 0
+          : resolve_limit(
+                overfit > 0 ? overfit : options.limit_val_batches(),
+                val_->num_batches(),
+                overfit > 0 ? "overfit_batches" : "limit_val_batches");
+  trainer.has_validation_ = val_ != nullptr && limit_val_batches_ != 0;
+
+  FitPlan plan;
+  plan.steps_per_epoch = (batches_per_epoch_ + accumulate_ - 1) / accumulate_;
+  plan.max_epochs = options.max_epochs();
+  plan.total_steps = plan.steps_per_epoch * plan.max_epochs;
+  if (options.max_steps() > 0) {
+    plan.total_steps = std::min(plan.total_steps, options.max_steps());
+  }
+  trainer.prepare_module(module_);
+  setup_ = module_.configure_optimizers(plan);
+  check_optimizer_setup(setup_);
+  precision_.emplace(trainer.precision_for(module_));
+  precision_->convert_module(module_);
+  scaler_ = std::make_unique<GradScaler>(
+      GradScalerOptions().enabled(precision_->needs_scaler()));
+  // After every change to the parameters (device, memory format, dtype):
+  // a data-parallel strategy hooks the ones training uses.
+  trainer.strategy().setup(module_);
+
+  trainer.progress_ = TrainingProgress{};
+  trainer.current_epoch_ = 0;
+  trainer.callback_metrics_.clear();
+  trainer.should_stop_ = false;
+  trainer.min_epochs_noted_ = false;
+  trainer.pending_logs_.clear();
+  trainer.last_checkpoint_.clear();
+  const std::string& run_dir = trainer.log_dir();
+  trainer.prepare_callbacks(run_dir);
+  trainer.each_callback([&](Callback& c) { c.setup(trainer, module_); });
+  if (!ckpt_path.empty()) {
+    restore(ckpt_path);
+  }
+  start_step_ = trainer.progress_.global_step;
+  clock_.emplace(profile_, trainer.device(), start_step_);
+  step_.emplace(
+      trainer, module_, setup_, *precision_, *scaler_, *clock_, accumulate_);
+  if (options.enable_progress_bar()) {
+    trainer.out_ << "fit: " << train_.dataset().size() << " training samples, "
+                 << batches_per_epoch_ << " batches/epoch, on "
+                 << trainer.device() << ", " << threads << " intra-op threads, "
+                 << train_.options().num_workers() << " loader threads"
+                 << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
+    bar_.emplace(
+        trainer.out_,
+        log::ProgressBar::is_terminal(trainer.out_),
+        options.log_every_n_steps());
+  }
+  step_->zero_grad();
+  if (options.handle_signals()) {
+    signals_.emplace();
+  }
+  {
+    // Neither the sanity check nor the summary may move the generators:
+    // training starts from the seeded (or restored) state either way.
+    const RngStates rng = get_rng_states();
+    if (trainer.has_validation_ && options.num_sanity_val_steps() != 0) {
+      // A broken validation_step fails now, not after the first epoch.
+      trainer.sanity_checking_ = true;
+      const int64_t sanity = options.num_sanity_val_steps();
+      EvaluationLoop(trainer, module_, *precision_)
+          .run(
+              *val_,
+              Stage::kValidate,
+              sanity < 0 ? limit_val_batches_
+                         : limited(sanity, limit_val_batches_));
+      trainer.sanity_checking_ = false;
+    }
+    trainer.model_summary_ = trainer.summarize(module_, train_, *precision_);
+    set_rng_states(rng);
+  }
+  if (options.enable_progress_bar()) {
+    trainer.model_summary_.print(trainer.out_);
+  }
+  profile_.flops_per_sample = 3 * module_.flops_per_sample();
+  profile_.asynchronous = !trainer.device().is_cpu();
+  trainer.each_callback([&](Callback& c) { c.on_fit_start(trainer, module_); });
+}
+
+void FitLoop::restore(const std::string& ckpt_path) {
+  Trainer& trainer = trainer_;
+  CheckpointState checkpoint = checkpoint_state();
+  trainer.progress_ = load_checkpoint(ckpt_path, module_, &checkpoint);
+  if (!checkpoint.callbacks.empty()) {
+    const nlohmann::json states = nlohmann::json::parse(checkpoint.callbacks);
+    for (const auto& callback : trainer.active_callbacks_) {
+      const auto found = states.find(callback->state_key());
+      if (found != states.end()) {
+        callback->load_state_dict(*found);
+      }
+    }
+  }
+  if (trainer.progress_.epoch_batches > 0 && checkpoint.loader.known()) {
+    check_same_loader(
+        ckpt_path,
+        checkpoint.loader,
+        loader_fingerprint(train_, batches_per_epoch_));
+  }
+  trainer.callback_metrics_ = checkpoint.loop.callback_metrics;
+  resumed_epoch_metrics_ = checkpoint.loop.epoch_metrics;
+  trainer.out_ << "resumed from " << ckpt_path << " at epoch "
+               << trainer.progress_.epoch << ", batch "
+               << trainer.progress_.epoch_batches << " (step "
+               << trainer.progress_.global_step << ")\n";
+}
+
+bool FitLoop::run_epoch(int64_t epoch) {
+  Trainer& trainer = trainer_;
+  const TrainerOptions& options = trainer.options();
+  TrainingProgress& progress = trainer.progress_;
+  const int64_t batches = batches_per_epoch_;
+  const int64_t max_epochs = options.max_epochs();
+  const auto epoch_start = Clock::now();
+
+  trainer.current_epoch_ = epoch;
+  module_.train();
+  MetricCollection metrics;
+  epoch_metrics_ = &metrics;
+  struct Forget {
+    MetricCollection*& metrics;
+    ~Forget() {
+      metrics = nullptr;
+    }
+  } forget_metrics{epoch_metrics_};
+  const bool validate_this_epoch =
+      trainer.has_validation_ &&
+      ((epoch + 1) % options.check_val_every_n_epoch() == 0 ||
+       epoch + 1 == max_epochs);
+  if (bar_) {
+    bar_->start_epoch(epoch + 1, max_epochs, batches);
+  }
+  // overfit_batches trains on the same batches every epoch: epoch 0's.
+  const int64_t loader_epoch = options.overfit_batches() > 0 ? 0 : epoch;
+  train_.set_epoch(loader_epoch);
+  int64_t batch_idx = 0;
+  if (progress.epoch_batches > 0) {
+    // Resuming mid-epoch: the loader rebuilds this epoch's order and skips
+    // the batches already trained on.
+    batch_idx = progress.epoch_batches;
+    train_.load_state_dict({loader_epoch, batch_idx});
+    metrics.load_state(resumed_epoch_metrics_);
+  }
+  resumed_epoch_metrics_.clear();
+  trainer.each_callback(
+      [&](Callback& c) { c.on_train_epoch_start(trainer, module_); });
+  trainer.flush_logs();
+
+  StepClock& clock = *clock_;
+  clock.start_epoch();
+  bool stop = false;
+  for (auto it = train_.begin(); it != train_.end() && batch_idx < batches;
+       ++it) {
+    if (batch_idx % accumulate_ == 0) {
+      trace_steps();
+      clock.start_step(progress.global_step);
+    }
+    // The step ends with the accumulation's last micro-batch, or the
+    // epoch's last batch.
+    const bool last =
+        (batch_idx + 1) % accumulate_ == 0 || batch_idx + 1 == batches;
+
+    clock.begin(Phase::kH2D);
+    const data::Batch batch = trainer.prepare_batch(*precision_, *it);
+    {
+      // Hooks inside the step (an input grid, say) are logging time.
+      const auto logging = clock.time(Phase::kLogging);
+      trainer.each_callback([&](Callback& c) {
+        c.on_train_batch_start(trainer, module_, batch, batch_idx);
+      });
+    }
+    const at::Tensor loss = step_->run(batch, batch_idx, last, metrics);
+    progress.epoch_batches = ++batch_idx;
+
+    clock.begin(Phase::kLogging);
+    trainer.each_callback([&](Callback& c) {
+      c.on_train_batch_end(trainer, module_, loss, batch, batch_idx - 1);
+    });
+    stop = last && end_step(epoch, validate_this_epoch, batch_idx);
+    if (bar_ && !interrupted_ && bar_->due(batch_idx)) {
+      // Reading the loss may wait for the device: logging time, not data.
+      bar_->update(
+          batch_idx,
+          clock.epoch_samples() + batch.size(),
+          metrics.get("train_loss"),
+          setup_.optimizers.front()->param_groups()[0].options().get_lr(),
+          clock.epoch_times());
+    }
+    clock.end_batch(batch.size(), last, progress.global_step);
+    if (stop) {
+      break;
+    }
+  }
+  if (bar_) {
+    bar_->end_epoch();
+  }
+  clock.end_epoch();
+  train_seconds_ += clock.epoch_times().total();
+  train_samples_ += clock.epoch_samples();
+  if (interrupted_) {
+    return true;
+  }
+  const bool complete = batch_idx >= batches;
+  if (complete) {
+    progress.epoch = epoch + 1;
+    progress.epoch_batches = 0;
+  }
+  std::map<std::string, double> epoch_metrics = metrics.compute();
+  for (const auto& [name, value] : epoch_metrics) {
+    trainer.callback_metrics_[name] = value;
+  }
+  // The epoch's schedule steps come before the checkpoints written at its
+  // end (after validation, or at on_train_epoch_end), so that a resume from
+  // one starts the next epoch at the rates the uninterrupted run has.
+  if (complete) {
+    step_schedules(setup_.schedules, ScheduleInterval::kEpoch, epoch + 1);
+  }
+  const bool last_epoch = stop || epoch + 1 == max_epochs;
+  if (trainer.has_validation_ && (validate_this_epoch || last_epoch) &&
+      validated_step_ != progress.global_step) {
+    validate(/*epoch_end=*/complete);
+  } else if (complete) {
+    step_metric_schedules(epoch + 1);
+  }
+  epoch_metrics["epoch"] = static_cast<double>(epoch);
+  // Seconds since the fit started, for time-to-accuracy curves.
+  epoch_metrics["elapsed_s"] = seconds_since(start_);
+  trainer.log_metrics(epoch_metrics);
+  trainer.each_callback(
+      [&](Callback& c) { c.on_train_epoch_end(trainer, module_); });
+  trainer.flush_logs();
+  trainer.flush_loggers();
+  if (options.enable_progress_bar()) {
+    print_epoch_line(seconds_since(epoch_start));
+  }
+  if (signalled()) {
+    interrupt();
+    return true;
+  }
+  return stop || stop_requested(epoch + (complete ? 1 : 0));
+}
+
+bool FitLoop::end_step(
+    int64_t epoch, bool validate_this_epoch, int64_t batch_idx) {
+  Trainer& trainer = trainer_;
+  const TrainerOptions& options = trainer.options();
+  const int64_t global_step = trainer.progress_.global_step;
+  const int64_t log_every = options.log_every_n_steps();
+  if (log_every > 0 && global_step % log_every == 0) {
+    std::map<std::string, double> step_metrics{
+        {"epoch", static_cast<double>(epoch)}};
+    for (const auto& [name, value] : epoch_metrics_->last()) {
+      step_metrics[name + "_step"] = value;
+    }
+    trainer.log_metrics(step_metrics);
+  }
+  const bool steps_done =
+      options.max_steps() > 0 && global_step >= options.max_steps();
+  if (signalled()) {
+    interrupt();
+    return true;
+  }
+  if (!steps_done && validate_this_epoch && batch_idx < batches_per_epoch_ &&
+      batch_idx % val_check_batches_ == 0) {
+    validate(/*epoch_end=*/false);
+  }
+  trainer.flush_logs();
+  const int64_t flush_every = options.flush_logs_every_n_steps();
+  if (flush_every > 0 && global_step % flush_every == 0) {
+    trainer.flush_loggers();
+  }
+  return steps_done || stop_requested(epoch);
+}
+
+bool FitLoop::signalled() {
+  return trainer_.strategy().any(
+      signals_.has_value() && StopSignalGuard::received() != 0);
+}
+
+bool FitLoop::stop_requested(int64_t completed_epochs) {
+  Trainer& trainer = trainer_;
+  // A callback's decision (EarlyStopping, Timer) may differ between
+  // processes; all stop if one does.
+  if (!trainer.strategy().any(trainer.should_stop_)) {
+    return false;
+  }
+  if (completed_epochs >= trainer.options().min_epochs()) {
+    return true;
+  }
+  if (trainer.options().enable_progress_bar() && !trainer.min_epochs_noted_) {
+    trainer.out_ << "a stop was requested, but trainer.min_epochs="
+                 << trainer.options().min_epochs()
+                 << " is not reached; training continues\n";
+  }
+  trainer.min_epochs_noted_ = true;
+  trainer.should_stop_ = false;
+  return false;
+}
+
+void FitLoop::interrupt() {
+  Trainer& trainer = trainer_;
+  interrupted_ = true;
+  trainer.flush_logs();
+  std::string saved;
+  for (const auto& callback : trainer.active_callbacks_) {
+    if (auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get())) {
+      saved = checkpoint->save_last(trainer);
+      break;
+    }
+  }
+  if (saved.empty() && !trainer.log_dir_.empty()) {
+    // Checkpointing is off, but a stopped run must still be resumable.
+    const std::filesystem::path folder =
+        std::filesystem::path(trainer.log_dir_) / "checkpoints";
+    std::filesystem::create_directories(folder);
+    saved = (folder / "last.ckpt").string();
+    trainer.save_checkpoint(saved);
+  }
+  trainer.flush_loggers();
+  trainer.out_ << "interrupted by signal " << StopSignalGuard::received()
+               << " in epoch " << trainer.current_epoch_ + 1 << " after batch "
+               << trainer.progress_.epoch_batches << " (step "
+               << trainer.progress_.global_step << "); ";
+  if (saved.empty()) {
+    trainer.out_ << "no run folder, so no checkpoint to resume from\n";
+  } else {
+    trainer.out_ << "resume from " << saved
+                 << " (Trainer::fit's ckpt_path, or hotloop fit --ckpt_path)\n";
+  }
+}
+
+void FitLoop::validate(bool epoch_end) {
+  Trainer& trainer = trainer_;
+  // Validation inside an epoch is not step time.
+  const auto timed = clock_->time(Phase::kValidation);
+  trainer.each_callback(
+      [&](Callback& c) { c.on_validation_start(trainer, module_); });
+  const auto metrics = EvaluationLoop(trainer, module_, *precision_)
+                           .run(*val_, Stage::kValidate, limit_val_batches_);
+  for (const auto& [name, value] : metrics) {
+    trainer.callback_metrics_[name] = value;
+  }
+  std::map<std::string, double> logged = metrics;
+  logged["epoch"] = static_cast<double>(trainer.current_epoch_);
+  trainer.log_metrics(logged);
+  validated_step_ = trainer.progress_.global_step;
+  if (epoch_end) {
+    step_metric_schedules(trainer.current_epoch_ + 1);
+  }
+  trainer.each_callback(
+      [&](Callback& c) { c.on_validation_end(trainer, module_); });
+}
+
+void FitLoop::step_metric_schedules(int64_t epochs) {
+  const auto& metrics = trainer_.callback_metrics_;
+  for (const ScheduleConfig& schedule : setup_.schedules) {
+    if (!schedule.scheduler->needs_metric() ||
+        epochs % schedule.frequency != 0) {
+      continue;
+    }
+    const auto found = metrics.find(schedule.monitor);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        found != metrics.end(),
+        "the lr schedule watches '",
+        schedule.monitor,
+        "', which no step logged this epoch (is validation off?)");
+    schedule.scheduler->step(found->second);
+  }
+}
+
+void FitLoop::trace_steps() {
+  // Skips this fit's first two steps (first-call allocations and algorithm
+  // searches; a resumed fit's too), then records profiler_steps whole
+  // optimizer steps.
+  const TrainerOptions& options = trainer_.options();
+  const std::string& run_dir = trainer_.log_dir_;
+  if (options.profiler() != "pytorch" || run_dir.empty()) {
+    return;
+  }
+  if (!trace_ && trace_steps_left_ == 0 &&
+      trainer_.progress_.global_step == start_step_ + 2) {
+    trace_steps_left_ = options.profiler_steps();
+    trace_ = std::make_unique<torch::autograd::profiler::RecordProfile>(
+        (std::filesystem::path(run_dir) / "trace.json").string());
+  } else if (trace_ && --trace_steps_left_ == 0) {
+    trace_.reset(); // writes the file
+    if (options.enable_progress_bar()) {
+      trainer_.out_ << "profiler trace written to " << run_dir
+                    << "/trace.json\n";
+    }
+  }
+}
+
+void FitLoop::print_epoch_line(double seconds) {
+  std::ostream& out = trainer_.out_;
+  const log::StepTimes& phases = clock_->epoch_times();
+  out << "epoch " << trainer_.current_epoch_ + 1 << "/"
+      << trainer_.options().max_epochs();
+  out << std::fixed << std::setprecision(4);
+  for (const auto& [name, value] : trainer_.callback_metrics_) {
+    out << "  " << name << " " << value;
+  }
+  const double busy = std::max(phases.total(), 1e-9);
+  out << std::setprecision(0) << "  " << clock_->epoch_samples() / busy
+      << " samples/s" << std::setprecision(1) << "  " << seconds << "s (data "
+      << std::setprecision(0) << 100 * phases.data / busy << "%)"
+      << std::defaultfloat << "\n";
+  out.flush();
+}
+
+FitResult FitLoop::finish() {
+  Trainer& trainer = trainer_;
+  trainer.flush_logs();
+  trace_.reset(); // writes the trace when the fit ended inside it
+  trainer.each_callback([&](Callback& c) { c.on_fit_end(trainer, module_); });
+
+  FitResult result;
+  result.metrics = trainer.callback_metrics_;
+  result.epochs = trainer.progress_.epoch;
+  result.steps = trainer.progress_.global_step;
+  result.interrupted = interrupted_;
+  result.train_samples_per_s =
+      train_seconds_ > 0 ? train_samples_ / train_seconds_ : 0;
+  result.wall_s = seconds_since(start_);
+  result.checkpoint_path = trainer.last_checkpoint_;
+  for (const auto& callback : trainer.active_callbacks_) {
+    const auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get());
+    if (checkpoint == nullptr) {
+      continue;
+    }
+    if (!checkpoint->last_model_path().empty()) {
+      result.checkpoint_path = checkpoint->last_model_path();
+    }
+    if (!checkpoint->options().monitor().empty()) {
+      result.best_model_path = checkpoint->best_model_path();
+    }
+    break;
+  }
+  if (profile_.flops_per_sample > 0 && profile_.steps > 0) {
+    profile_.peak_flops =
+        measure_peak_flops(trainer.device(), precision_->compute_dtype());
+  }
+  result.profile = profile_;
+  if (trainer.options().enable_progress_bar() && profile_.steps > 0) {
+    profile_.print(trainer.out_, trainer.profile_context(train_));
+  }
+  return result;
+}
+
+} // namespace hotloop::train::detail

@@ -1,0 +1,143 @@
+#include "hotloop/train/detail/optimization_step.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/optim/clip_grad.h"
+#include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/step_clock.h"
+#include "hotloop/train/grad_scaler.h"
+#include "hotloop/train/precision.h"
+#include "hotloop/train/strategy.h"
+#include "hotloop/train/trainer.h"
+
+#include <torch/nn/utils/clip_grad.h>
+
+namespace hotloop::train::detail {
+
+OptimizationStep::OptimizationStep(
+    Trainer& trainer,
+    Module& module,
+    const OptimizerSetup& setup,
+    const Precision& precision,
+    GradScaler& scaler,
+    StepClock& clock,
+    int64_t accumulate)
+    : trainer_(trainer),
+      module_(module),
+      setup_(setup),
+      precision_(precision),
+      scaler_(scaler),
+      clock_(clock),
+      accumulate_(accumulate) {
+  for (const auto& optimizer : setup_.optimizers) {
+    std::vector<at::Tensor> parameters;
+    for (const auto& group : optimizer->param_groups()) {
+      parameters.insert(
+          parameters.end(), group.params().begin(), group.params().end());
+    }
+    parameters_.push_back(std::move(parameters));
+  }
+}
+
+at::Tensor OptimizationStep::run(
+    const data::Batch& batch,
+    int64_t batch_idx,
+    bool last,
+    MetricCollection& metrics) {
+  clock_.begin(Phase::kForward);
+  at::Tensor loss;
+  {
+    const AutocastGuard autocast = precision_.autocast();
+    loss = module_.training_step(batch, batch_idx, metrics);
+  }
+  const at::Tensor loss_value = loss.detach();
+  // The micro-batches' gradients add up: dividing each loss by their count
+  // makes the sum the gradient of their mean, as one whole batch's.
+  if (accumulate_ > 1) {
+    loss = loss / static_cast<double>(accumulate_);
+  }
+
+  clock_.begin(Phase::kBackward);
+  // Only the step's last backward all-reduces; the others just add up
+  // locally (DDP's no_sync).
+  trainer_.strategy().before_backward(last);
+  (scaler_.is_enabled() ? scaler_.scale(loss) : loss).backward();
+
+  clock_.begin(Phase::kOptimizer);
+  if (!last) {
+    return loss_value;
+  }
+  // The all-reduce ran in buckets during backward; the last ones may still
+  // be in flight. Unscaling and clipping must see the mean over processes.
+  trainer_.strategy().wait_for_gradients();
+  for (size_t i = 0; i < setup_.optimizers.size(); ++i) {
+    torch::optim::Optimizer& optimizer = *setup_.optimizers[i];
+    if (scaler_.is_enabled()) {
+      scaler_.unscale_(optimizer); // callbacks and clipping see true grads
+    }
+    {
+      const auto logging = clock_.time(Phase::kLogging);
+      trainer_.each_callback([&](Callback& c) {
+        c.on_before_optimizer_step(trainer_, module_, optimizer);
+      });
+    }
+    clip_gradients(parameters_[i]);
+    if (scaler_.is_enabled()) {
+      scaler_.step(optimizer); // skipped on inf/NaN gradients
+    } else {
+      optimizer.step();
+    }
+  }
+  if (scaler_.is_enabled()) {
+    scaler_.update(); // one scale for all optimizers
+  }
+  // Dropped, not zero-filled: the next backward writes fresh gradients.
+  zero_grad();
+  const int64_t steps = ++trainer_.progress_.global_step;
+  step_schedules(setup_.schedules, ScheduleInterval::kStep, steps);
+  return loss_value;
+}
+
+void OptimizationStep::zero_grad() {
+  for (const auto& optimizer : setup_.optimizers) {
+    if (trainer_.options().zero_grad_set_to_none()) {
+      compat::zero_grad_set_to_none(*optimizer);
+      continue;
+    }
+    for (auto& group : optimizer->param_groups()) {
+      for (auto& parameter : group.params()) {
+        if (parameter.mutable_grad().defined()) {
+          parameter.mutable_grad().detach_().zero_();
+        }
+      }
+    }
+  }
+}
+
+void OptimizationStep::clip_gradients(
+    const std::vector<at::Tensor>& parameters) const {
+  const TrainerOptions& options = trainer_.options();
+  if (options.gradient_clip_val() <= 0) {
+    return;
+  }
+  if (options.gradient_clip_algorithm() == "value") {
+    torch::nn::utils::clip_grad_value_(parameters, options.gradient_clip_val());
+  } else {
+    // Ours, not LibTorch's: the same arithmetic without reading the norm
+    // back, which would make the host wait for the device every step.
+    optim::clip_grad_norm_(parameters, options.gradient_clip_val());
+  }
+}
+
+void step_schedules(
+    const std::vector<ScheduleConfig>& schedules,
+    ScheduleInterval interval,
+    int64_t count) {
+  for (const ScheduleConfig& schedule : schedules) {
+    if (schedule.interval == interval && !schedule.scheduler->needs_metric() &&
+        count % schedule.frequency == 0) {
+      schedule.scheduler->step();
+    }
+  }
+}
+
+} // namespace hotloop::train::detail

@@ -1,0 +1,59 @@
+#include "hotloop/train/fit_result.h"
+
+#include "hotloop/train/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+namespace hotloop::train {
+
+void write_summary(
+    const std::string& run_dir,
+    const FitResult& result,
+    const ProfileContext& context,
+    const log::ModelSummary& model) {
+  if (run_dir.empty()) {
+    return;
+  }
+  nlohmann::json summary;
+  for (const auto& [name, value] : result.metrics) {
+    summary[name] = value;
+  }
+  summary["epochs"] = result.epochs;
+  summary["steps"] = result.steps;
+  summary["train_samples_per_s"] = result.train_samples_per_s;
+  summary["wall_s"] = result.wall_s;
+  summary["checkpoint"] = result.checkpoint_path;
+  summary["best_checkpoint"] = result.best_model_path;
+  summary["interrupted"] = result.interrupted;
+  const StepProfile& profile = result.profile;
+  summary["profile"] = {
+      {"phases", profile.phases()},
+      {"synced_phases", profile.synced},
+      {"synced_steps", profile.synced_steps},
+      {"asynchronous", profile.asynchronous},
+      {"validation", profile.validation},
+      {"steps", profile.steps},
+      {"samples_per_s", profile.samples_per_s()},
+      {"steady_samples_per_s", profile.steady_samples_per_s()},
+      {"verdict", profile.verdict(context)},
+  };
+  if (profile.flops_per_sample > 0) {
+    summary["profile"]["flops_per_sample"] = profile.flops_per_sample;
+    summary["profile"]["flops_per_s"] = profile.flops_per_s();
+    summary["profile"]["peak_flops"] = profile.peak_flops;
+    summary["profile"]["utilization"] = profile.utilization();
+  }
+  summary["model"] = {
+      {"total_params", model.total_params()},
+      {"trainable_params", model.trainable_params},
+      {"frozen_params", model.frozen_params},
+      {"size_mb", model.size_mb},
+  };
+  write_file_atomically(
+      (std::filesystem::path(run_dir) / "summary.json").string(),
+      [&](std::ostream& out) { out << summary.dump(2) << "\n"; });
+}
+
+} // namespace hotloop::train

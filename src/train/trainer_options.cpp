@@ -1,0 +1,180 @@
+#include "hotloop/train/trainer_options.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/train/precision.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hotloop::train {
+namespace {
+
+// Whether `limit` is a valid limit_* value: -1, 0 (when allowed), a
+// fraction in (0, 1) or a whole number.
+void check_limit(double limit, const char* name, bool zero_allowed) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      limit == -1 || (zero_allowed && limit == 0) ||
+          (limit > 0 && (limit < 1 || limit == std::floor(limit))),
+      "trainer.",
+      name,
+      ": expected -1 (all), ",
+      zero_allowed ? "0 (none), " : "",
+      "a fraction in (0, 1) or a whole number of batches, got ",
+      limit);
+}
+
+void check_at_least(int64_t value, int64_t min, const char* name) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value >= min,
+      "trainer.",
+      name,
+      " must be >= ",
+      min,
+      ", got ",
+      value);
+}
+
+} // namespace
+
+TrainerOptions resolve_trainer_options(TrainerOptions options) {
+  check_at_least(options.max_epochs(), 1, "max_epochs");
+  check_at_least(options.min_epochs(), 0, "min_epochs");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.max_steps() == -1 || options.max_steps() > 0,
+      "trainer.max_steps must be positive or -1, got ",
+      options.max_steps());
+  check_limit(options.limit_train_batches(), "limit_train_batches", false);
+  check_limit(options.limit_val_batches(), "limit_val_batches", true);
+  check_limit(options.limit_test_batches(), "limit_test_batches", true);
+  check_limit(options.limit_predict_batches(), "limit_predict_batches", true);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.val_check_interval() > 0 &&
+          (options.val_check_interval() <= 1.0 ||
+           options.val_check_interval() ==
+               std::floor(options.val_check_interval())),
+      "trainer.val_check_interval: expected a fraction in (0, 1] or a whole "
+      "number of batches, got ",
+      options.val_check_interval());
+  check_at_least(
+      options.check_val_every_n_epoch(), 1, "check_val_every_n_epoch");
+  check_limit(options.overfit_batches(), "overfit_batches", true);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.overfit_batches() >= 0,
+      "trainer.overfit_batches must be >= 0, got ",
+      options.overfit_batches());
+  check_at_least(
+      options.accumulate_grad_batches(), 1, "accumulate_grad_batches");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.gradient_clip_val() >= 0,
+      "trainer.gradient_clip_val must be >= 0, got ",
+      options.gradient_clip_val());
+  check_at_least(options.num_threads(), 0, "num_threads");
+  check_at_least(options.blas_threads(), 0, "blas_threads");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.gradient_clip_algorithm() == "norm" ||
+          options.gradient_clip_algorithm() == "value",
+      "trainer.gradient_clip_algorithm: expected norm or value, got '",
+      options.gradient_clip_algorithm(),
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.max_time() >= 0,
+      "trainer.max_time must be >= 0, got ",
+      options.max_time());
+  check_at_least(options.fast_dev_run(), 0, "fast_dev_run");
+  check_at_least(options.num_sanity_val_steps(), -1, "num_sanity_val_steps");
+  check_at_least(options.log_every_n_steps(), 0, "log_every_n_steps");
+  check_at_least(
+      options.flush_logs_every_n_steps(), 0, "flush_logs_every_n_steps");
+  check_at_least(options.seed(), -1, "seed");
+  check_at_least(options.profiler_steps(), 1, "profiler_steps");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.profiler().empty() || options.profiler() == "pytorch",
+      "trainer.profiler: expected \"\" or pytorch, got '",
+      options.profiler(),
+      "'");
+  if (options.fast_dev_run() > 0) {
+    // Lightning's fast_dev_run: n batches of each, once, leaving no files.
+    const int64_t n = options.fast_dev_run();
+    options.max_epochs(1)
+        .min_epochs(0)
+        .max_steps(-1)
+        .max_time(0)
+        .limit_train_batches(n)
+        .limit_val_batches(n)
+        .limit_test_batches(n)
+        .limit_predict_batches(n)
+        .val_check_interval(1.0)
+        .num_sanity_val_steps(0)
+        .accumulate_grad_batches(1)
+        .default_root_dir("");
+  }
+  parse_precision_mode(options.precision()); // names a bad value now
+  return options;
+}
+
+namespace detail {
+
+int64_t resolve_limit(double limit, int64_t available, const char* name) {
+  if (limit < 0) {
+    return available;
+  }
+  if (limit > 0 && limit < 1) {
+    const auto batches = static_cast<int64_t>(
+        std::floor(limit * static_cast<double>(available)));
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        batches > 0,
+        "trainer.",
+        name,
+        "=",
+        limit,
+        " of ",
+        available,
+        " batches is none: raise it or give a whole number");
+    return batches;
+  }
+  return std::min(available, static_cast<int64_t>(limit));
+}
+
+int64_t val_check_batches(
+    double interval, int64_t batches_per_epoch, int64_t accumulate) {
+  if (interval == 1.0) {
+    return batches_per_epoch;
+  }
+  if (interval < 1.0) {
+    const auto batches = static_cast<int64_t>(
+        std::floor(interval * static_cast<double>(batches_per_epoch)));
+    // Whole optimizer steps, at least one.
+    return std::max(accumulate, batches / accumulate * accumulate);
+  }
+  const auto batches = static_cast<int64_t>(interval);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches <= batches_per_epoch,
+      "trainer.val_check_interval (",
+      batches,
+      ") must be at most the number of training batches per epoch (",
+      batches_per_epoch,
+      ")");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches % accumulate == 0,
+      "trainer.val_check_interval (",
+      batches,
+      " batches) must be a multiple of trainer.accumulate_grad_batches (",
+      accumulate,
+      ") so that validation falls between optimizer steps");
+  return batches;
+}
+
+} // namespace detail
+} // namespace hotloop::train

@@ -1,0 +1,64 @@
+#include "hotloop/train/strategy.h"
+#include "hotloop/train/detail/evaluation_loop.h"
+#include "hotloop/train/metrics.h"
+#include "train/trainer_fixture.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace hotloop::train {
+namespace {
+
+TEST(Strategy, TheSingleProcessOneChangesNothing) {
+  Strategy single;
+  at::Tensor values = at::tensor({1.5, 2.0}, at::kDouble);
+  single.all_reduce(values);
+  single.all_reduce(values, Reduction::kMax);
+  EXPECT_TRUE(values.equal(at::tensor({1.5, 2.0}, at::kDouble)));
+  EXPECT_TRUE(single.any(true));
+  EXPECT_FALSE(single.any(false));
+  EXPECT_TRUE(single.is_global_zero());
+  EXPECT_EQ(single.world_size(), 1);
+}
+
+// A process of two whose partner saw one more sample of every metric, with
+// the value 0: the sums stay, the weights grow by one.
+class PartnerSawOneZero : public Strategy {
+ public:
+  void all_reduce(at::Tensor& values, Reduction op) override {
+    ops.push_back(op);
+    shapes.push_back(values.sizes().vec());
+    values.select(1, 1).add_(1);
+  }
+  int64_t world_size() const override {
+    return 2;
+  }
+  std::vector<Reduction> ops;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+TEST(Strategy, MetricSumsAndWeightsAreReducedInOneCollective) {
+  MetricCollection metrics;
+  metrics.log("val_acc", 1.0, 3); // 3 samples, all right
+  metrics.log("val_loss", 0.5, 1);
+  metrics.log("val_loss", 0.25, 3); // sum 1.25 over 4
+  PartnerSawOneZero partner;
+  detail::all_reduce_metrics(metrics, partner);
+  ASSERT_EQ(partner.ops.size(), 1u);
+  EXPECT_EQ(partner.ops[0], Reduction::kSum);
+  EXPECT_EQ(partner.shapes[0], (std::vector<int64_t>{2, 2}));
+  EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 3.0 / 4.0);
+  EXPECT_DOUBLE_EQ(metrics.get("val_loss"), 1.25 / 5.0);
+
+  Strategy single; // one process: no collective at all
+  MetricCollection alone;
+  alone.log("val_acc", 1.0, 3);
+  detail::all_reduce_metrics(alone, single);
+  EXPECT_DOUBLE_EQ(alone.get("val_acc"), 1.0);
+}
+
+} // namespace
+} // namespace hotloop::train
