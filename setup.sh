@@ -3,10 +3,21 @@
 # builds it in Release under build/. Safe to run again: installed packages
 # are skipped and the build is incremental.
 #
-#   ./setup.sh              install + build
+#   ./setup.sh              install + build the library and the hotloop CLI
+#   ./setup.sh --tests      the same, plus what the tests need: GoogleTest,
+#                           Chromium (the report test), the test binary
 #   BUILD_DIR=out ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
+
+TESTS=0
+for arg in "$@"; do
+  case $arg in
+    --tests) TESTS=1 ;;
+    -h|--help) sed -n '2,9{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "setup: error: unknown argument '$arg' (expected --tests)" >&2; exit 2 ;;
+  esac
+done
 
 BUILD_DIR=${BUILD_DIR:-build}
 PACKAGES=(
@@ -18,10 +29,14 @@ PACKAGES=(
   nlohmann-json3-dev      # summary.json
   zlib1g-dev              # gzipped IDX files
   libpng-dev libturbojpeg0-dev  # image folders (PNG, JPEG)
-  libgtest-dev libgmock-dev
   dataset-fashion-mnist   # the main job's data: /usr/share/datasets/fashion-mnist
-  chromium                # renders the run report in its headless test
 )
+if ((TESTS)); then
+  PACKAGES+=(
+    libgtest-dev libgmock-dev
+    chromium                # renders the run report in its headless test
+  )
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -47,6 +62,23 @@ else
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
 fi
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build "$BUILD_DIR"
-echo "setup: built $BUILD_DIR/hotloop"
+# The main job needs the library and the CLI only; the test binary (most of
+# a clean build's time on two cores) is built when the tests are asked for.
+# A build folder that has the tests keeps them.
+configure=(-S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+if ((TESTS)); then
+  configure+=(-DHOTLOOP_BUILD_TESTS=ON)
+elif [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  configure+=(-DHOTLOOP_BUILD_TESTS=OFF)
+fi
+if command -v ccache >/dev/null && [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake "${configure[@]}"
+if ((TESTS)); then
+  cmake --build "$BUILD_DIR" --target hotloop_cli hotloop_tests
+  echo "setup: built $BUILD_DIR/hotloop and the tests (ctest --test-dir $BUILD_DIR)"
+else
+  cmake --build "$BUILD_DIR" --target hotloop_cli
+  echo "setup: built $BUILD_DIR/hotloop"
+fi
