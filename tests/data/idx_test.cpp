@@ -7,8 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 namespace hotloop::data {
 namespace {
@@ -204,12 +206,21 @@ TEST_F(FakeMnist, WrongShapesOrTypesAreRejected) {
       "expected uint8 labels of shape [N], got Int [6]");
 }
 
-// The real files from Debian's dataset-fashion-mnist (installed by setup.sh).
+// The real files from Debian's dataset-fashion-mnist (installed by
+// setup.sh), or from HOTLOOP_FASHION_MNIST_ROOT on a machine that has them
+// elsewhere (scripts/gpu_run.sh sets it to the carried copy).
+std::string fashion_mnist_root() {
+  const char* root = std::getenv("HOTLOOP_FASHION_MNIST_ROOT");
+  return root != nullptr && *root != '\0' ? root : kFashionMnistDefaultRoot;
+}
+
 TEST(FashionMnist, RealFilesHaveTheKnownShapesAndValues) {
-  ASSERT_TRUE(std::filesystem::is_directory(kFashionMnistDefaultRoot))
-      << "install the dataset-fashion-mnist package (./setup.sh does)";
-  const auto train = load_mnist_split(kFashionMnistDefaultRoot, true);
-  const auto test = load_mnist_split(kFashionMnistDefaultRoot, false);
+  const std::string root = fashion_mnist_root();
+  ASSERT_TRUE(std::filesystem::is_directory(root))
+      << root << " not found: install the dataset-fashion-mnist package "
+      << "(./setup.sh does) or set HOTLOOP_FASHION_MNIST_ROOT";
+  const auto train = load_mnist_split(root, true);
+  const auto test = load_mnist_split(root, false);
   EXPECT_EQ(train->images().sizes(), at::IntArrayRef({60000, 1, 28, 28}));
   EXPECT_EQ(test->images().sizes(), at::IntArrayRef({10000, 1, 28, 28}));
   // Reference values from Python/numpy on the same files.
