@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 
 namespace hotloop::testing {
@@ -110,6 +112,92 @@ void write_fake_mnist(
   };
   make("train", n_train, 1);
   make("t10k", n_test, 2);
+}
+
+const Reference& Reference::get(const std::string& file) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(file);
+  if (it == cache.end()) {
+    it = cache
+             .emplace(
+                 file,
+                 Reference(std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
+             .first;
+  }
+  return it->second;
+}
+
+std::vector<ReferenceEntry> Reference::all(
+    const std::string& case_name, const std::string& field) const {
+  std::vector<ReferenceEntry> out;
+  for (const auto& row : rows_) {
+    if (row.first == case_name + " " + field) {
+      out.push_back(row.second);
+    }
+  }
+  if (out.empty()) {
+    throw std::out_of_range(
+        "no reference rows '" + case_name + " " + field +
+        "' (regenerate with its tests/reference/make_*.py script)");
+  }
+  return out;
+}
+
+const ReferenceEntry& Reference::one(
+    const std::string& case_name,
+    const std::string& field,
+    const std::string& name) const {
+  for (const auto& row : rows_) {
+    if (row.first == case_name + " " + field && row.second.name == name) {
+      return row.second;
+    }
+  }
+  throw std::out_of_range(
+      "no reference row '" + case_name + " " + field + " " + name + "'");
+}
+
+Reference::Reference(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw std::runtime_error("cannot open reference file " + path);
+  }
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') {
+      continue;
+    }
+    std::istringstream fields(line);
+    std::string case_name, field;
+    ReferenceEntry entry;
+    fields >> case_name >> field >> entry.name >> entry.shape;
+    for (double value = 0; fields >> value;) {
+      entry.values.push_back(value);
+    }
+    rows_.emplace_back(case_name + " " + field, std::move(entry));
+  }
+}
+
+std::string shape_string(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.append(i ? "," : "").append(std::to_string(sizes[i]));
+  }
+  return out + "]";
+}
+
+std::vector<int64_t> parse_shape(const std::string& shape) {
+  std::vector<int64_t> sizes;
+  std::istringstream in(shape.substr(1, shape.size() - 2));
+  for (std::string item; std::getline(in, item, ',');) {
+    sizes.push_back(std::stoll(item));
+  }
+  return sizes;
+}
+
+at::Tensor to_tensor(
+    const ReferenceEntry& entry, at::ScalarType dtype, double scale) {
+  at::Tensor values = at::tensor(entry.values, at::kDouble) / scale;
+  return values.to(dtype).reshape(parse_shape(entry.shape));
 }
 
 } // namespace hotloop::testing

@@ -9,6 +9,10 @@
 #include <utility>
 #include <vector>
 
+#ifndef HOTLOOP_TEST_REFERENCE_DIR
+#define HOTLOOP_TEST_REFERENCE_DIR "tests/reference"
+#endif
+
 /// Expects `statement` to throw `hotloop::ErrorType` whose message contains
 /// `text` (LibTorch's ASSERT_THROWS_WITH, for hotloop's error types).
 #define EXPECT_THROWS_WITH(ErrorType, statement, text) \
@@ -60,5 +64,41 @@ void write_fake_mnist(
     int64_t n_train,
     int64_t n_test,
     int64_t size = 28);
+
+/// One record of a reference file written by a tests/reference/make_*.py
+/// script: "<case> <field> <name> <shape> <values...>".
+struct ReferenceEntry {
+  std::string name;
+  std::string shape; // "[d0,d1,...]"
+  std::vector<double> values;
+};
+
+/// A reference file of tests/reference, read once and kept.
+class Reference {
+ public:
+  static const Reference& get(const std::string& file);
+
+  /// The entries of `case_name` with `field`, in file order; throws
+  /// std::out_of_range when there are none.
+  std::vector<ReferenceEntry> all(
+      const std::string& case_name, const std::string& field) const;
+
+  const ReferenceEntry& one(
+      const std::string& case_name,
+      const std::string& field,
+      const std::string& name) const;
+
+ private:
+  explicit Reference(const std::string& path);
+  std::vector<std::pair<std::string, ReferenceEntry>> rows_;
+};
+
+/// "[d0,d1,...]"
+std::string shape_string(at::IntArrayRef sizes);
+std::vector<int64_t> parse_shape(const std::string& shape);
+
+/// The entry's values as a tensor of its shape, divided by `scale`.
+at::Tensor to_tensor(
+    const ReferenceEntry& entry, at::ScalarType dtype, double scale = 1.0);
 
 } // namespace hotloop::testing

@@ -22,9 +22,6 @@
 #include <utility>
 #include <vector>
 
-#ifndef HOTLOOP_TEST_REFERENCE_DIR
-#define HOTLOOP_TEST_REFERENCE_DIR "tests/reference"
-#endif
 
 namespace hotloop::models {
 namespace {
@@ -37,106 +34,11 @@ constexpr double kInputScale = 64;   // `input` values are k / 64
 // differ by ~1e-7.
 constexpr double kParityTolerance = 1e-5;
 
-struct Entry {
-  std::string name;
-  std::string shape; // "[d0,d1,...]"
-  std::vector<double> values;
-};
-
-class Reference {
- public:
-  static const Reference& get(const std::string& file) {
-    static std::map<std::string, Reference> cache;
-    auto it = cache.find(file);
-    if (it == cache.end()) {
-      it = cache
-               .emplace(
-                   file,
-                   Reference(
-                       std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
-               .first;
-    }
-    return it->second;
-  }
-
-  /// The entries of `case_name` with `field`, in file order.
-  std::vector<Entry> all(
-      const std::string& case_name, const std::string& field) const {
-    std::vector<Entry> out;
-    for (const auto& row : rows_) {
-      if (row.first == case_name + " " + field) {
-        out.push_back(row.second);
-      }
-    }
-    if (out.empty()) {
-      throw std::out_of_range(
-          "no reference rows '" + case_name + " " + field +
-          "' (regenerate with tests/reference/make_models_reference.py)");
-    }
-    return out;
-  }
-
-  const Entry& one(
-      const std::string& case_name,
-      const std::string& field,
-      const std::string& name) const {
-    for (const auto& row : rows_) {
-      if (row.first == case_name + " " + field && row.second.name == name) {
-        return row.second;
-      }
-    }
-    throw std::out_of_range(
-        "no reference row '" + case_name + " " + field + " " + name + "'");
-  }
-
- private:
-  explicit Reference(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) {
-      throw std::runtime_error("cannot open reference file " + path);
-    }
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') {
-        continue;
-      }
-      std::istringstream fields(line);
-      std::string case_name, field;
-      Entry entry;
-      fields >> case_name >> field >> entry.name >> entry.shape;
-      for (double value = 0; fields >> value;) {
-        entry.values.push_back(value);
-      }
-      rows_.emplace_back(case_name + " " + field, std::move(entry));
-    }
-  }
-
-  std::vector<std::pair<std::string, Entry>> rows_;
-};
-
-std::string shape_string(at::IntArrayRef sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    out.append(i ? "," : "").append(std::to_string(sizes[i]));
-  }
-  return out + "]";
-}
-
-std::vector<int64_t> parse_shape(const std::string& shape) {
-  std::vector<int64_t> sizes;
-  std::istringstream in(shape.substr(1, shape.size() - 2));
-  for (std::string item; std::getline(in, item, ',');) {
-    sizes.push_back(std::stoll(item));
-  }
-  return sizes;
-}
-
-/// The entry's values as a tensor of its shape, divided by `scale`.
-at::Tensor to_tensor(
-    const Entry& entry, at::ScalarType dtype, double scale = 1.0) {
-  at::Tensor values = at::tensor(entry.values, at::kDouble) / scale;
-  return values.to(dtype).reshape(parse_shape(entry.shape));
-}
+using Entry = hotloop::testing::ReferenceEntry;
+using Reference = hotloop::testing::Reference;
+using hotloop::testing::parse_shape;
+using hotloop::testing::shape_string;
+using hotloop::testing::to_tensor;
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
