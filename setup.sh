@@ -5,7 +5,8 @@
 #
 #   ./setup.sh              install + build the library and the hotloop CLI
 #   ./setup.sh --tests      the same, plus what the tests need: GoogleTest,
-#                           Chromium (the report test), the test binary
+#                           Chromium (the report test), torchrun (Debian's
+#                           python3-torch), the test binary
 #   BUILD_DIR=out ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,7 +15,7 @@ TESTS=0
 for arg in "$@"; do
   case $arg in
     --tests) TESTS=1 ;;
-    -h|--help) sed -n '2,9{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10{s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "setup: error: unknown argument '$arg' (expected --tests)" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +36,7 @@ if ((TESTS)); then
   PACKAGES+=(
     libgtest-dev libgmock-dev
     chromium                # renders the run report in its headless test
+    python3-torch           # torchrun, which the data-parallel tests launch with
   )
 fi
 

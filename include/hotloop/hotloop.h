@@ -10,4 +10,5 @@
 #include "hotloop/models.h"
 #include "hotloop/optim.h"
 #include "hotloop/train.h"
+#include "hotloop/dist.h"
 #include "hotloop/log.h"

@@ -5,12 +5,16 @@
 #include "hotloop/cli/session.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
+#include "hotloop/dist/ddp_strategy.h"
+#include "hotloop/dist/environment.h"
+#include "hotloop/dist/launcher.h"
 #include "hotloop/log/csv_logger.h"
 #include "hotloop/log/report.h"
 #include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/device.h"
 #include "hotloop/train/lr_monitor.h"
 #include "hotloop/train/trainer.h"
 #include "hotloop/version.h"
@@ -31,7 +35,7 @@ constexpr const char* kUsage =
     "usage: hotloop <command> [--config FILE.yaml] [--section.key=VALUE ...]\n"
     "\n"
     "commands:\n"
-    "  fit        train a model (resume with --ckpt_path PATH|last)\n"
+    "  fit        train a model (resume with --ckpt_path PATH|last|auto)\n"
     "  validate   evaluate a checkpoint on the validation split (--ckpt_path)\n"
     "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
     "  predict    write the test split's predicted classes to a CSV file\n"
@@ -58,10 +62,12 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
   }
 }
 
-// `last` means the newest run's last.ckpt under default_root_dir/name.
+// `last` means the newest run's last.ckpt under default_root_dir/name;
+// `auto` the same when there is one, else none: a fresh start, or a resume
+// after a restart (torchrun --max_restarts, a requeued job).
 std::string resolve_ckpt_path(
     const std::string& path, const FitConfig& config) {
-  if (path != "last") {
+  if (path != "last" && path != "auto") {
     return path;
   }
   const fs::path runs =
@@ -81,11 +87,63 @@ std::string resolve_ckpt_path(
     }
   }
   HOTLOOP_CHECK(
-      !found.empty(),
+      !found.empty() || path == "auto",
       "--ckpt_path=last: no run under '",
       runs.string(),
       "' has checkpoints/last.ckpt");
   return found;
+}
+
+// Processes per node of a ddp run: trainer.devices as a count; auto is
+// every visible GPU, or one process on the CPU.
+int64_t ddp_processes(const FitConfig& config) {
+  const std::string& devices = config.trainer.devices();
+  if (devices == "auto") {
+    return train::resolve_device(config.trainer.accelerator(), "auto").is_cuda()
+               ? std::max<int64_t>(1, at::hasCUDA() ? at::getNumGPUs() : 1)
+               : 1;
+  }
+  const bool count =
+      !devices.empty() &&
+      devices.find_first_not_of("0123456789") == std::string::npos &&
+      devices.size() < 6;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      count && std::stoll(devices) > 0,
+      "trainer.devices=",
+      devices,
+      ": with trainer.strategy=ddp it is the number of processes per node, "
+      "such as 2");
+  return std::stoll(devices);
+}
+
+// Under a launcher, this process's share of the run: its device (its
+// LOCAL_RANK's GPU, or the CPU), the process group, the checks that the
+// launcher started what the config asks for.
+std::shared_ptr<dist::ProcessGroup> join_group(
+    FitConfig& config, const dist::ProcessEnvironment& env) {
+  const bool cuda =
+      train::resolve_device(config.trainer.accelerator(), "auto").is_cuda();
+  if (config.strategy == "ddp" && config.trainer.devices() != "auto") {
+    const int64_t expected = ddp_processes(config) * config.num_nodes;
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        env.world_size == expected,
+        "trainer.devices=",
+        config.trainer.devices(),
+        " x trainer.num_nodes=",
+        config.num_nodes,
+        " is ",
+        expected,
+        " processes, but the launcher (",
+        env.launcher,
+        ") started ",
+        env.world_size);
+  }
+  config.trainer.devices(
+      cuda ? "[" + std::to_string(env.local_rank) + "]" : "1");
+  return dist::ProcessGroup::join(
+      env, dist::ProcessGroupOptions(config.group).cuda(cuda));
 }
 
 void print_metrics(
@@ -97,14 +155,55 @@ void print_metrics(
   out << std::defaultfloat;
 }
 
-int run_fit(const ParsedArgs& args, std::ostream& out) {
-  const FitConfig config = to_fit_config(args.config);
+int fit_in_process(
+    const ParsedArgs& args,
+    const FitConfig& config,
+    const std::shared_ptr<dist::ProcessGroup>& group,
+    std::ostream& out);
+
+int run_fit(
+    const ParsedArgs& args,
+    const std::vector<std::string>& command_line,
+    std::ostream& out,
+    std::ostream& err) {
+  FitConfig config = to_fit_config(args.config);
+  const dist::ProcessEnvironment env = dist::read_environment();
+  if (config.strategy == "ddp" && !env.distributed()) {
+    // Lightning's launcher: this process starts the ranks and waits.
+    dist::LaunchOptions launch = dist::launch_options_from_environment(
+        ddp_processes(config), config.num_nodes);
+    launch.grace_seconds = std::min(config.group.timeout(), 30.0);
+    return dist::launch("/proc/self/exe", command_line, launch, err);
+  }
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (env.distributed()) {
+    group = join_group(config, env);
+  }
+  try {
+    return fit_in_process(args, config, group, out);
+  } catch (const std::exception& error) {
+    if (group != nullptr && dynamic_cast<const DistError*>(&error) == nullptr) {
+      group->report_failure(error.what());
+    }
+    throw;
+  }
+}
+
+int fit_in_process(
+    const ParsedArgs& args,
+    const FitConfig& config,
+    const std::shared_ptr<dist::ProcessGroup>& group,
+    std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
   data::DataLoader train_loader(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(config.trainer, out);
+  if (group != nullptr) {
+    trainer.set_strategy(
+        std::make_shared<dist::DDPStrategy>(group, config.ddp));
+  }
   add_callbacks(trainer, config);
   const std::string ckpt_path =
       args.extra.count("ckpt_path")
@@ -124,6 +223,9 @@ int run_fit(const ParsedArgs& args, std::ostream& out) {
   }
   const train::FitResult result =
       trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+  if (!trainer.is_global_zero()) {
+    return result.interrupted ? 130 : 0;
+  }
   if (result.interrupted) {
     out << "stopped after step " << result.steps;
     if (result.checkpoint_path.empty()) {
@@ -298,7 +400,7 @@ int run(
       return 0;
     }
     if (command == "fit") {
-      return run_fit(parsed, out);
+      return run_fit(parsed, args, out, err);
     }
     if (command == "predict") {
       return run_predict(parsed, out);

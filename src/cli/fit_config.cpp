@@ -214,6 +214,60 @@ ConfigSchema make_schema() {
           T::kString,
           "auto",
           "auto, 1, or one device index as [N]"));
+  s.add(choice(
+      "trainer.strategy",
+      "auto",
+      {"auto", "ddp"},
+      "ddp: one process per device (trainer.devices of them on each of "
+      "trainer.num_nodes nodes), gradients all-reduced during backward; "
+      "auto: ddp when torchrun or SLURM started several processes"));
+  s.add(
+      opt("trainer.num_nodes",
+          T::kInt,
+          "1",
+          "machines of a ddp run (each started with NODE_RANK, MASTER_ADDR "
+          "and MASTER_PORT, or by torchrun or SLURM)",
+          1));
+  s.add(choice(
+      "trainer.process_group_backend",
+      "",
+      {"", "gloo", "nccl"},
+      "c10d backend of a ddp run; \"\": gloo on the CPU, nccl on CUDA"));
+  s.add(
+      opt("trainer.dist_timeout",
+          T::kFloat,
+          "1800",
+          "seconds a ddp run waits for a process (rendezvous, every "
+          "collective) before it stops with an error",
+          0.001));
+  s.add(
+      opt("ddp.bucket_cap_mb",
+          T::kFloat,
+          "25",
+          "gradients are all-reduced in buckets of this many MiB (the first "
+          "1 MiB)",
+          0.001));
+  s.add(
+      opt("ddp.find_unused_parameters",
+          T::kBool,
+          "false",
+          "find parameters a step does not use (for models that skip some)"));
+  s.add(
+      opt("ddp.gradient_as_bucket_view",
+          T::kBool,
+          "false",
+          "gradients are views into the all-reduce buckets (less memory)"));
+  s.add(
+      opt("ddp.static_graph",
+          T::kBool,
+          "false",
+          "the parameters used never change: less bookkeeping per step"));
+  s.add(
+      opt("ddp.broadcast_buffers",
+          T::kBool,
+          "true",
+          "rank 0's buffers (BatchNorm statistics) to every process after "
+          "each step"));
   s.add(
       opt("trainer.channels_last",
           T::kBool,
@@ -836,6 +890,15 @@ FitConfig to_fit_config(const Config& c) {
       .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))
       .profiler_steps(c.get_int("trainer.profiler_steps"));
+  f.strategy = c.get_string("trainer.strategy");
+  f.num_nodes = c.get_int("trainer.num_nodes");
+  f.group.backend(c.get_string("trainer.process_group_backend"))
+      .timeout(c.get_float("trainer.dist_timeout"));
+  f.ddp.bucket_cap_mb(c.get_float("ddp.bucket_cap_mb"))
+      .find_unused_parameters(c.get_bool("ddp.find_unused_parameters"))
+      .gradient_as_bucket_view(c.get_bool("ddp.gradient_as_bucket_view"))
+      .static_graph(c.get_bool("ddp.static_graph"))
+      .broadcast_buffers(c.get_bool("ddp.broadcast_buffers"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.trainer.name().empty() &&

@@ -510,3 +510,32 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
 }
 
 } // namespace hotloop::data
+
+namespace hotloop::data {
+
+std::unique_ptr<DataLoader> shard(
+    const DataLoader& loader,
+    int64_t num_replicas,
+    int64_t rank,
+    bool training) {
+  DataLoaderOptions options = loader.options();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.sampler() == nullptr && options.batch_sampler() == nullptr,
+      "a loader with its own sampler or batch_sampler cannot be split "
+      "across the ",
+      num_replicas,
+      " processes of a data-parallel run: give it shuffle instead");
+  const int64_t n = loader.dataset().size();
+  std::shared_ptr<const Sampler> sampler;
+  if (training) {
+    sampler = std::make_shared<DistributedSampler>(
+        n, num_replicas, rank, options.shuffle(), options.seed());
+  } else {
+    sampler = std::make_shared<ShardSampler>(n, num_replicas, rank);
+  }
+  options.shuffle(false).sampler(std::move(sampler));
+  return std::make_unique<DataLoader>(loader.dataset_ptr(), std::move(options));
+}
+
+} // namespace hotloop::data

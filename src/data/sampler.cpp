@@ -184,6 +184,31 @@ int64_t WeightedRandomSampler::size() const {
   return num_samples_;
 }
 
+ShardSampler::ShardSampler(int64_t n, int64_t num_replicas, int64_t rank)
+    : n_(n), num_replicas_(num_replicas), rank_(rank) {
+  check_size(n);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      num_replicas > 0 && rank >= 0 && rank < num_replicas,
+      "ShardSampler: expected 0 <= rank < num_replicas, got rank ",
+      rank,
+      " of ",
+      num_replicas);
+}
+
+std::vector<int64_t> ShardSampler::indices(int64_t /*epoch*/) const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(size()));
+  for (int64_t i = rank_; i < n_; i += num_replicas_) {
+    out.push_back(i);
+  }
+  return out;
+}
+
+int64_t ShardSampler::size() const {
+  return n_ > rank_ ? (n_ - rank_ + num_replicas_ - 1) / num_replicas_ : 0;
+}
+
 DistributedSampler::DistributedSampler(
     int64_t n,
     int64_t num_replicas,

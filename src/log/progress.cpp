@@ -56,8 +56,12 @@ std::string ProgressBar::format(
        << "s  loss " << std::setprecision(4) << loss << "  lr "
        << std::scientific << std::setprecision(2) << lr << "  time: data "
        << percent(times.data, times.total()) << "% fwd+bwd "
-       << percent(times.compute, times.total()) << "% opt "
-       << percent(times.optimizer, times.total()) << "%";
+       << percent(times.compute, times.total()) << "%"
+       << (times.comm > 0
+               ? " comm " + std::to_string(percent(times.comm, times.total())) +
+                     "%"
+               : std::string())
+       << " opt " << percent(times.optimizer, times.total()) << "%";
   return line.str();
 }
 

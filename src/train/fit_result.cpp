@@ -23,6 +23,7 @@ void write_summary(
   summary["epochs"] = result.epochs;
   summary["steps"] = result.steps;
   summary["train_samples_per_s"] = result.train_samples_per_s;
+  summary["world_size"] = result.world_size;
   summary["wall_s"] = result.wall_s;
   summary["checkpoint"] = result.checkpoint_path;
   summary["best_checkpoint"] = result.best_model_path;

@@ -145,6 +145,12 @@ std::string ModelCheckpoint::state_key() const {
 }
 
 void ModelCheckpoint::setup(Trainer& trainer, Module& module) {
+  // In a data-parallel run only the global-zero process writes (and
+  // deletes) checkpoint files; the others must not touch its folder.
+  writes_ = trainer.is_global_zero();
+  if (!writes_) {
+    return;
+  }
   dirpath_ = options_.dirpath();
   if (dirpath_.empty()) {
     const std::string& run_dir = trainer.log_dir();
@@ -245,7 +251,7 @@ void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, Module& module) {
 }
 
 void ModelCheckpoint::save(Trainer& trainer) {
-  if (trainer.global_step() == last_saved_step_) {
+  if (!writes_ || trainer.global_step() == last_saved_step_) {
     return;
   }
   last_saved_step_ = trainer.global_step();
@@ -365,6 +371,9 @@ void ModelCheckpoint::save_top_k(Trainer& trainer, double score) {
 }
 
 std::string ModelCheckpoint::save_last(Trainer& trainer) {
+  if (!writes_) {
+    return "";
+  }
   last_model_path_ = (fs::path(dirpath_) / "last.ckpt").string();
   trainer.save_checkpoint(last_model_path_);
   return last_model_path_;

@@ -37,7 +37,7 @@ double StepProfile::flops_per_s() const {
 }
 
 std::map<std::string, double> StepProfile::phases() const {
-  return {
+  std::map<std::string, double> out{
       {"data", data},
       {"h2d", h2d},
       {"forward", forward},
@@ -45,6 +45,10 @@ std::map<std::string, double> StepProfile::phases() const {
       {"optimizer", optimizer},
       {"logging", logging},
   };
+  if (data_parallel) {
+    out["comm"] = comm;
+  }
+  return out;
 }
 
 std::map<std::string, double> StepProfile::share_basis() const {
@@ -60,6 +64,7 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   if (total <= 0) {
     return "no training steps were timed";
   }
+  const double comm = phase["comm"];
   const double data = phase["data"], h2d = phase["h2d"],
                forward = phase["forward"], backward = phase["backward"],
                optimizer = phase["optimizer"], logging = phase["logging"];
@@ -69,6 +74,12 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
     return "input-bound: " + percent(data, total) +
            " of step time waiting for data - raise data.num_workers (now " +
            std::to_string(context.num_workers) + ") or data.prefetch_factor";
+  }
+  if (comm / total > 0.2) {
+    return "communication-bound: " + percent(comm, total) +
+           " of step time waiting for the other processes' gradients - "
+           "larger batches per process (data.batch_size), "
+           "trainer.accumulate_grad_batches, or fewer processes";
   }
   if (h2d / total > 0.15) {
     if (!context.cuda) {
@@ -124,8 +135,11 @@ void StepProfile::print(
   out << "profile: " << steps << " steps, " << std::fixed
       << std::setprecision(0) << samples_per_s() << " samples/s; step time";
   for (const char* phase :
-       {"data", "h2d", "forward", "backward", "optimizer", "logging"}) {
-    out << " " << phase << " " << percent(basis.at(phase), total);
+       {"data", "h2d", "forward", "backward", "comm", "optimizer", "logging"}) {
+    const auto found = basis.find(phase);
+    if (found != basis.end()) {
+      out << " " << phase << " " << percent(found->second, total);
+    }
   }
   if (asynchronous) {
     if (synced_steps > 0) {

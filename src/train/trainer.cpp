@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/core/memory.h"
 #include "hotloop/core/threads.h"
+#include "hotloop/data/dataloader.h"
 #include "hotloop/log/model_summary.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/evaluation_loop.h"
@@ -15,6 +16,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
 #include <nlohmann/json.hpp>
@@ -160,8 +162,8 @@ void Trainer::prepare_callbacks(const std::string& run_dir) {
         ModelCheckpointOptions().save_last(true)));
   }
   if (options_.max_time() > 0 && !has_timer) {
-    active_callbacks_.push_back(std::make_shared<Timer>(
-        options_.max_time(), "step", options_.enable_progress_bar()));
+    active_callbacks_.push_back(
+        std::make_shared<Timer>(options_.max_time(), "step", shows_progress()));
   }
   // Checkpoints run last among the callbacks, as in Lightning, so that
   // what they write holds the other callbacks' state after the same hook
@@ -240,6 +242,7 @@ FitResult Trainer::fit(
         // The original error is the one to report.
       }
     }
+    const std::exception_ptr cause = strategy_->abort(error);
     try {
       // What was logged before the error is kept.
       flush_logs();
@@ -248,6 +251,9 @@ FitResult Trainer::fit(
     } catch (...) {
     }
     fit_ = nullptr;
+    if (cause != nullptr) {
+      std::rethrow_exception(cause);
+    }
     throw;
   }
 }
@@ -256,10 +262,18 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
   if (options_.seed() >= 0) {
     seed_everything(static_cast<uint64_t>(options_.seed()));
   }
+  // The processes of a data-parallel run on this machine share its cores.
   const int threads = configure_intra_op_threads(
-      static_cast<int>(options_.num_threads()), static_cast<int>(num_workers));
+      static_cast<int>(options_.num_threads()),
+      static_cast<int>(num_workers),
+      static_cast<int>(strategy_->local_world_size()));
   if (options_.blas_threads() > 0) {
     set_blas_threads(static_cast<int>(options_.blas_threads()));
+  }
+  if (device_.is_cuda()) {
+    // Lightning's set_device: work that names no device (a library's
+    // allocations, NCCL) goes to this process's GPU, not to GPU 0.
+    c10::impl::VirtualGuardImpl(device_.type()).setDevice(device_);
   }
   torch::autograd::AnomalyMode::set_enabled(options_.detect_anomaly());
   if (options_.deterministic() && device_.is_cuda() &&
@@ -331,16 +345,18 @@ Precision Trainer::prepare_evaluation(
 std::map<std::string, double> Trainer::validate(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
+  std::unique_ptr<data::DataLoader> share;
+  data::DataLoader& shared = share_of(loader, share);
   for (const auto& callback : callbacks_) {
     callback->on_validation_start(*this, module);
   }
   callback_metrics_ = detail::EvaluationLoop(*this, module, precision)
                           .run(
-                              loader,
+                              shared,
                               detail::Stage::kValidate,
                               detail::resolve_limit(
                                   options_.limit_val_batches(),
-                                  loader.num_batches(),
+                                  shared.num_batches(),
                                   "limit_val_batches"));
   for (const auto& callback : callbacks_) {
     callback->on_validation_end(*this, module);
@@ -351,16 +367,18 @@ std::map<std::string, double> Trainer::validate(
 std::map<std::string, double> Trainer::test(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
+  std::unique_ptr<data::DataLoader> share;
+  data::DataLoader& shared = share_of(loader, share);
   for (const auto& callback : callbacks_) {
     callback->on_test_start(*this, module);
   }
   callback_metrics_ = detail::EvaluationLoop(*this, module, precision)
                           .run(
-                              loader,
+                              shared,
                               detail::Stage::kTest,
                               detail::resolve_limit(
                                   options_.limit_test_batches(),
-                                  loader.num_batches(),
+                                  shared.num_batches(),
                                   "limit_test_batches"));
   for (const auto& callback : callbacks_) {
     callback->on_test_end(*this, module);
@@ -378,6 +396,17 @@ std::vector<at::Tensor> Trainer::predict(
               options_.limit_predict_batches(),
               loader.num_batches(),
               "limit_predict_batches"));
+}
+
+data::DataLoader& Trainer::share_of(
+    data::DataLoader& loader, std::unique_ptr<data::DataLoader>& share) const {
+  if (strategy_->world_size() == 1) {
+    return loader;
+  }
+  // Each process evaluates its share; the metrics are reduced over all.
+  share = data::shard(
+      loader, strategy_->world_size(), strategy_->rank(), /*training=*/false);
+  return *share;
 }
 
 ProfileContext Trainer::profile_context(const data::DataLoader& train) const {

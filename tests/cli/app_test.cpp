@@ -146,7 +146,11 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.handle_signals=false",
       "--trainer.enable_progress_bar=false",
       "--trainer.log_every_n_steps=9",
-      "--trainer.flush_logs_every_n_steps=8"};
+      "--trainer.flush_logs_every_n_steps=8",
+      "--trainer.strategy=ddp",
+      "--trainer.num_nodes=3",
+      "--trainer.process_group_backend=gloo",
+      "--trainer.dist_timeout=42"};
 }
 
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
@@ -190,13 +194,19 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_FALSE(t.enable_progress_bar());
   EXPECT_EQ(t.log_every_n_steps(), 9);
   EXPECT_EQ(t.flush_logs_every_n_steps(), 8);
+  // The data-parallel ones go to the launcher and the process group.
+  const FitConfig f = to_fit_config(parsed.config);
+  EXPECT_EQ(f.strategy, "ddp");
+  EXPECT_EQ(f.num_nodes, 3);
+  EXPECT_EQ(f.group.backend(), "gloo");
+  EXPECT_EQ(f.group.timeout(), 42);
   // Every trainer option but `logger` (which picks the loggers) was set
   // above: a new option must be added here, and to to_fit_config.
   int64_t trainer_options = 0;
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 38 + 1);
+  EXPECT_EQ(trainer_options, 42 + 1);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {

@@ -24,6 +24,20 @@ TEST(ProgressBar, ShowsProgressRateEtaLossLrAndWhereTimeGoes) {
       "loss 0.3123  lr 3.20e-03  time: data 25% fwd+bwd 50% opt 25%");
 }
 
+TEST(ProgressBar, ShowsTheWaitForOtherProcessesWhenThereIsOne) {
+  std::ostringstream out;
+  ProgressBar bar(out, /*live=*/false, /*every_n_steps=*/1);
+  bar.start_epoch(1, 1, 4);
+  StepTimes times;
+  times.data = 0.5;
+  times.compute = 1.0;
+  times.comm = 0.2;
+  times.optimizer = 0.3;
+  EXPECT_THAT(
+      bar.format(2, 512, 0.5, 0.1, times),
+      ::testing::EndsWith("time: data 25% fwd+bwd 50% comm 10% opt 15%"));
+}
+
 TEST(ProgressBar, WritesALineEveryNStepsWhenNotATerminal) {
   std::ostringstream out;
   ProgressBar bar(out, /*live=*/false, /*every_n_steps=*/4);

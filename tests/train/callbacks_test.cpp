@@ -1255,7 +1255,8 @@ class RankOneStrategy : public Strategy {
     calls += "setup ";
     module_ = &module;
   }
-  void before_backward(bool sync) override {
+  void before_backward(const at::Tensor& loss, bool sync) override {
+    EXPECT_TRUE(loss.requires_grad());
     calls += sync ? "B " : "b ";
   }
   void wait_for_gradients() override {
@@ -1266,9 +1267,12 @@ class RankOneStrategy : public Strategy {
     }
   }
   void all_reduce(at::Tensor& values, Reduction op) override {
-    ++reductions;
-    EXPECT_EQ(op, Reduction::kSum);
-    values.mul_(2);
+    // Before the first step the processes compare their data (the maxima
+    // of the counts and of their negatives); then validation sums.
+    ops += op == Reduction::kMax ? "max " : "sum ";
+    if (op == Reduction::kSum) {
+      values.mul_(2);
+    }
   }
   bool any(bool flag) override {
     ++decisions;
@@ -1283,11 +1287,14 @@ class RankOneStrategy : public Strategy {
   bool is_global_zero() const override {
     return false;
   }
+  int64_t rank() const override {
+    return 1;
+  }
   int64_t world_size() const override {
     return 2;
   }
   std::string calls;
-  int64_t reductions = 0;
+  std::string ops;
   int64_t decisions = 0;
 
  private:
@@ -1312,20 +1319,24 @@ TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
   trainer.add_callback(tensorboard);
   trainer.set_hyperparams({{"optimizer.lr", "0.01"}});
   const FitResult result = trainer.fit(*module, train, &val_loader_);
-  EXPECT_EQ(result.steps, 4);
-  // Eight micro-batches, two per step: only each step's second backward
-  // syncs, and the step waits for its gradients once.
-  EXPECT_EQ(strategy->calls, "setup b B W b B W b B W b B W barrier teardown");
-  // The sanity check's and the epoch's validation metrics, one collective
-  // each, with the means of the whole split.
-  EXPECT_EQ(strategy->reductions, 2);
+  // Rank 1's share: 4 of the 8 batches, two per step; only each step's
+  // second backward syncs, and the step waits for its gradients once.
+  EXPECT_EQ(result.steps, 2);
+  EXPECT_EQ(result.world_size, 2);
+  EXPECT_EQ(strategy->calls, "setup b B W b B W barrier teardown");
+  // The data compared once, then the sanity check's and the epoch's
+  // validation metrics, one collective each.
+  EXPECT_EQ(strategy->ops, "max sum sum ");
+  // Its partner's sums were its own (doubled), so the means are those of
+  // rank 1's share of the validation split.
+  auto share = data::shard(val_loader_, 2, 1, /*training=*/false);
   Trainer alone(options().max_epochs(1).default_root_dir(""));
   EXPECT_DOUBLE_EQ(
       result.metrics.at("val_loss"),
-      alone.validate(*module, val_loader_).at("val_loss"));
+      alone.validate(*module, *share).at("val_loss"));
   // A stop signal and should_stop are agreed after every step and at the
   // epoch's end.
-  EXPECT_EQ(strategy->decisions, 2 * 4 + 2);
+  EXPECT_EQ(strategy->decisions, 2 * 2 + 2);
   EXPECT_TRUE(trainer.log_dir().empty());
   EXPECT_TRUE(
       result.checkpoint_path.empty() || !fs::exists(result.checkpoint_path));

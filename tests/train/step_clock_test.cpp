@@ -117,6 +117,30 @@ TEST(StepClock, TheWarmupEndsAfterTheFirstStepsOfThisFit) {
   EXPECT_GT(profile.steady_samples_per_s(), profile.samples_per_s());
 }
 
+TEST(StepClock, AWaitReportedAtAPhasesEndMovesItToThatPhase) {
+  StepProfile profile;
+  StepClock clock(profile, c10::kCPU, 0);
+  clock.start_epoch();
+  clock.start_step(0);
+  clock.begin(Phase::kBackward);
+  nap();
+  nap(); // the backward's last nap waited for the other processes
+  clock.begin(Phase::kComm, kNap);
+  clock.begin(Phase::kOptimizer);
+  clock.end_batch(4, true, 1);
+  EXPECT_GE(profile.backward, kNap);
+  EXPECT_LT(profile.backward, 2 * kNap);
+  EXPECT_GE(profile.comm, kNap - 0.002);
+  EXPECT_LT(profile.comm, 2 * kNap);
+  EXPECT_DOUBLE_EQ(clock.epoch_times().comm, profile.comm);
+  // A wait longer than the phase takes the whole phase, no more.
+  clock.start_step(1);
+  clock.begin(Phase::kBackward);
+  const double before = profile.backward;
+  clock.begin(Phase::kComm, 100);
+  EXPECT_DOUBLE_EQ(profile.backward, before);
+}
+
 TEST(StepClock, TimeBetweenEpochsCountsNowhere) {
   StepProfile profile;
   StepClock clock(profile, c10::kCPU, 0);

@@ -76,6 +76,27 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
   EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
 }
 
+TEST(StepProfile, SeveralProcessesShowTheWaitForGradientsAsItsOwnPhase) {
+  ProfileContext context;
+  StepProfile p = profile(2, 0, 30, 30, 3, 0);
+  p.comm = 35;
+  EXPECT_EQ(p.phases().count("comm"), 0u); // one process: no such phase
+  p.data_parallel = true;
+  EXPECT_DOUBLE_EQ(p.phases().at("comm"), 35);
+  EXPECT_DOUBLE_EQ(p.step_seconds(), 100);
+  EXPECT_EQ(
+      p.verdict(context),
+      "communication-bound: 35% of step time waiting for the other "
+      "processes' gradients - larger batches per process (data.batch_size), "
+      "trainer.accumulate_grad_batches, or fewer processes");
+  std::ostringstream out;
+  p.print(out, context);
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("step time data 2% h2d 0% forward 30% backward 30% comm 35% "
+                "optimizer 3% logging 0%"));
+}
+
 TEST(StepProfile, RatesComeFromStepTimeOnly) {
   StepProfile p = profile(1, 0, 2, 2, 0, 0);
   p.validation = 100; // not step time

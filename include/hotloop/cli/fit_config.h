@@ -2,6 +2,7 @@
 
 #include "hotloop/cli/config.h"
 #include "hotloop/data/transforms.h"
+#include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
 #include "hotloop/optim/optimizer_factory.h"
@@ -49,6 +50,12 @@ struct DataConfig {
 struct FitConfig {
   uint64_t seed = 0;
   train::TrainerOptions trainer;
+  /// trainer.strategy, trainer.num_nodes; trainer.process_group_backend and
+  /// trainer.dist_timeout; the ddp section.
+  std::string strategy = "auto";
+  int64_t num_nodes = 1;
+  dist::ProcessGroupOptions group;
+  dist::DistributedDataParallelOptions ddp;
   std::string model_name;
   /// fashion_cnn's shape (channels, hidden, dropout, num_classes).
   models::FashionCnnOptions model;

@@ -15,6 +15,10 @@
 /// LibTorch's version as one comparable number: 1.13 -> 113, 2.4 -> 204.
 #define HOTLOOP_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
 
+/// c10d from 2.0 on splits a ProcessGroup from its backends (Gloo, NCCL),
+/// which are set on it; in 1.13 ProcessGroupGloo is the process group.
+#define HOTLOOP_C10D_HAS_BACKENDS (HOTLOOP_TORCH_VERSION >= 200)
+
 #if HOTLOOP_TORCH_VERSION >= 200
 #include <ATen/ops/scaled_dot_product_attention.h>
 #else

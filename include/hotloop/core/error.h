@@ -28,6 +28,13 @@ class DataError : public Error {
   using Error::Error;
 };
 
+/// The processes of a distributed run cannot reach each other, disagree,
+/// or one of them failed or left.
+class DistError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string str_cat(Args&&... args) {

@@ -8,7 +8,10 @@ namespace hotloop {
 int hardware_threads();
 
 /// The intra-op thread count hotloop uses when the user asks for `requested`
-/// (0 = auto) while `loader_workers` threads prepare batches.
+/// (0 = auto) while `loader_workers` threads prepare batches, in each of
+/// `processes` processes that share this machine (a data-parallel run):
+/// auto then counts each process's share of the cores, so that together
+/// they use every core and no more.
 ///
 /// Auto gives LibTorch every core: the built-in image pipeline costs well
 /// under 1% of a training step, so loader threads sleep almost all the time
@@ -16,11 +19,14 @@ int hardware_threads();
 /// threads outnumber half the cores (heavy custom pipelines) does auto leave
 /// them `loader_workers - cores / 2` cores. Debian's LibTorch otherwise
 /// starts with one intra-op thread on a 2-core machine.
-int resolve_intra_op_threads(int requested, int loader_workers);
+int resolve_intra_op_threads(
+    int requested, int loader_workers, int processes = 1);
 
 /// Sets LibTorch's intra-op thread count (`at::set_num_threads`) to
-/// `resolve_intra_op_threads(requested, loader_workers)` and returns it.
-int configure_intra_op_threads(int requested, int loader_workers);
+/// `resolve_intra_op_threads(requested, loader_workers, processes)` and
+/// returns it.
+int configure_intra_op_threads(
+    int requested, int loader_workers, int processes = 1);
 
 /// Sets the BLAS library's own worker-thread count, where the library has
 /// one (OpenBLAS: `openblas_set_num_threads`, found at run time). Returns

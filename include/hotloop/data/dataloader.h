@@ -146,6 +146,11 @@ class DataLoader {
   const Dataset& dataset() const {
     return *dataset_;
   }
+  /// The dataset, shared: another loader over it (one process's share,
+  /// say) can be made from it and options().
+  const std::shared_ptr<const Dataset>& dataset_ptr() const {
+    return dataset_;
+  }
 
   /// An input iterator over the batches of the current epoch. The Batch it
   /// points to belongs to the caller until the next increment.
@@ -246,5 +251,21 @@ class DataLoader {
   std::mutex pool_mutex_;
   std::vector<at::Tensor> pool_;
 };
+
+} // namespace hotloop::data
+
+namespace hotloop::data {
+
+/// The loader of one of `num_replicas` processes over `loader`'s dataset,
+/// with its options: for training a DistributedSampler (shuffled as
+/// `loader` is, with its seed, padded to equal shares as PyTorch's), for
+/// evaluation a ShardSampler (every sample counted once). Throws
+/// ConfigError when `loader` has a sampler or batch_sampler of its own,
+/// which cannot be split.
+std::unique_ptr<DataLoader> shard(
+    const DataLoader& loader,
+    int64_t num_replicas,
+    int64_t rank,
+    bool training);
 
 } // namespace hotloop::data

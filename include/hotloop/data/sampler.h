@@ -159,6 +159,25 @@ class DistributedSampler final : public Sampler {
   int64_t num_samples_;
 };
 
+/// One rank's share of 0..n-1 for evaluation: rank, rank + num_replicas,
+/// rank + 2 * num_replicas, ... in order, without DistributedSampler's
+/// padding, so that over all ranks every sample counts exactly once (the
+/// shares differ in size by at most one).
+class ShardSampler final : public Sampler {
+ public:
+  /// Requires n >= 0, num_replicas > 0 and 0 <= rank < num_replicas (else
+  /// `hotloop::ConfigError`).
+  ShardSampler(int64_t n, int64_t num_replicas, int64_t rank);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  int64_t n_;
+  int64_t num_replicas_;
+  int64_t rank_;
+};
+
 /// Groups a sampler's indices into batches of `batch_size` (`BatchSampler`);
 /// the last batch is smaller, or dropped with `drop_last`. Thread-safe like
 /// the samplers.

@@ -13,10 +13,12 @@ struct StepTimes {
   double data = 0;
   /// Forward and backward.
   double compute = 0;
+  /// Waiting for the other processes' gradients (data parallelism).
+  double comm = 0;
   /// Unscale, clip, optimizer and schedule steps.
   double optimizer = 0;
   double total() const {
-    return data + compute + optimizer;
+    return data + compute + comm + optimizer;
   }
 };
 

@@ -17,8 +17,11 @@ struct FitResult {
   /// (its checkpoint resumes in the middle).
   int64_t epochs = 0;
   int64_t steps = 0;
-  /// Training samples per second over the training phases only.
+  /// Training samples per second over the training phases only, of all
+  /// processes together.
   double train_samples_per_s = 0;
+  /// Processes that trained together (Strategy::world_size).
+  int64_t world_size = 1;
   /// Wall time of the whole fit, validation included.
   double wall_s = 0;
   /// The checkpoint to resume from: last.ckpt when one was written, else

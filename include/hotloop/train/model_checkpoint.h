@@ -109,6 +109,8 @@ class ModelCheckpoint : public Callback {
   std::map<std::string, double> best_k_models_;
   // Saves happen once per global step, however many triggers fire.
   int64_t last_saved_step_ = -1;
+  // Whether this process writes checkpoint files (global zero only).
+  bool writes_ = true;
   // The file written at last_saved_step_, which last.ckpt can link to.
   std::string newest_path_;
 };

@@ -45,7 +45,11 @@ struct StepProfile {
   /// training_step under autocast.
   double forward = 0;
   double backward = 0;
-  /// Gradient sync, unscale, clipping, optimizer and schedule steps.
+  /// Waiting, after this process's backward, for the all-reduce of the
+  /// gradients of every process (data parallelism; what the backward did
+  /// not hide).
+  double comm = 0;
+  /// Unscale, clipping, optimizer and schedule steps.
   double optimizer = 0;
   /// Callbacks (those inside the step too: on_train_batch_start,
   /// on_before_optimizer_step), logging and checkpoints.
@@ -60,13 +64,16 @@ struct StepProfile {
   double peak_flops = 0;
   /// Whether the device runs asynchronously to the host (not the CPU).
   bool asynchronous = false;
+  /// Whether several processes trained together: comm is then a phase of
+  /// its own in phases(), the printed profile and the verdict.
+  bool data_parallel = false;
   /// Phase seconds (names as phases()) of the steps timed with the device
   /// synchronised at each phase boundary, and how many there were.
   std::map<std::string, double> synced;
   int64_t synced_steps = 0;
 
   double step_seconds() const {
-    return data + h2d + forward + backward + optimizer + logging;
+    return data + h2d + forward + backward + comm + optimizer + logging;
   }
   double samples_per_s() const;
   /// Step seconds and samples of the fit's first kWarmupSteps steps (zero
@@ -82,15 +89,16 @@ struct StepProfile {
   double utilization() const {
     return peak_flops > 0 ? flops_per_s() / peak_flops : 0;
   }
-  /// The six step phases by name (data, h2d, forward, backward, optimizer,
-  /// logging), in seconds.
+  /// The step phases by name (data, h2d, forward, backward, optimizer,
+  /// logging, and comm when data_parallel), in seconds.
   std::map<std::string, double> phases() const;
   /// The phase times that shares and the verdict are read from: `synced`
   /// on an asynchronous device that has synced steps, else phases().
   std::map<std::string, double> share_basis() const;
   /// One line naming the bottleneck and the option to change, such as
   /// "input-bound: 63% of step time waiting for data - raise
-  /// data.num_workers (now 1)".
+  /// data.num_workers (now 1)" or, with several processes,
+  /// "communication-bound: ...".
   std::string verdict(const ProfileContext& context) const;
   /// The profile as printed at the end of fit: phase shares, rates, verdict.
   void print(std::ostream& out, const ProfileContext& context) const;

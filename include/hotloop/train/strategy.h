@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <exception>
 
 namespace hotloop::train {
 
@@ -22,10 +23,11 @@ enum class Reduction { kSum, kMax };
 ///
 /// The Trainer calls, in a fit:
 ///   setup(module)                       once, before the optimizers exist
-///   before_backward(sync)               before every micro-batch's backward
+///   before_backward(loss, sync)         before every micro-batch's backward
 ///   wait_for_gradients()                after the last micro-batch's backward
 ///   all_reduce(...), any(...)           metric sums, stop decisions
 ///   barrier()                           at the end of the fit
+///   abort(error)                        when the fit fails here
 ///   teardown()                          when the fit ends, however it ends
 /// Every process must make the same calls in the same order. Not
 /// thread-safe: the training thread calls it.
@@ -38,10 +40,18 @@ class Strategy {
   /// registers its gradient hooks.
   virtual void setup(Module& module) {}
 
-  /// Before the backward of a micro-batch. `sync` is false on every
-  /// micro-batch of an accumulated step but the last: their gradients only
-  /// add up locally (PyTorch's `no_sync`), one all-reduce per step.
-  virtual void before_backward(bool sync) {}
+  /// Before the backward of a micro-batch's `loss`. `sync` is false on
+  /// every micro-batch of an accumulated step but the last: their
+  /// gradients only add up locally (PyTorch's `no_sync`), one all-reduce
+  /// per step. (DDP with find_unused_parameters walks the loss's graph.)
+  virtual void before_backward(const at::Tensor& loss, bool sync) {}
+
+  /// Seconds the last synced backward waited, after this process's
+  /// gradients were computed, for the all-reduce with the others (what
+  /// the backward could not hide): the step profile's comm phase.
+  virtual double gradient_wait() {
+    return 0;
+  }
 
   /// After the last micro-batch's backward of an optimizer step: returns
   /// once every gradient holds the mean over processes. The Trainer calls
@@ -62,6 +72,15 @@ class Strategy {
   /// Returns once every process has called it.
   virtual void barrier() {}
 
+  /// The fit failed in this process with `error`: a data-parallel
+  /// strategy tells the others, so that their errors name this process
+  /// instead of a lost connection, and returns what to throw here instead
+  /// of `error` (when `error` is only the echo of another process's
+  /// failure); null keeps `error`. Must not throw.
+  virtual std::exception_ptr abort(const std::exception& error) {
+    return nullptr;
+  }
+
   /// Undoes setup: removes hooks from the module.
   virtual void teardown() {}
 
@@ -70,8 +89,19 @@ class Strategy {
     return true;
   }
 
+  /// This process's place among them, from 0 (each takes its share of
+  /// the training data by it).
+  virtual int64_t rank() const {
+    return 0;
+  }
+
   /// Number of processes training together.
   virtual int64_t world_size() const {
+    return 1;
+  }
+
+  /// Those of them on this machine, which share its cores.
+  virtual int64_t local_world_size() const {
     return 1;
   }
 };

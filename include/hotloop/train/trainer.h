@@ -61,6 +61,11 @@ class Trainer {
   bool is_global_zero() const {
     return strategy_->is_global_zero();
   }
+  /// Whether this process prints progress: enable_progress_bar, on the
+  /// global-zero process only.
+  bool shows_progress() const {
+    return options_.enable_progress_bar() && strategy_->is_global_zero();
+  }
 
   /// Trains `module` on `train` for max_epochs (or max_steps), validating on
   /// `val` (may be null). Moves the module to device(). With `ckpt_path`,
@@ -178,9 +183,11 @@ class Trainer {
   const log::ModelSummary& model_summary() const {
     return model_summary_;
   }
-  /// Where callbacks print; nothing is printed when the progress bar is off.
+  /// Where callbacks print: the Trainer's stream on the global-zero
+  /// process, a stream that drops everything on the others (Lightning's
+  /// rank_zero_info).
   std::ostream& out() {
-    return out_;
+    return strategy_->is_global_zero() ? out_ : discard_;
   }
 
  private:
@@ -211,6 +218,10 @@ class Trainer {
   data::Batch prepare_batch(
       const Precision& precision, const data::Batch& batch) const;
   void prepare_module(Module& module);
+  // `loader` itself for one process; under data parallelism this process's
+  // share of it, kept in `share`.
+  data::DataLoader& share_of(
+      data::DataLoader& loader, std::unique_ptr<data::DataLoader>& share) const;
   Precision precision_for(Module& module) const;
   ProfileContext profile_context(const data::DataLoader& train) const;
   log::ModelSummary summarize(
@@ -224,6 +235,7 @@ class Trainer {
 
   TrainerOptions options_;
   std::ostream& out_;
+  std::ostream discard_{nullptr};
   c10::Device device_;
   std::string log_dir_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

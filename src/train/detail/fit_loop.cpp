@@ -7,6 +7,7 @@
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/autograd/profiler.h>
 
 #include <nlohmann/json.hpp>
@@ -75,6 +76,45 @@ void check_optimizer_setup(const OptimizerSetup& setup) {
   }
 }
 
+// Counts every process must agree on before the first step: otherwise one
+// finishes its epoch while another waits for it in a collective.
+void check_same_everywhere(
+    Strategy& strategy,
+    const char* what,
+    const std::vector<std::pair<const char*, int64_t>>& counts) {
+  if (strategy.world_size() == 1) {
+    return;
+  }
+  std::vector<int64_t> values;
+  for (const auto& [name, count] : counts) {
+    values.push_back(count);
+    values.push_back(-count);
+  }
+  at::Tensor extremes = at::tensor(values);
+  strategy.all_reduce(extremes, Reduction::kMax);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t most = extremes[2 * i].item<int64_t>();
+    const int64_t least = -extremes[2 * i + 1].item<int64_t>();
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        most == least,
+        what,
+        " differs across the ",
+        strategy.world_size(),
+        " processes: this one (rank ",
+        strategy.rank(),
+        ") has ",
+        counts[i].second,
+        " ",
+        counts[i].first,
+        ", others from ",
+        least,
+        " to ",
+        most,
+        " - every process must load the same data with the same settings");
+  }
+}
+
 LoaderFingerprint loader_fingerprint(
     const data::DataLoader& train, int64_t batches_per_epoch) {
   const data::DataLoaderOptions& options = train.options();
@@ -125,7 +165,7 @@ FitLoop::FitLoop(
     Module& module,
     data::DataLoader& train,
     data::DataLoader* val)
-    : trainer_(trainer), module_(module), train_(train), val_(val) {}
+    : trainer_(trainer), module_(module), train_(&train), val_(val) {}
 
 FitLoop::~FitLoop() = default;
 
@@ -141,7 +181,7 @@ CheckpointState FitLoop::checkpoint_state() const {
   if (epoch_metrics_ != nullptr && trainer_.progress_.epoch_batches > 0) {
     checkpoint.loop.epoch_metrics = epoch_metrics_->state();
   }
-  checkpoint.loader = loader_fingerprint(train_, batches_per_epoch_);
+  checkpoint.loader = loader_fingerprint(*train_, batches_per_epoch_);
   return checkpoint;
 }
 
@@ -161,21 +201,39 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   const TrainerOptions& options = trainer.options();
   start_ = Clock::now();
   const int threads =
-      trainer.apply_runtime_settings(train_.options().num_workers());
+      trainer.apply_runtime_settings(train_->options().num_workers());
+  Strategy& strategy = trainer.strategy();
+  if (strategy.world_size() > 1) {
+    // Each process trains on its share of every epoch and validates on its
+    // share of the split (the metrics are reduced over all of them).
+    shard_train_ = data::shard(
+        *train_, strategy.world_size(), strategy.rank(), /*training=*/true);
+    train_ = shard_train_.get();
+    if (val_ != nullptr) {
+      shard_val_ = data::shard(
+          *val_, strategy.world_size(), strategy.rank(), /*training=*/false);
+      val_ = shard_val_.get();
+    }
+  }
 
   const double overfit = options.overfit_batches();
   batches_per_epoch_ = resolve_limit(
       overfit > 0 ? overfit : options.limit_train_batches(),
-      train_.num_batches(),
+      train_->num_batches(),
       overfit > 0 ? "overfit_batches" : "limit_train_batches");
   HOTLOOP_CHECK_AS(
       ConfigError,
       batches_per_epoch_ > 0,
       "the training set gives no batch (",
-      train_.dataset().size(),
+      train_->dataset().size(),
       " samples, ",
-      train_.num_batches(),
+      train_->num_batches(),
       " batches per epoch)");
+  check_same_everywhere(
+      strategy,
+      "the training set",
+      {{"samples", train_->dataset().size()},
+       {"batches per epoch", batches_per_epoch_}});
   accumulate_ = options.accumulate_grad_batches();
   val_check_batches_ = val_check_batches(
       options.val_check_interval(), batches_per_epoch_, accumulate_);
@@ -202,9 +260,6 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   precision_->convert_module(module_);
   scaler_ = std::make_unique<GradScaler>(
       GradScalerOptions().enabled(precision_->needs_scaler()));
-  // After every change to the parameters (device, memory format, dtype):
-  // a data-parallel strategy hooks the ones training uses.
-  trainer.strategy().setup(module_);
 
   trainer.progress_ = TrainingProgress{};
   trainer.current_epoch_ = 0;
@@ -219,15 +274,23 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   if (!ckpt_path.empty()) {
     restore(ckpt_path);
   }
+  // After every change to the parameters (device, memory format, dtype,
+  // a checkpoint's values: loading replaces their storage, which would
+  // detach a data-parallel strategy's gradient hooks).
+  strategy.setup(module_);
   start_step_ = trainer.progress_.global_step;
   clock_.emplace(profile_, trainer.device(), start_step_);
   step_.emplace(
       trainer, module_, setup_, *precision_, *scaler_, *clock_, accumulate_);
-  if (options.enable_progress_bar()) {
-    trainer.out_ << "fit: " << train_.dataset().size() << " training samples, "
-                 << batches_per_epoch_ << " batches/epoch, on "
-                 << trainer.device() << ", " << threads << " intra-op threads, "
-                 << train_.options().num_workers() << " loader threads"
+  if (trainer.shows_progress()) {
+    trainer.out_ << "fit: " << train_->dataset().size() << " training samples, "
+                 << batches_per_epoch_ << " batches/epoch";
+    if (strategy.world_size() > 1) {
+      trainer.out_ << " per process, " << strategy.world_size() << " processes";
+    }
+    trainer.out_ << ", on " << trainer.device() << ", " << threads
+                 << " intra-op threads, " << train_->options().num_workers()
+                 << " loader threads"
                  << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
     bar_.emplace(
         trainer.out_,
@@ -254,14 +317,15 @@ void FitLoop::prepare(const std::string& ckpt_path) {
                          : limited(sanity, limit_val_batches_));
       trainer.sanity_checking_ = false;
     }
-    trainer.model_summary_ = trainer.summarize(module_, train_, *precision_);
+    trainer.model_summary_ = trainer.summarize(module_, *train_, *precision_);
     set_rng_states(rng);
   }
-  if (options.enable_progress_bar()) {
+  if (trainer.shows_progress()) {
     trainer.model_summary_.print(trainer.out_);
   }
   profile_.flops_per_sample = 3 * module_.flops_per_sample();
   profile_.asynchronous = !trainer.device().is_cpu();
+  profile_.data_parallel = strategy.world_size() > 1;
   trainer.each_callback([&](Callback& c) { c.on_fit_start(trainer, module_); });
 }
 
@@ -282,10 +346,13 @@ void FitLoop::restore(const std::string& ckpt_path) {
     check_same_loader(
         ckpt_path,
         checkpoint.loader,
-        loader_fingerprint(train_, batches_per_epoch_));
+        loader_fingerprint(*train_, batches_per_epoch_));
   }
   trainer.callback_metrics_ = checkpoint.loop.callback_metrics;
   resumed_epoch_metrics_ = checkpoint.loop.epoch_metrics;
+  if (!trainer.strategy().is_global_zero()) {
+    return;
+  }
   trainer.out_ << "resumed from " << ckpt_path << " at epoch "
                << trainer.progress_.epoch << ", batch "
                << trainer.progress_.epoch_batches << " (step "
@@ -319,13 +386,13 @@ bool FitLoop::run_epoch(int64_t epoch) {
   }
   // overfit_batches trains on the same batches every epoch: epoch 0's.
   const int64_t loader_epoch = options.overfit_batches() > 0 ? 0 : epoch;
-  train_.set_epoch(loader_epoch);
+  train_->set_epoch(loader_epoch);
   int64_t batch_idx = 0;
   if (progress.epoch_batches > 0) {
     // Resuming mid-epoch: the loader rebuilds this epoch's order and skips
     // the batches already trained on.
     batch_idx = progress.epoch_batches;
-    train_.load_state_dict({loader_epoch, batch_idx});
+    train_->load_state_dict({loader_epoch, batch_idx});
     metrics.load_state(resumed_epoch_metrics_);
   }
   resumed_epoch_metrics_.clear();
@@ -336,7 +403,7 @@ bool FitLoop::run_epoch(int64_t epoch) {
   StepClock& clock = *clock_;
   clock.start_epoch();
   bool stop = false;
-  for (auto it = train_.begin(); it != train_.end() && batch_idx < batches;
+  for (auto it = train_->begin(); it != train_->end() && batch_idx < batches;
        ++it) {
     if (batch_idx % accumulate_ == 0) {
       trace_steps();
@@ -417,7 +484,7 @@ bool FitLoop::run_epoch(int64_t epoch) {
       [&](Callback& c) { c.on_train_epoch_end(trainer, module_); });
   trainer.flush_logs();
   trainer.flush_loggers();
-  if (options.enable_progress_bar()) {
+  if (trainer.shows_progress()) {
     print_epoch_line(seconds_since(epoch_start));
   }
   if (signalled()) {
@@ -474,7 +541,7 @@ bool FitLoop::stop_requested(int64_t completed_epochs) {
   if (completed_epochs >= trainer.options().min_epochs()) {
     return true;
   }
-  if (trainer.options().enable_progress_bar() && !trainer.min_epochs_noted_) {
+  if (trainer.shows_progress() && !trainer.min_epochs_noted_) {
     trainer.out_ << "a stop was requested, but trainer.min_epochs="
                  << trainer.options().min_epochs()
                  << " is not reached; training continues\n";
@@ -504,6 +571,9 @@ void FitLoop::interrupt() {
     trainer.save_checkpoint(saved);
   }
   trainer.flush_loggers();
+  if (!trainer.strategy().is_global_zero()) {
+    return;
+  }
   trainer.out_ << "interrupted by signal " << StopSignalGuard::received()
                << " in epoch " << trainer.current_epoch_ + 1 << " after batch "
                << trainer.progress_.epoch_batches << " (step "
@@ -572,7 +642,7 @@ void FitLoop::trace_steps() {
         (std::filesystem::path(run_dir) / "trace.json").string());
   } else if (trace_ && --trace_steps_left_ == 0) {
     trace_.reset(); // writes the file
-    if (options.enable_progress_bar()) {
+    if (trainer_.shows_progress()) {
       trainer_.out_ << "profiler trace written to " << run_dir
                     << "/trace.json\n";
     }
@@ -607,8 +677,13 @@ FitResult FitLoop::finish() {
   result.epochs = trainer.progress_.epoch;
   result.steps = trainer.progress_.global_step;
   result.interrupted = interrupted_;
+  // Every process trains on as many samples (DistributedSampler pads).
+  result.world_size = trainer.strategy().world_size();
   result.train_samples_per_s =
-      train_seconds_ > 0 ? train_samples_ / train_seconds_ : 0;
+      train_seconds_ > 0
+          ? static_cast<double>(train_samples_ * result.world_size) /
+                train_seconds_
+          : 0;
   result.wall_s = seconds_since(start_);
   result.checkpoint_path = trainer.last_checkpoint_;
   for (const auto& callback : trainer.active_callbacks_) {
@@ -629,8 +704,8 @@ FitResult FitLoop::finish() {
         measure_peak_flops(trainer.device(), precision_->compute_dtype());
   }
   result.profile = profile_;
-  if (trainer.options().enable_progress_bar() && profile_.steps > 0) {
-    profile_.print(trainer.out_, trainer.profile_context(train_));
+  if (trainer.shows_progress() && profile_.steps > 0) {
+    profile_.print(trainer.out_, trainer.profile_context(*train_));
   }
   return result;
 }

@@ -59,8 +59,14 @@ at::Tensor OptimizationStep::run(
   clock_.begin(Phase::kBackward);
   // Only the step's last backward all-reduces; the others just add up
   // locally (DDP's no_sync).
-  trainer_.strategy().before_backward(last);
+  Strategy& strategy = trainer_.strategy();
+  strategy.before_backward(loss, last);
   (scaler_.is_enabled() ? scaler_.scale(loss) : loss).backward();
+  if (last && strategy.world_size() > 1) {
+    // Backward returns once every process's gradients are in: its end was
+    // waiting for them.
+    clock_.begin(Phase::kComm, strategy.gradient_wait());
+  }
 
   clock_.begin(Phase::kOptimizer);
   if (!last) {
@@ -68,7 +74,7 @@ at::Tensor OptimizationStep::run(
   }
   // The all-reduce ran in buckets during backward; the last ones may still
   // be in flight. Unscaling and clipping must see the mean over processes.
-  trainer_.strategy().wait_for_gradients();
+  strategy.wait_for_gradients();
   for (size_t i = 0; i < setup_.optimizers.size(); ++i) {
     torch::optim::Optimizer& optimizer = *setup_.optimizers[i];
     if (scaler_.is_enabled()) {

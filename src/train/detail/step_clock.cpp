@@ -2,6 +2,8 @@
 
 #include "hotloop/train/device.h"
 
+#include <algorithm>
+
 namespace hotloop::train::detail {
 namespace {
 
@@ -15,6 +17,8 @@ const char* phase_name(Phase phase) {
       return "forward";
     case Phase::kBackward:
       return "backward";
+    case Phase::kComm:
+      return "comm";
     case Phase::kOptimizer:
       return "optimizer";
     case Phase::kLogging:
@@ -43,17 +47,21 @@ void StepClock::start_step(int64_t global_step) {
   synced_ = global_step % kSyncedStepInterval == kSyncedStepInterval / 2;
 }
 
-void StepClock::begin(Phase phase) {
+void StepClock::begin(Phase phase, double seconds_ago) {
   // A synced step waits for the device at the end of each phase of device
   // work, so that the phase's time is the device's, not when the host
   // queued it. Waiting for data queues nothing.
   if (synced_ && phase_ != Phase::kData && phase_name(phase_) != nullptr) {
     synchronize_device(device_);
   }
-  const auto now = Clock::now();
-  charge(phase_, std::chrono::duration<double>(now - mark_).count(), synced_);
+  const auto start =
+      Clock::now() -
+      std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(std::max(0.0, seconds_ago)));
+  const auto split = std::max(start, mark_);
+  charge(phase_, std::chrono::duration<double>(split - mark_).count(), synced_);
   phase_ = phase;
-  mark_ = now;
+  mark_ = split;
 }
 
 void StepClock::end_batch(int64_t samples, bool stepped, int64_t global_step) {
@@ -107,6 +115,10 @@ void StepClock::charge(Phase phase, double seconds, bool synced) {
     case Phase::kBackward:
       profile_.backward += seconds;
       epoch_.compute += seconds;
+      break;
+    case Phase::kComm:
+      profile_.comm += seconds;
+      epoch_.comm += seconds;
       break;
     case Phase::kOptimizer:
       profile_.optimizer += seconds;

@@ -91,8 +91,12 @@ class FitLoop {
 
   Trainer& trainer_;
   Module& module_;
-  data::DataLoader& train_;
+  // The loaders the fit uses: the caller's, or this process's share of
+  // them under data parallelism (shard_*).
+  data::DataLoader* train_;
   data::DataLoader* val_;
+  std::unique_ptr<data::DataLoader> shard_train_;
+  std::unique_ptr<data::DataLoader> shard_val_;
   OptimizerSetup setup_;
   std::optional<Precision> precision_;
   std::unique_ptr<GradScaler> scaler_;

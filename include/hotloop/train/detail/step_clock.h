@@ -18,6 +18,7 @@ enum class Phase {
   kH2D,
   kForward,
   kBackward,
+  kComm,
   kOptimizer,
   kLogging,
   kValidation,
@@ -47,8 +48,9 @@ class StepClock {
   /// taken: decides whether this step is timed synchronised.
   void start_step(int64_t global_step);
 
-  /// Ends the current phase and starts `phase`.
-  void begin(Phase phase);
+  /// Ends the current phase and starts `phase`, which began `seconds_ago`
+  /// seconds before now (the wait a backward reports at its end, say).
+  void begin(Phase phase, double seconds_ago = 0);
 
   /// `phase` while the returned Scope lives (callbacks inside a step are
   /// logging time, validation inside an epoch is not step time), then the
@@ -68,7 +70,7 @@ class StepClock {
   void end_epoch();
 
   /// The epoch's split as the progress bar shows it: data; h2d, forward
-  /// and backward as compute; optimizer and logging as the rest.
+  /// and backward as compute; comm; optimizer and logging as the rest.
   const log::StepTimes& epoch_times() const {
     return epoch_;
   }
