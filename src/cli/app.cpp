@@ -221,8 +221,18 @@ int fit_in_process(
       trainer.set_hyperparams(args.config.flat());
     }
   }
-  const train::FitResult result =
-      trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+  train::FitResult result;
+  try {
+    result = trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+  } catch (const ConfigError&) {
+    // A setting found wrong by the first step (a monitored metric that step
+    // and the sanity check did not log, say) leaves no half-made run folder.
+    if (!run_dir.empty() && trainer.global_step() <= 1) {
+      std::error_code ec;
+      fs::remove_all(run_dir, ec);
+    }
+    throw;
+  }
   if (!trainer.is_global_zero()) {
     return result.interrupted ? 130 : 0;
   }
@@ -257,6 +267,13 @@ int fit_in_process(
 }
 
 int run_report(const std::vector<std::string>& args, std::ostream& out) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    out << "usage: hotloop report RUN_DIR [--output FILE.html]\n\n"
+           "Writes RUN_DIR/report.html (or FILE.html): loss, accuracy, "
+           "learning-rate and step-time\ncharts of a run folder, one "
+           "self-contained page.\n";
+    return 0;
+  }
   HOTLOOP_CHECK_AS(
       ConfigError,
       !args.empty() && args[0].rfind("--", 0) != 0,
@@ -329,6 +346,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   const std::vector<at::Tensor> batches =
       trainer.predict(*session.module, loader, ckpt_path);
   const at::Tensor targets = session.val_labels;
+  int64_t rows = 0;
   train::write_file_atomically(output, [&](std::ostream& csv) {
     csv << "index,prediction,probability,target\n";
     int64_t index = 0;
@@ -341,9 +359,10 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
             << "\n";
       }
     }
+    rows = index;
   });
-  out << "predict of " << ckpt_path << ": " << targets.size(0)
-      << " rows written to " << output << "\n";
+  out << "predict of " << ckpt_path << ": " << rows << " rows written to "
+      << output << "\n";
   return 0;
 }
 

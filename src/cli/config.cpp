@@ -70,6 +70,13 @@ std::optional<double> parse_float(const std::string& text) {
 // The shortest text that reads back as exactly `value`.
 std::string format_float(double value) {
   char buffer[32];
+  // Whole numbers as such (10000, not %g's 1e+04): counts and factors read
+  // as people write them.
+  if (std::isfinite(value) && value == std::floor(value) &&
+      std::fabs(value) < 1e15) {
+    std::snprintf(buffer, sizeof(buffer), "%.0f", value);
+    return buffer;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
     if (std::strtod(buffer, nullptr) == value) {
@@ -510,8 +517,13 @@ std::string Config::to_yaml() const {
 std::map<std::string, std::string> Config::flat() const {
   std::map<std::string, std::string> values;
   for (const OptionSpec& spec : schema_->options()) {
+    const Value& value = values_.at(spec.key);
+    if (const auto* text = std::get_if<std::string>(&value)) {
+      values[spec.key] = *text; // the text itself, not YAML's quoting of it
+      continue;
+    }
     YAML::Emitter out;
-    out << YAML::Flow << to_node(values_.at(spec.key));
+    out << YAML::Flow << to_node(value);
     values[spec.key] = out.c_str();
   }
   return values;

@@ -64,7 +64,9 @@ DeviceRequest parse_devices(const std::string& devices) {
         " asks for ",
         devices,
         " devices, but one process trains on one device; pick one with "
-        "trainer.devices=[N] or trainer.accelerator=cuda:N");
+        "trainer.devices=[N] or trainer.accelerator=cuda:N, or train on ",
+        devices,
+        " processes with trainer.strategy=ddp");
     return request;
   }
   HOTLOOP_CHECK_AS(

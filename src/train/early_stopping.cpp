@@ -35,6 +35,10 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
   best_score_ = options_.mode() == "min" ? INFINITY : -INFINITY;
 }
 
+std::string EarlyStopping::required_metric() const {
+  return options_.strict() ? options_.monitor() : std::string();
+}
+
 std::string EarlyStopping::state_key() const {
   return hotloop::detail::str_cat(
       "EarlyStopping{monitor=",

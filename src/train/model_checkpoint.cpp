@@ -144,6 +144,10 @@ std::string ModelCheckpoint::state_key() const {
       "}");
 }
 
+std::string ModelCheckpoint::required_metric() const {
+  return options_.monitor();
+}
+
 void ModelCheckpoint::setup(Trainer& trainer, Module& module) {
   // In a data-parallel run only the global-zero process writes (and
   // deletes) checkpoint files; the others must not touch its folder.

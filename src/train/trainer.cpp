@@ -26,6 +26,33 @@
 #include <set>
 
 namespace hotloop::train {
+namespace {
+
+// Leaves the caller's stream formatting as it was: the Trainer's lines set
+// their own number formats.
+class StreamState {
+ public:
+  explicit StreamState(std::ostream& out)
+      : out_(out),
+        flags_(out.flags()),
+        precision_(out.precision()),
+        fill_(out.fill()) {}
+  ~StreamState() {
+    out_.flags(flags_);
+    out_.precision(precision_);
+    out_.fill(fill_);
+  }
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+
+ private:
+  std::ostream& out_;
+  std::ios::fmtflags flags_;
+  std::streamsize precision_;
+  char fill_;
+};
+
+} // namespace
 
 void seed_everything(uint64_t seed) {
   at::manual_seed(seed);
@@ -223,6 +250,7 @@ FitResult Trainer::fit(
     data::DataLoader& train,
     data::DataLoader* val,
     const std::string& ckpt_path) {
+  const StreamState keep(out_);
   detail::FitLoop loop(*this, module, train, val);
   fit_ = &loop;
   try {
@@ -344,6 +372,7 @@ Precision Trainer::prepare_evaluation(
 
 std::map<std::string, double> Trainer::validate(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   std::unique_ptr<data::DataLoader> share;
   data::DataLoader& shared = share_of(loader, share);
@@ -366,6 +395,7 @@ std::map<std::string, double> Trainer::validate(
 
 std::map<std::string, double> Trainer::test(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   std::unique_ptr<data::DataLoader> share;
   data::DataLoader& shared = share_of(loader, share);
@@ -388,6 +418,7 @@ std::map<std::string, double> Trainer::test(
 
 std::vector<at::Tensor> Trainer::predict(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   return detail::EvaluationLoop(*this, module, precision)
       .predict(

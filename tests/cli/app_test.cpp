@@ -430,10 +430,32 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
     ++rows;
   }
   EXPECT_EQ(rows, 100);
+  // limit_predict_batches: the count says the rows written (2 x 50).
+  r = run_cli(
+      {"predict",
+       config,
+       "--ckpt_path=last",
+       "--output=" + csv,
+       "--trainer.limit_predict_batches=2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": 100 rows written"));
+  r = run_cli(
+      {"predict",
+       config,
+       "--ckpt_path=last",
+       "--output=" + csv,
+       "--trainer.limit_predict_batches=1"});
+  EXPECT_THAT(r.out, HasSubstr(": 50 rows written"));
   r = run_cli({"predict", config});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err, HasSubstr("hotloop predict needs --ckpt_path PATH (or last)"));
+}
+
+TEST(Cli, ReportHelpPrintsItsUsage) {
+  const Result r = run_cli({"report", "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("usage: hotloop report RUN_DIR"));
 }
 
 TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
@@ -547,10 +569,32 @@ TEST(Cli, CallbackAndDeviceOptionErrorsNameTheKey) {
   r = run_cli(small_fit(dir, {"--trainer.devices=4"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("trainer.devices=4 asks for 4 devices"));
-  r = run_cli(small_fit(dir, {"--model_checkpoint.monitor=val_f1"}));
-  EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(
-      r.err, HasSubstr("ModelCheckpoint monitors 'val_f1', which no step"));
+  // A mistyped monitor is found after the first step, not after an epoch,
+  // and leaves no run folder behind.
+  for (const char* flag :
+       {"--model_checkpoint.monitor=val_f1",
+        "--early_stopping.enabled=true",
+        "--lr_scheduler.name=plateau"}) {
+    std::vector<std::string> extra{flag};
+    if (std::string(flag).find("early") != std::string::npos) {
+      extra.push_back("--early_stopping.monitor=val_f1");
+    }
+    if (std::string(flag).find("plateau") != std::string::npos) {
+      extra.push_back("--lr_scheduler.interval=epoch");
+      extra.push_back("--lr_scheduler.monitor=val_f1");
+    }
+    r = run_cli(small_fit(dir, extra));
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_THAT(
+        r.err,
+        ::testing::ContainsRegex(
+            "(ModelCheckpoint monitors|EarlyStopping monitors|the lr schedule "
+            "watches) 'val_f1', which no step logged \\(logged: train_loss, "
+            "val_acc, val_acc_top5, val_loss\\)"))
+        << flag;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("epoch 1/2  train_loss")));
+    EXPECT_FALSE(fs::exists(dir.file("runs/fashion_mnist/version_0"))) << flag;
+  }
 }
 
 // Runs the hotloop program in a fresh process; returns its exit code.
@@ -605,7 +649,7 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
   const std::string resumed_text(
       (std::istreambuf_iterator<char>(resume_log)),
       std::istreambuf_iterator<char>());
-  EXPECT_THAT(resumed_text, HasSubstr("at epoch 1, batch 4 (step 12)"));
+  EXPECT_THAT(resumed_text, HasSubstr("in epoch 2 after batch 4 (step 12)"));
 
   const fs::path runs(dir.file("runs"));
   const auto a = checkpoint_weights(
@@ -695,6 +739,39 @@ TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
       << read_text(dir.file("resume.log"));
   EXPECT_THAT(
       read_text(dir.file("resume.log")), HasSubstr("resumed from " + ckpt));
+}
+
+TEST(Cli, TheRunsFilesWriteValuesAsTheyWereGiven) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 32);
+  const Result r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--trainer.limit_train_batches=100",
+       "--trainer.precision=32",
+       "--lr_scheduler.final_div_factor=10000",
+       "--model_checkpoint.filename={epoch}-{step}"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run =
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  const std::string config = read_text((run / "config.yaml").string());
+  EXPECT_THAT(config, HasSubstr("final_div_factor: 10000\n"));
+  EXPECT_THAT(config, HasSubstr("limit_train_batches: 100\n"));
+  EXPECT_THAT(config, HasSubstr("precision: 32\n"));
+  const std::string hparams = read_text((run / "hparams.yaml").string());
+  EXPECT_THAT(hparams, HasSubstr("model_checkpoint.filename: \"{epoch}-{step}\"\n"));
+  EXPECT_THAT(hparams, HasSubstr("data.path: \"\"\n"));
+  EXPECT_THAT(hparams, HasSubstr("optimizer.name: adamw\n"));
+  // Lightning's other precision spellings are taken as they are.
+  for (const char* precision : {"16", "bf16", "32-true", "bf16-mixed"}) {
+    EXPECT_NO_THROW(to_fit_config(
+        parse_args(
+            fit_schema(),
+            {std::string("--trainer.precision=") + precision},
+            {})
+            .config))
+        << precision;
+  }
 }
 
 } // namespace

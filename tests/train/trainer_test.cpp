@@ -184,7 +184,9 @@ TEST_F(TrainerTest, SigintCheckpointsMidEpochAndAResumeMatchesBitForBit) {
   const FitResult rest =
       Trainer(options().max_epochs(2), resume_log)
           .fit(*resumed, train, &val_loader_, cut.checkpoint_path);
-  EXPECT_THAT(resume_log.str(), HasSubstr("at epoch 1, batch 3 (step 11)"));
+  // The same words as the interrupt's.
+  EXPECT_THAT(
+      resume_log.str(), HasSubstr("in epoch 2 after batch 3 (step 11)"));
   EXPECT_FALSE(rest.interrupted);
   EXPECT_EQ(rest.steps, 16);
   // The epoch's running means came back too: train_loss is the mean over
@@ -851,6 +853,32 @@ TEST_F(TrainerTest, AMidEpochResumeRefusesADifferentLoader) {
       Trainer(options().max_epochs(2), log)
           .fit(*make_module(0), train, nullptr, cut.checkpoint_path);
   EXPECT_EQ(rest.steps, 16);
+}
+
+TEST_F(TrainerTest, TheCallersStreamAndTheModulesModeAreLeftAsTheyWere) {
+  auto module = make_module(0);
+  auto train = train_loader();
+  std::ostringstream log;
+  log << std::setprecision(9);
+  Trainer trainer(options().max_epochs(1).enable_progress_bar(true), log);
+  trainer.fit(*module, train, &val_loader_);
+  EXPECT_EQ(log.precision(), 9);
+  EXPECT_EQ(log.flags() & std::ios::floatfield, std::ios::fmtflags{});
+  std::ostringstream numbers;
+  Trainer quiet(options().max_epochs(1).enable_progress_bar(true), numbers);
+  quiet.validate(*module, val_loader_);
+  numbers.str("");
+  numbers << 0.99609375 << " " << 0.0479;
+  EXPECT_EQ(numbers.str(), "0.996094 0.0479");
+  // Evaluation restores the mode the module had, either way.
+  module->eval();
+  trainer.validate(*module, val_loader_);
+  EXPECT_FALSE(module->is_training());
+  trainer.test(*module, val_loader_);
+  EXPECT_FALSE(module->is_training());
+  module->train();
+  trainer.test(*module, val_loader_);
+  EXPECT_TRUE(module->is_training());
 }
 
 // The values a short fit gave before the training step moved into its own

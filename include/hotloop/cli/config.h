@@ -121,8 +121,10 @@ class Config {
   /// order; `merge_yaml_string` of it reproduces this config.
   std::string to_yaml() const;
 
-  /// Every key with its value as YAML flow text (`15`, `[16, 32]`, `adamw`):
-  /// the run's hyperparameters, as loggers record them.
+  /// Every key with its value as text: numbers and lists as YAML flow text
+  /// (`15`, `[16, 32]`), strings as they are (`adamw`, `{epoch}-{step}`,
+  /// and `` for the empty string): the run's hyperparameters, as loggers
+  /// record them.
   std::map<std::string, std::string> flat() const;
 
   /// The schema this config was built on.

@@ -71,6 +71,15 @@ class Callback {
   virtual void on_exception(
       Trainer& trainer, Module& module, const std::exception& error) {}
 
+  /// The metric this callback needs whenever it acts (a ModelCheckpoint's
+  /// or a strict EarlyStopping's monitor); empty for none. A fit that has
+  /// seen every metric its steps log (after its first training step, and
+  /// the sanity check when it validates) stops with ConfigError when this
+  /// one is not among them, before a whole epoch is spent.
+  virtual std::string required_metric() const {
+    return "";
+  }
+
   /// This callback's state for checkpoints; null when it has none.
   virtual nlohmann::json state_dict() const;
   /// Restores what state_dict returned.

@@ -45,6 +45,7 @@ class EarlyStopping : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options);
 
   std::string state_key() const override;
+  std::string required_metric() const override;
   void on_validation_end(Trainer& trainer, Module& module) override;
   void on_train_epoch_end(Trainer& trainer, Module& module) override;
   nlohmann::json state_dict() const override;

@@ -49,6 +49,7 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions options = {});
 
   std::string state_key() const override;
+  std::string required_metric() const override;
   void setup(Trainer& trainer, Module& module) override;
   void on_train_batch_end(
       Trainer& trainer,

@@ -309,12 +309,16 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       // A broken validation_step fails now, not after the first epoch.
       trainer.sanity_checking_ = true;
       const int64_t sanity = options.num_sanity_val_steps();
-      EvaluationLoop(trainer, module_, *precision_)
-          .run(
-              *val_,
-              Stage::kValidate,
-              sanity < 0 ? limit_val_batches_
-                         : limited(sanity, limit_val_batches_));
+      for (const auto& [name, value] :
+           EvaluationLoop(trainer, module_, *precision_)
+               .run(
+                   *val_,
+                   Stage::kValidate,
+                   sanity < 0 ? limit_val_batches_
+                              : limited(sanity, limit_val_batches_))) {
+        validation_names_.insert(name);
+      }
+      validation_names_known_ = true;
       trainer.sanity_checking_ = false;
     }
     trainer.model_summary_ = trainer.summarize(module_, *train_, *precision_);
@@ -353,10 +357,16 @@ void FitLoop::restore(const std::string& ckpt_path) {
   if (!trainer.strategy().is_global_zero()) {
     return;
   }
-  trainer.out_ << "resumed from " << ckpt_path << " at epoch "
-               << trainer.progress_.epoch << ", batch "
-               << trainer.progress_.epoch_batches << " (step "
-               << trainer.progress_.global_step << ")\n";
+  // Epochs counted from 1, as the interrupt and the epoch lines say them.
+  const TrainingProgress& progress = trainer.progress_;
+  trainer.out_ << "resumed from " << ckpt_path;
+  if (progress.epoch_batches > 0) {
+    trainer.out_ << " in epoch " << progress.epoch + 1 << " after batch "
+                 << progress.epoch_batches;
+  } else {
+    trainer.out_ << " after epoch " << progress.epoch;
+  }
+  trainer.out_ << " (step " << progress.global_step << ")\n";
 }
 
 bool FitLoop::run_epoch(int64_t epoch) {
@@ -508,6 +518,9 @@ bool FitLoop::end_step(
     }
     trainer.log_metrics(step_metrics);
   }
+  if (!monitors_checked_) {
+    check_monitors();
+  }
   const bool steps_done =
       options.max_steps() > 0 && global_step >= options.max_steps();
   if (signalled()) {
@@ -524,6 +537,51 @@ bool FitLoop::end_step(
     trainer.flush_loggers();
   }
   return steps_done || stop_requested(epoch);
+}
+
+void FitLoop::check_monitors() {
+  monitors_checked_ = true;
+  // Validation metrics are known from the sanity check; without one (and
+  // with validation on) a monitor can only be checked when it is used.
+  if (trainer_.has_validation_ && !validation_names_known_) {
+    return;
+  }
+  std::set<std::string> logged = validation_names_;
+  for (const auto& [name, value] : epoch_metrics_->last()) {
+    logged.insert(name);
+  }
+  std::string names;
+  for (const std::string& name : logged) {
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (names.empty()) {
+    names = "none";
+  }
+  for (const auto& callback : trainer_.active_callbacks_) {
+    const std::string metric = callback->required_metric();
+    // "ModelCheckpoint{monitor=...}" is a ModelCheckpoint.
+    const std::string key = callback->state_key();
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        metric.empty() || logged.count(metric) > 0,
+        key.substr(0, key.find('{')),
+        " monitors '",
+        metric,
+        "', which no step logged (logged: ",
+        names,
+        ")");
+  }
+  for (const ScheduleConfig& schedule : setup_.schedules) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !schedule.scheduler->needs_metric() ||
+            logged.count(schedule.monitor) > 0,
+        "the lr schedule watches '",
+        schedule.monitor,
+        "', which no step logged (logged: ",
+        names,
+        ")");
+  }
 }
 
 bool FitLoop::signalled() {

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -80,6 +81,9 @@ class FitLoop {
   void step_metric_schedules(int64_t epochs);
   // should_stop, agreed by every process, honoured once min_epochs are done.
   bool stop_requested(int64_t completed_epochs);
+  // After the first step: every metric a callback or schedule monitors
+  // must be among those the steps and the sanity check logged.
+  void check_monitors();
   // Whether a stop signal arrived (at any process).
   bool signalled();
   // A stop signal: write last.ckpt and end the fit.
@@ -122,6 +126,10 @@ class FitLoop {
   int64_t start_step_ = 0;
   // The running means of the epoch in progress, for checkpoints.
   MetricCollection* epoch_metrics_ = nullptr;
+  // The metrics the sanity check's validation logged, when it ran.
+  std::set<std::string> validation_names_;
+  bool validation_names_known_ = false;
+  bool monitors_checked_ = false;
   // A mid-epoch checkpoint's running means, for the epoch it resumes.
   std::map<std::string, std::pair<double, double>> resumed_epoch_metrics_;
 };
