@@ -451,14 +451,14 @@ note "stages: ${plan[*]:-none left (--redo starts over)}"
 # The environment every stage shares. CMake reads CMAKE_PREFIX_PATH,
 # CMAKE_GENERATOR and, for LibTorch's CUDA setup, CUDACXX, CUDAARCHS,
 # CUDAToolkit_ROOT and TORCH_CUDA_ARCH_LIST from it too, so the test that
-# builds a consumer project against the installed hotloop configures the
+# builds examples/ against the installed hotloop configures the
 # same way.
 PREFIX_PATH=$PREFIX${TORCH_PREFIX:+;$TORCH_PREFIX}
 export CMAKE_PREFIX_PATH=${PREFIX_PATH//;/:}
 export CMAKE_GENERATOR=Ninja
 export PYTHON=$PY   # tests/tensorboard_reader.sh
 if [[ -n $DATA && $DATA != /usr/share/datasets/fashion-mnist ]]; then
-  export HOTLOOP_FASHION_MNIST_ROOT=$DATA   # tests/data/idx_test.cpp
+  export HOTLOOP_FASHION_MNIST_ROOT=$DATA   # idx_test.cpp, examples_run.cmake
 fi
 if ((!CPU)); then
   # What the checks found, unless the command sets them.

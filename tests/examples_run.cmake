@@ -1,21 +1,90 @@
 # Installs hotloop from BUILD_DIR into WORK_DIR/prefix, runs the installed
-# CLI from there, then configures, builds and runs the consumer project in
-# SOURCE_DIR against it.
+# CLI from there, then builds the programs of examples/ (SOURCE_DIR) against
+# it with find_package(hotloop) and runs them: the README's library example
+# trains an epoch of Fashion-MNIST (DATA_ROOT), and own_model trains,
+# resumes, validates and reports a model and dataset it registers.
+if(DEFINED ENV{HOTLOOP_FASHION_MNIST_ROOT})
+  set(DATA_ROOT $ENV{HOTLOOP_FASHION_MNIST_ROOT})
+else()
+  set(DATA_ROOT /usr/share/datasets/fashion-mnist)
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR}/runs)
+
+# Runs a command in WORK_DIR; fails the test unless it exits with
+# EXPECT_CODE (0 when not given) and its output matches every regex after
+# MATCHES.
 function(run_step)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE code)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "step failed (${code}): ${ARGN}")
+  cmake_parse_arguments(STEP "" "EXPECT_CODE" "COMMAND;MATCHES" ${ARGN})
+  if(NOT DEFINED STEP_EXPECT_CODE)
+    set(STEP_EXPECT_CODE 0)
+  endif()
+  execute_process(COMMAND ${STEP_COMMAND} WORKING_DIRECTORY ${WORK_DIR}
+    RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code STREQUAL STEP_EXPECT_CODE)
+    message(FATAL_ERROR "exit ${code}, expected ${STEP_EXPECT_CODE}: "
+      "${STEP_COMMAND}\n${out}${err}")
+  endif()
+  foreach(regex IN LISTS STEP_MATCHES)
+    if(NOT "${out}${err}" MATCHES "${regex}")
+      message(FATAL_ERROR "no match for '${regex}' in the output of "
+        "${STEP_COMMAND}:\n${out}${err}")
+    endif()
+  endforeach()
+  message(STATUS "ok: ${STEP_COMMAND}")
+endfunction()
+
+function(expect_file path)
+  if(NOT EXISTS ${WORK_DIR}/${path})
+    message(FATAL_ERROR "${path} was not written")
   endif()
 endfunction()
-run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+
+run_step(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 # The installed CLI loads its library from the prefix (no LD_LIBRARY_PATH).
-execute_process(COMMAND ${WORK_DIR}/prefix/bin/hotloop --version
-  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT code EQUAL 0 OR NOT out MATCHES "^hotloop [0-9]+\\.[0-9]+\\.[0-9]+ \\(LibTorch ")
-  message(FATAL_ERROR "installed hotloop --version failed (${code}): ${out}${err}")
+run_step(COMMAND ${WORK_DIR}/prefix/bin/hotloop --version
+  MATCHES "^hotloop [0-9]+\\.[0-9]+\\.[0-9]+ \\(LibTorch ")
+run_step(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+  -DTorch_DIR=${TORCH_DIR})
+run_step(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+
+# The library example, one epoch: the CNN reaches > 80% after one (82.8%
+# measured), and the default loggers fill the run folder.
+run_step(COMMAND ${WORK_DIR}/build/fit_fashion_mnist ${DATA_ROOT} 1
+  MATCHES "val_acc 0\\.(8|9)[0-9]*, run folder runs/fashion_mnist/version_0")
+expect_file(runs/fashion_mnist/version_0/metrics.csv)
+expect_file(runs/fashion_mnist/version_0/checkpoints/last.ckpt)
+file(GLOB events ${WORK_DIR}/runs/fashion_mnist/version_0/events.out.tfevents.*)
+if(NOT events)
+  message(FATAL_ERROR "the library fit wrote no TensorBoard event file")
 endif()
-run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DTorch_DIR=${TORCH_DIR})
-run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
-run_step(${WORK_DIR}/build/consumer)
+
+# A registered model and dataset behave as the built-in ones.
+set(own ${WORK_DIR}/build/own_model)
+set(flags --model.name=tiny_net --model.width=32 --model.num_classes=2
+  --data.dataset=stripes --data.synthetic_size=1000 --data.crop_padding=0
+  --data.horizontal_flip=false --data.mean=[0.5] --data.std=[0.5]
+  --trainer.name=own --trainer.enable_progress_bar=false)
+run_step(COMMAND ${own} fit --help
+  MATCHES "--model.width=64 +tiny_net: hidden units"
+          "tiny_net: a one-hidden-layer perceptron"
+          "stripes: horizontal or vertical stripes"
+          "--data.stripes_seed=1")
+run_step(COMMAND ${own} fit ${flags} --model.width=0 EXPECT_CODE 2
+  MATCHES "model.width")
+run_step(COMMAND ${own} fit ${flags} --model.name=tiny_nt EXPECT_CODE 2
+  MATCHES "tiny_net")
+run_step(COMMAND ${own} fit ${flags} --trainer.max_epochs=2
+  MATCHES "done: 2 epochs" "val_acc 1\\.0000")
+expect_file(runs/own/version_0/config.yaml)
+expect_file(runs/own/version_0/metrics.csv)
+run_step(COMMAND ${own} fit ${flags} --trainer.max_epochs=3 --ckpt_path last
+  MATCHES "resumed from .*last.ckpt" "done: 3 epochs")
+run_step(COMMAND ${own} validate ${flags} --ckpt_path last
+  MATCHES "val_acc +1\\.0000")
+run_step(COMMAND ${own} predict ${flags} --ckpt_path last
+  --output ${WORK_DIR}/predictions.csv
+  MATCHES "500 rows written")
+run_step(COMMAND ${own} report runs/own/version_0 MATCHES "report.html")
+expect_file(runs/own/version_0/report.html)

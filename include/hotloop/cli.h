@@ -5,3 +5,4 @@
 #include "hotloop/cli/app.h"
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/registry.h"

@@ -1,5 +1,7 @@
 #include "hotloop/cli/app.h"
 
+#include "commands.h"
+
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/session.h"
@@ -25,6 +27,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
+#include <set>
 
 namespace hotloop::cli {
 namespace {
@@ -42,6 +46,9 @@ constexpr const char* kUsage =
     "             (--ckpt_path, --output FILE.csv)\n"
     "  report     write RUN_DIR/report.html: loss, accuracy, learning rate\n"
     "             and step-time plots of a run (hotloop report RUN_DIR)\n"
+    "  generate   sample text from a GPT checkpoint (--ckpt_path, --prompt,\n"
+    "             --max_new_tokens, --temperature, --top_k, --seed,\n"
+    "             --num_samples, --kv_cache=false)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -60,38 +67,6 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
     trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
         config.lr_monitor_interval, config.lr_monitor_momentum));
   }
-}
-
-// `last` means the newest run's last.ckpt under default_root_dir/name;
-// `auto` the same when there is one, else none: a fresh start, or a resume
-// after a restart (torchrun --max_restarts, a requeued job).
-std::string resolve_ckpt_path(
-    const std::string& path, const FitConfig& config) {
-  if (path != "last" && path != "auto") {
-    return path;
-  }
-  const fs::path runs =
-      fs::path(config.trainer.default_root_dir()) / config.trainer.name();
-  int64_t best = -1;
-  std::string found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(runs, ec)) {
-    const std::string name = entry.path().filename().string();
-    const fs::path ckpt = entry.path() / "checkpoints" / "last.ckpt";
-    if (name.rfind("version_", 0) == 0 && fs::is_regular_file(ckpt)) {
-      const int64_t version = std::atoll(name.c_str() + 8);
-      if (version > best) {
-        best = version;
-        found = ckpt.string();
-      }
-    }
-  }
-  HOTLOOP_CHECK(
-      !found.empty() || path == "auto",
-      "--ckpt_path=last: no run under '",
-      runs.string(),
-      "' has checkpoints/last.ckpt");
-  return found;
 }
 
 // Processes per node of a ddp run: trainer.devices as a count; auto is
@@ -209,7 +184,7 @@ int fit_in_process(
       args.extra.count("ckpt_path")
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
           : "";
-  const std::string& run_dir = trainer.log_dir();
+  const std::string& run_dir = trainer.log_dir(ckpt_path);
   if (!run_dir.empty()) {
     const std::string yaml = args.config.to_yaml();
     std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
@@ -227,7 +202,7 @@ int fit_in_process(
   } catch (const ConfigError&) {
     // A setting found wrong by the first step (a monitored metric that step
     // and the sanity check did not log, say) leaves no half-made run folder.
-    if (!run_dir.empty() && trainer.global_step() <= 1) {
+    if (!run_dir.empty() && ckpt_path.empty() && trainer.global_step() <= 1) {
       std::error_code ec;
       fs::remove_all(run_dir, ec);
     }
@@ -334,7 +309,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
                                  : std::string("predictions.csv");
   HOTLOOP_CHECK_AS(
       ConfigError,
-      config.data.dataset == "fashion_mnist",
+      config.data.dataset != "text",
       "hotloop predict writes class predictions: it needs an image dataset, "
       "not data.dataset=",
       config.data.dataset);
@@ -372,6 +347,37 @@ std::string first_line(const std::string& text) {
 
 } // namespace
 
+// `auto` finds none at a fresh start, and the newest after a restart
+// (torchrun --max_restarts, a requeued job).
+std::string resolve_ckpt_path(
+    const std::string& path, const FitConfig& config) {
+  if (path != "last" && path != "auto") {
+    return path;
+  }
+  const fs::path runs =
+      fs::path(config.trainer.default_root_dir()) / config.trainer.name();
+  int64_t best = -1;
+  std::string found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(runs, ec)) {
+    const std::string name = entry.path().filename().string();
+    const fs::path ckpt = entry.path() / "checkpoints" / "last.ckpt";
+    if (name.rfind("version_", 0) == 0 && fs::is_regular_file(ckpt)) {
+      const int64_t version = std::atoll(name.c_str() + 8);
+      if (version > best) {
+        best = version;
+        found = ckpt.string();
+      }
+    }
+  }
+  HOTLOOP_CHECK(
+      !found.empty() || path == "auto",
+      "--ckpt_path=last: no run under '",
+      runs.string(),
+      "' has checkpoints/last.ckpt");
+  return found;
+}
+
 int run(
     const std::vector<std::string>& args,
     std::ostream& out,
@@ -395,20 +401,31 @@ int run(
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
-            command == "predict",
+            command == "predict" || command == "generate",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict or report)");
+        "' (expected fit, validate, test, predict, generate or report)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    ParsedArgs parsed = parse_args(
-        schema, rest, {"ckpt_path", "output", "help", "print_config"});
+    std::set<std::string> flags = {"ckpt_path", "output", "help", "print_config"};
+    if (command == "generate") {
+      flags.erase("output");
+      for (const char* const* flag = kGenerateFlags; *flag != nullptr; ++flag) {
+        flags.insert(*flag);
+      }
+    }
+    ParsedArgs parsed = parse_args(schema, rest, flags);
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
           << (command == "fit" ? " [--ckpt_path PATH|last]"
                                : " --ckpt_path PATH|last")
           << (command == "predict" ? " [--output FILE.csv]" : "")
+          << (command == "generate"
+                  ? " [--prompt TEXT] [--max_new_tokens 500] [--temperature "
+                    "0.8] [--top_k 200] [--seed 1337] [--num_samples 1] "
+                    "[--kv_cache=false]"
+                  : "")
           << " [--print_config]\n\noptions (default in the flag):\n"
           << help_text(schema);
       return 0;
@@ -423,6 +440,9 @@ int run(
     }
     if (command == "predict") {
       return run_predict(parsed, out);
+    }
+    if (command == "generate") {
+      return run_generate(parsed, out, err);
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {
@@ -441,6 +461,11 @@ int run(
     err << "hotloop: error: " << first_line(e.what()) << "\n";
     return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  return run(
+      std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }
 
 } // namespace hotloop::cli

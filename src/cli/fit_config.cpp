@@ -1,11 +1,14 @@
 #include "hotloop/cli/fit_config.h"
 
+#include "hotloop/cli/registry.h"
+
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace hotloop::cli {
 namespace {
@@ -57,6 +60,44 @@ std::optional<double> optional_number(const Config& c, const std::string& key) {
       text,
       "'");
   return value;
+}
+
+// The built-in names followed by those registered from the user's code.
+template <typename R>
+std::vector<std::string> with_registered(
+    const std::vector<std::string>& built_in, const std::vector<R>& registered) {
+  std::vector<std::string> names = built_in;
+  for (const R& r : registered) {
+    names.push_back(r.name());
+  }
+  return names;
+}
+
+// "; tiny_net: two linear layers" for each registration.
+template <typename R>
+std::string registered_help(const std::vector<R>& registered) {
+  std::string help;
+  for (const R& r : registered) {
+    help += "; " + r.name() + ": " + r.help();
+  }
+  return help;
+}
+
+// The options of registered models and datasets, after hotloop's own.
+template <typename R>
+void add_registered_options(
+    ConfigSchema& s, const std::vector<R>& registered, const char* what) {
+  for (const R& r : registered) {
+    for (const OptionSpec& spec : r.options()) {
+      try {
+        s.add(spec);
+      } catch (const std::logic_error& e) {
+        throw std::logic_error(
+            std::string("register_") + what + "(" + r.name() +
+            "): option " + spec.key + ": " + e.what());
+      }
+    }
+  }
 }
 
 ConfigSchema make_schema() {
@@ -190,6 +231,12 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "write metrics.csv and TensorBoard event files into the run folder"));
+  s.add(
+      opt("trainer.new_folder_on_resume",
+          T::kBool,
+          "false",
+          "--ckpt_path from a run folder: train on in a new version folder "
+          "instead of continuing that folder's history"));
   s.add(choice(
       "trainer.profiler",
       "",
@@ -348,8 +395,9 @@ ConfigSchema make_schema() {
   s.add(choice(
       "model.name",
       "fashion_cnn",
-      {"fashion_cnn", "mlp", "resnet18", "resnet34", "gpt"},
-      "the network (gpt needs data.dataset=text)"));
+      with_registered(built_in_models(), registered_models()),
+      "the network (gpt needs data.dataset=text)" +
+          registered_help(registered_models())));
   s.add(
       opt("model.mlp_hidden",
           T::kIntList,
@@ -525,10 +573,11 @@ ConfigSchema make_schema() {
   s.add(choice(
       "data.dataset",
       "fashion_mnist",
-      {"fashion_mnist", "text", "synthetic"},
+      with_registered(built_in_datasets(), registered_datasets()),
       "fashion_mnist: the IDX files in data.root; text: next-token windows "
       "of the file data.path; synthetic: random images (data.image_shape) "
-      "and labels, for speed measurements"));
+      "and labels, for speed measurements" +
+          registered_help(registered_datasets())));
   s.add(
       opt("data.image_shape",
           T::kIntList,
@@ -847,12 +896,19 @@ ConfigSchema make_schema() {
 } // namespace
 
 const ConfigSchema& fit_schema() {
-  static const ConfigSchema schema = make_schema();
+  static const ConfigSchema schema = [] {
+    detail::close_registry();
+    ConfigSchema s = make_schema();
+    add_registered_options(s, registered_models(), "model");
+    add_registered_options(s, registered_datasets(), "dataset");
+    return s;
+  }();
   return schema;
 }
 
 FitConfig to_fit_config(const Config& c) {
   FitConfig f;
+  f.config = std::make_shared<const Config>(c);
   f.seed = static_cast<uint64_t>(c.get_int("trainer.seed"));
   f.trainer.max_epochs(c.get_int("trainer.max_epochs"))
       .max_steps(c.get_int("trainer.max_steps"))
@@ -1029,6 +1085,8 @@ FitConfig to_fit_config(const Config& c) {
         .divergence_threshold(divergence_threshold);
   }
   f.logger = c.get_bool("trainer.logger");
+  f.trainer.logger(f.logger).new_folder_on_resume(
+      c.get_bool("trainer.new_folder_on_resume"));
   f.lr_monitor = c.get_bool("lr_monitor.enabled");
   f.lr_monitor_interval = c.get_string("lr_monitor.logging_interval");
   f.lr_monitor_momentum = c.get_bool("lr_monitor.log_momentum");

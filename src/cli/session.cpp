@@ -1,5 +1,7 @@
 #include "hotloop/cli/session.h"
 
+#include "hotloop/cli/registry.h"
+
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/data/token_dataset.h"
@@ -23,8 +25,13 @@ namespace {
 // The image model named by model.name, with its forward FLOPs per image
 // where known (0 otherwise).
 std::pair<torch::nn::AnyModule, double> image_network(
-    const FitConfig& config, int64_t channels, int64_t size) {
+    const FitConfig& config, int64_t channels, int64_t height, int64_t width) {
   const int64_t classes = config.model.num_classes;
+  if (const ModelRegistration* own = find_model(config.model_name)) {
+    const ModelInputs inputs{*config.config, channels, height, width, classes};
+    return {own->builder()(inputs), 0.0};
+  }
+  const int64_t size = height;
   if (config.model_name == "mlp") {
     const models::Mlp mlp(models::MlpOptions(channels * size * size, classes)
                               .hidden(config.mlp_hidden)
@@ -80,21 +87,33 @@ Session image_session(const FitConfig& config, bool with_train) {
   eval_transform.mean = config.data.transform.mean;
   eval_transform.std = config.data.transform.std;
   eval_transform.dtype = config.data.transform.dtype;
-  const bool synthetic = config.data.dataset == "synthetic";
+  const auto split = [&](bool train) {
+    const auto& transform = train ? config.data.transform : eval_transform;
+    if (const DatasetRegistration* own = find_dataset(config.data.dataset)) {
+      auto set = own->builder()(DatasetInputs{*config.config, train, transform});
+      HOTLOOP_CHECK_AS(
+          DataError,
+          set != nullptr,
+          "data.dataset=",
+          config.data.dataset,
+          ": its build function gave no ",
+          train ? "training" : "validation",
+          " split");
+      return set;
+    }
+    return config.data.dataset == "synthetic"
+        ? synthetic_split(config, train, transform)
+        : data::load_mnist_split(config.data.root, train, transform);
+  };
   if (with_train) {
-    session.train_set =
-        synthetic ? synthetic_split(config, true, config.data.transform)
-                  : data::load_mnist_split(
-                        config.data.root, true, config.data.transform);
+    session.train_set = split(true);
   }
-  const auto val_set =
-      synthetic
-          ? synthetic_split(config, false, eval_transform)
-          : data::load_mnist_split(config.data.root, false, eval_transform);
+  const auto val_set = split(false);
   session.val_set = val_set;
   session.val_labels = val_set->labels();
   const auto& images = val_set->images();
-  auto [network, flops] = image_network(config, images.size(1), images.size(2));
+  auto [network, flops] = image_network(
+      config, images.size(1), images.size(2), images.size(3));
   auto module = std::make_shared<train::ImageClassifier>(
       std::move(network), config.optimizer, config.scheduler, config.top_k);
   module->set_flops_per_sample(flops);

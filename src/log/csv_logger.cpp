@@ -1,6 +1,7 @@
 #include "hotloop/log/csv_logger.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/log/metrics_csv.h"
 #include "hotloop/train/checkpoint.h"
 
 #include <yaml-cpp/yaml.h>
@@ -74,6 +75,40 @@ void CsvLogger::log_metrics(
     }
   }
   rows_.emplace_back(step, metrics);
+}
+
+void CsvLogger::resume_at(int64_t step) {
+  if (!fs::exists(path_)) {
+    return;
+  }
+  const MetricsTable table = read_metrics_csv(path_);
+  HOTLOOP_CHECK(
+      table.has("step"), path_, ": no 'step' column to resume the log from");
+  const MetricsTable::Column& steps = table.column("step");
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> kept;
+  for (size_t row = 0; row < table.rows(); ++row) {
+    if (!steps[row] || static_cast<int64_t>(*steps[row]) > step) {
+      continue;
+    }
+    std::map<std::string, double> metrics;
+    for (const std::string& name : table.names()) {
+      const auto& cell = table.column(name)[row];
+      if (name != "step" && cell) {
+        metrics[name] = *cell;
+      }
+    }
+    kept.emplace_back(static_cast<int64_t>(*steps[row]), std::move(metrics));
+  }
+  for (const std::string& name : table.names()) {
+    if (name != "epoch" && name != "step" &&
+        !std::binary_search(columns_.begin(), columns_.end(), name)) {
+      columns_.insert(
+          std::upper_bound(columns_.begin(), columns_.end(), name), name);
+    }
+  }
+  rows_.insert(rows_.begin(), kept.begin(), kept.end());
+  written_ = 0;
+  header_changed_ = true; // the next flush writes the file anew
 }
 
 void CsvLogger::flush() {

@@ -52,7 +52,12 @@ std::string ProgressBar::format(
   line << "epoch " << epoch_ << "/" << max_epochs_ << " ["
        << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
        << batch << "/" << batches_ << "  " << std::fixed << std::setprecision(0)
-       << rate << " samples/s  ETA " << std::setprecision(0) << eta
+       << rate << " samples/s"
+       << (tokens_per_sample_ > 0
+               ? " (" + std::to_string(std::llround(rate * tokens_per_sample_)) +
+                     " tokens/s)"
+               : std::string())
+       << "  ETA " << std::setprecision(0) << eta
        << "s  loss " << std::setprecision(4) << loss << "  lr "
        << std::scientific << std::setprecision(2) << lr << "  time: data "
        << percent(times.data, times.total()) << "% fwd+bwd "

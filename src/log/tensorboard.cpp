@@ -27,8 +27,18 @@ namespace {
 // compat/proto/{event,summary,histogram,tensor,tensor_shape,types}.proto,
 // plugins/hparams/{api,plugin_data}.proto and google/protobuf/struct.proto.
 namespace event_pb {
-enum : int { kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5 };
+enum : int {
+  kWallTime = 1,
+  kStep = 2,
+  kFileVersion = 3,
+  kSummary = 5,
+  kSessionLog = 7,
+};
 }
+namespace session_log_pb {
+enum : int { kStatus = 1 };
+constexpr int64_t kStart = 1;
+} // namespace session_log_pb
 namespace summary_pb {
 enum : int { kValue = 1 };
 }
@@ -519,6 +529,16 @@ void SummaryWriter::write_event(const std::string& event) {
       path_,
       ": write failed: ",
       std::strerror(errno));
+}
+
+void SummaryWriter::add_session_start(int64_t step, double wall_time) {
+  ProtoWriter session;
+  session.int64(session_log_pb::kStatus, session_log_pb::kStart);
+  ProtoWriter event;
+  event.float64(event_pb::kWallTime, wall_time)
+      .int64(event_pb::kStep, step)
+      .message(event_pb::kSessionLog, session);
+  write_event(event.str());
 }
 
 void SummaryWriter::write_summary_value(

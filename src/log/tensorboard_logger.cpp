@@ -69,6 +69,10 @@ void TensorBoardLogger::finalize(const std::string& status) {
   writer_.flush();
 }
 
+void TensorBoardLogger::resume_at(int64_t step) {
+  writer_.add_session_start(step + 1);
+}
+
 void TensorBoardLogger::flush() {
   writer_.flush();
 }

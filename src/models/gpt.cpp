@@ -4,6 +4,7 @@
 #include "hotloop/core/error.h"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
@@ -56,6 +57,23 @@ at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return p > 0 && training ? at::dropout(x, p, /*train=*/true) : x;
 }
 
+/// Attention of the last q.size(2) positions over all k.size(2) ones: query
+/// i (position p + i, p the positions before it) sees keys 0 .. p + i.
+at::Tensor cached_attention(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t = q.size(2);
+  const int64_t past = k.size(2) - t;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(k.size(-1)));
+  at::Tensor att = q.matmul(k.transpose(-2, -1)).mul(scale);
+  if (t > 1) {
+    const at::Tensor future =
+        at::ones({t, past + t}, q.options().dtype(at::kBool))
+            .triu(/*diagonal=*/past + 1);
+    att = att.masked_fill(future, -INFINITY);
+  }
+  return att.softmax(-1).matmul(v);
+}
+
 /// nanoGPT's CausalSelfAttention: c_attn makes q, k, v for all heads at once;
 /// c_proj mixes the heads' outputs.
 class GptAttentionImpl : public nn::Module {
@@ -70,8 +88,9 @@ class GptAttentionImpl : public nn::Module {
             "c_proj",
             linear(options.n_embd(), options.n_embd(), options.bias()))) {}
 
-  /// x: [B, T, C] -> [B, T, C]
-  at::Tensor forward(const at::Tensor& x) {
+  /// x: [B, T, C] -> [B, T, C]. With `cache`, x holds the positions after
+  /// the cached ones, which its keys and values are appended to.
+  at::Tensor forward(const at::Tensor& x, GptKvCache::Entry* cache = nullptr) {
     const int64_t b = x.size(0);
     const int64_t t = x.size(1);
     const int64_t c = x.size(2);
@@ -79,11 +98,21 @@ class GptAttentionImpl : public nn::Module {
     const auto heads = [&](const at::Tensor& y) {
       return y.view({b, t, n_head_, c / n_head_}).transpose(1, 2);
     };
-    at::Tensor y = compat::causal_attention(
-        heads(qkv[0]),
-        heads(qkv[1]),
-        heads(qkv[2]),
-        is_training() ? dropout_ : 0.0);
+    at::Tensor y;
+    if (cache == nullptr) {
+      y = compat::causal_attention(
+          heads(qkv[0]),
+          heads(qkv[1]),
+          heads(qkv[2]),
+          is_training() ? dropout_ : 0.0);
+    } else {
+      const at::Tensor k = heads(qkv[1]);
+      const at::Tensor v = heads(qkv[2]);
+      cache->keys = cache->keys.defined() ? at::cat({cache->keys, k}, 2) : k;
+      cache->values =
+          cache->values.defined() ? at::cat({cache->values, v}, 2) : v;
+      y = cached_attention(heads(qkv[0]), cache->keys, cache->values);
+    }
     y = y.transpose(1, 2).contiguous().view({b, t, c});
     return maybe_dropout(c_proj_->forward(y), dropout_, is_training());
   }
@@ -137,8 +166,9 @@ class GptBlockImpl : public nn::Module {
                 options.n_embd(), options.bias()))),
         mlp_(register_module("mlp", GptMlp(options))) {}
 
-  at::Tensor forward(const at::Tensor& input) {
-    at::Tensor x = input + attn_->forward(ln_1_->forward(input));
+  at::Tensor forward(
+      const at::Tensor& input, GptKvCache::Entry* cache = nullptr) {
+    at::Tensor x = input + attn_->forward(ln_1_->forward(input), cache);
     return x + mlp_->forward(ln_2_->forward(x));
   }
 
@@ -247,24 +277,43 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& idx) {
+  return run(idx, nullptr);
+}
+
+at::Tensor GptImpl::decode(const at::Tensor& idx, GptKvCache& cache) {
+  return run(idx, &cache);
+}
+
+at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
   TORCH_CHECK(
       idx.dim() == 2, "Gpt: idx must be [B, T] token ids, got ", idx.sizes());
+  const int64_t past = cache == nullptr ? 0 : cache->length();
   const int64_t t = idx.size(1);
   HOTLOOP_CHECK(
-      t <= options_.block_size(),
+      past + t <= options_.block_size(),
       "Gpt: cannot forward a sequence of length ",
-      t,
+      past + t,
       ", model.block_size is only ",
       options_.block_size());
-  const at::Tensor pos = at::arange(t, idx.options().dtype(at::kLong));
+  const at::Tensor pos =
+      at::arange(past, past + t, idx.options().dtype(at::kLong));
   at::Tensor x = detail::maybe_dropout(
       wte_->forward(idx) + wpe_->forward(pos),
       options_.dropout(),
       is_training());
-  for (const auto& block : blocks_) {
-    x = block->forward(x);
+  if (cache != nullptr) {
+    cache->blocks.resize(blocks_.size());
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    x = blocks_[i]->forward(x, cache == nullptr ? nullptr : &cache->blocks[i]);
   }
   return at::linear(ln_f_->forward(x), wte_->weight);
+}
+
+int64_t GptKvCache::length() const {
+  return blocks.empty() || !blocks.front().keys.defined()
+      ? 0
+      : blocks.front().keys.size(2);
 }
 
 const at::Tensor& GptImpl::lm_head_weight() const {

@@ -23,6 +23,9 @@ void write_summary(
   summary["epochs"] = result.epochs;
   summary["steps"] = result.steps;
   summary["train_samples_per_s"] = result.train_samples_per_s;
+  if (result.train_tokens_per_s > 0) {
+    summary["train_tokens_per_s"] = result.train_tokens_per_s;
+  }
   summary["world_size"] = result.world_size;
   summary["wall_s"] = result.wall_s;
   summary["checkpoint"] = result.checkpoint_path;
@@ -40,6 +43,11 @@ void write_summary(
       {"steady_samples_per_s", profile.steady_samples_per_s()},
       {"verdict", profile.verdict(context)},
   };
+  if (profile.tokens_per_sample > 0) {
+    summary["profile"]["tokens_per_sample"] = profile.tokens_per_sample;
+    summary["profile"]["steady_tokens_per_s"] =
+        profile.steady_samples_per_s() * profile.tokens_per_sample;
+  }
   if (profile.flops_per_sample > 0) {
     summary["profile"]["flops_per_sample"] = profile.flops_per_sample;
     summary["profile"]["flops_per_s"] = profile.flops_per_s();

@@ -15,6 +15,7 @@ at::Tensor token_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 at::Tensor LanguageModel::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
+  tokens_per_sample_ = batch.input.size(1);
   at::Tensor loss = token_loss(forward(batch.input), batch.target);
   metrics.log("train_loss", loss, static_cast<double>(batch.size()));
   return loss;

@@ -133,7 +133,11 @@ void StepProfile::print(
     total += seconds;
   }
   out << "profile: " << steps << " steps, " << std::fixed
-      << std::setprecision(0) << samples_per_s() << " samples/s; step time";
+      << std::setprecision(0) << samples_per_s() << " samples/s";
+  if (tokens_per_sample > 0) {
+    out << " (" << samples_per_s() * tokens_per_sample << " tokens/s)";
+  }
+  out << "; step time";
   for (const char* phase :
        {"data", "h2d", "forward", "backward", "comm", "optimizer", "logging"}) {
     const auto found = basis.find(phase);

@@ -4,7 +4,9 @@
 #include "hotloop/core/memory.h"
 #include "hotloop/core/threads.h"
 #include "hotloop/data/dataloader.h"
+#include "hotloop/log/csv_logger.h"
 #include "hotloop/log/model_summary.h"
+#include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/detail/fit_loop.h"
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <set>
 
@@ -98,6 +101,20 @@ const std::string& Trainer::log_dir() {
   return log_dir_;
 }
 
+const std::string& Trainer::log_dir(const std::string& ckpt_path) {
+  if (log_dir_.empty() && !ckpt_path.empty() &&
+      !options_.new_folder_on_resume() &&
+      !options_.default_root_dir().empty() && strategy_->is_global_zero()) {
+    const std::filesystem::path folder =
+        std::filesystem::path(ckpt_path).parent_path();
+    if (folder.filename() == "checkpoints" &&
+        std::filesystem::is_directory(folder.parent_path())) {
+      log_dir_ = folder.parent_path().string();
+    }
+  }
+  return log_dir();
+}
+
 std::vector<torch::optim::Optimizer*> Trainer::optimizers() {
   std::vector<torch::optim::Optimizer*> out;
   if (fit_ != nullptr) {
@@ -164,6 +181,12 @@ void Trainer::log_metrics(const std::map<std::string, double>& metrics) {
 }
 
 void Trainer::prepare_callbacks(const std::string& run_dir) {
+  // Lightning's default loggers, unless the caller brought their own.
+  if (options_.logger() && loggers_.empty() && !run_dir.empty()) {
+    add_logger(std::make_shared<log::CsvLogger>(run_dir));
+    auto tensorboard = std::make_shared<log::TensorBoardLogger>(run_dir);
+    add_logger(tensorboard).add_callback(tensorboard);
+  }
   active_callbacks_.clear();
   bool has_checkpoint = false;
   bool has_timer = false;

@@ -1,4 +1,5 @@
 #include "hotloop/cli/app.h"
+#include "hotloop/cli/registry.h"
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -20,8 +21,10 @@
 #include <csignal>
 #include <thread>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -44,6 +47,31 @@ Result run_cli(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int code = run(args, out, err);
   return {code, out.str(), err.str()};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(
+      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The rows of a metrics.csv as "step: name=value ..." lines, without
+// elapsed_s (the Timer's wall time, the one column a resume may change).
+std::vector<std::string> metric_rows(const std::string& path) {
+  const log::MetricsTable table = log::read_metrics_csv(path);
+  std::vector<std::string> rows(table.rows());
+  for (size_t row = 0; row < table.rows(); ++row) {
+    std::ostringstream line;
+    line << std::setprecision(17) << *table.column("step")[row] << ":";
+    for (const std::string& name : table.names()) {
+      const auto& cell = table.column(name)[row];
+      if (name != "elapsed_s" && name != "step" && cell) {
+        line << " " << name << "=" << *cell;
+      }
+    }
+    rows[row] = line.str();
+  }
+  return rows;
 }
 
 // A value of a run folder's summary.json.
@@ -91,7 +119,7 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test, predict or report)"));
+                "validate, test, predict, generate or report)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -147,6 +175,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.enable_progress_bar=false",
       "--trainer.log_every_n_steps=9",
       "--trainer.flush_logs_every_n_steps=8",
+      "--trainer.logger=false",
+      "--trainer.new_folder_on_resume=true",
       "--trainer.strategy=ddp",
       "--trainer.num_nodes=3",
       "--trainer.process_group_backend=gloo",
@@ -194,19 +224,21 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_FALSE(t.enable_progress_bar());
   EXPECT_EQ(t.log_every_n_steps(), 9);
   EXPECT_EQ(t.flush_logs_every_n_steps(), 8);
+  EXPECT_FALSE(t.logger());
+  EXPECT_TRUE(t.new_folder_on_resume());
   // The data-parallel ones go to the launcher and the process group.
   const FitConfig f = to_fit_config(parsed.config);
   EXPECT_EQ(f.strategy, "ddp");
   EXPECT_EQ(f.num_nodes, 3);
   EXPECT_EQ(f.group.backend(), "gloo");
   EXPECT_EQ(f.group.timeout(), 42);
-  // Every trainer option but `logger` (which picks the loggers) was set
-  // above: a new option must be added here, and to to_fit_config.
+  // Every trainer option was set above: a new option must be added here,
+  // and to to_fit_config.
   int64_t trainer_options = 0;
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 42 + 1);
+  EXPECT_EQ(trainer_options, 44);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
@@ -373,6 +405,47 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/3")));
 }
 
+TEST(Cli, AResumedRunGoesOnInItsFolderWithOneHistory) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  const fs::path run = fs::path(dir.file("runs")) / "fashion_mnist";
+  const std::vector<std::string> flags = {
+      "--trainer.max_epochs=3",
+      "--trainer.log_every_n_steps=1",
+      "--model_checkpoint.save_top_k=-1"};
+  Result r = run_cli(small_fit(dir, flags));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string whole = read_text((run / "version_0" / "metrics.csv").string());
+  // Resume from the first epoch's checkpoint: the rows of the later steps
+  // are dropped and logged again, the same values (the resume is bitwise).
+  const std::string ckpt =
+      (run / "version_0" / "checkpoints" / "epoch=0-step=2.ckpt").string();
+  std::vector<std::string> resume = flags;
+  resume.push_back("--ckpt_path=" + ckpt);
+  r = run_cli(small_fit(dir, resume));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("resumed from " + ckpt + " after epoch 1"));
+  EXPECT_THAT(r.out, HasSubstr("run folder " + (run / "version_0").string()));
+  EXPECT_FALSE(fs::exists(run / "version_1"));
+  const std::string first_path = dir.file("first_metrics.csv");
+  std::ofstream(first_path) << whole;
+  EXPECT_EQ(
+      metric_rows((run / "version_0" / "metrics.csv").string()),
+      metric_rows(first_path));
+  // TensorBoard gets a second event file, which starts with the restart.
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(run / "version_0")) {
+    event_files +=
+        entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 2);
+  // A new folder when asked for.
+  resume.push_back("--trainer.new_folder_on_resume=true");
+  r = run_cli(small_fit(dir, resume));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(run / "version_1" / "metrics.csv"));
+}
+
 TEST(Cli, LoggerFalseWritesNoMetricsFiles) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
@@ -497,6 +570,105 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
   EXPECT_THAT(r.out, HasSubstr("fit: 431 training samples, 25 batches/epoch"));
   EXPECT_THAT(r.out, HasSubstr("done: 2 epochs, 50 steps"));
   EXPECT_THAT(r.out, HasSubstr("GFLOP/s achieved"));
+}
+
+TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
+  TempDir dir;
+  {
+    std::ofstream text(dir.file("text.txt"));
+    for (int i = 0; i < 300; ++i) {
+      text << "hotloop trains models. ";
+    }
+  }
+  const std::vector<std::string> config = {
+      "--trainer.accelerator=cpu",
+      "--data.dataset=text",
+      "--data.path=" + dir.file("text.txt"),
+      "--data.block_size=16",
+      "--data.batch_size=16",
+      "--model.name=gpt",
+      "--model.n_layer=1",
+      "--model.n_embd=32",
+      "--model.n_head=2",
+      "--model.top_k=1",
+      "--model_checkpoint.monitor=val_loss",
+      "--model_checkpoint.mode=min",
+      "--trainer.max_epochs=3",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  std::vector<std::string> args = {"fit"};
+  args.insert(args.end(), config.begin(), config.end());
+  Result r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Throughput in tokens as well: 16 tokens a sample.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("samples/s \\([0-9]+ tokens/s\\)"));
+  const fs::path run = dir.file("runs/fashion_mnist/version_0");
+  EXPECT_EQ(
+      summary_value(run, "train_tokens_per_s"),
+      16 * summary_value(run, "train_samples_per_s"));
+
+  const auto generate = [&](std::vector<std::string> flags) {
+    std::vector<std::string> g = {"generate", "--ckpt_path", "last"};
+    g.insert(g.end(), config.begin(), config.end());
+    g.insert(g.end(), flags.begin(), flags.end());
+    return run_cli(g);
+  };
+  const Result first =
+      generate({"--prompt", "hotloop ", "--max_new_tokens", "40"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  // The prompt, 40 new bytes, the separator of nanoGPT's sample.py.
+  EXPECT_EQ(first.out.rfind("hotloop ", 0), 0u) << first.out;
+  EXPECT_EQ(first.out.size(), 8 + 40 + std::string("\n---------------\n").size());
+  EXPECT_THAT(
+      first.err,
+      ::testing::ContainsRegex(
+          "generate: 40 tokens in [0-9.]+ s, [0-9]+ tokens/s \\(KV cache, cpu\\)"));
+  // The same seed gives the same text, with or without the KV cache; each
+  // sample k draws from seed + k.
+  EXPECT_EQ(
+      generate({"--prompt", "hotloop ", "--max_new_tokens", "40", "--kv_cache=false"})
+          .out,
+      first.out);
+  const Result two = generate(
+      {"--prompt", "hotloop ", "--max_new_tokens", "40", "--num_samples", "2",
+       "--seed", "1336"});
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(two.out.substr(two.out.size() - first.out.size()), first.out);
+  EXPECT_NE(two.out.substr(0, first.out.size()), first.out);
+
+  Result bad = generate({"--temperature", "hot"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--temperature: expected a number, got 'hot'"));
+  bad = generate({"--temperature", "0"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("temperature must be positive, got 0"));
+  bad = run_cli({"generate", "--ckpt_path", "x.ckpt"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("it needs model.name=gpt, not fashion_cnn"));
+  bad = run_cli({"generate", "--model.name=gpt", "--data.dataset=text",
+                 "--data.path=x"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("hotloop generate needs --ckpt_path"));
+}
+
+TEST(Cli, RegistrationsAreCheckedAndRefusedOnceTheOptionsAreBuilt) {
+  const auto build = [](const ModelInputs&) { return torch::nn::AnyModule(); };
+  const auto refused = [](auto registration, const std::string& why) {
+    try {
+      register_model(std::move(registration));
+      ADD_FAILURE() << "no error for " << why;
+    } catch (const std::logic_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(why));
+    }
+  };
+  refused(ModelRegistration("Tiny-Net", "").build(build),
+          "register_model(Tiny-Net): a name is lowercase letters, digits and '_'");
+  refused(ModelRegistration("resnet18", "").build(build),
+          "register_model(resnet18): the name is taken");
+  refused(ModelRegistration("tiny", ""), "register_model(tiny): no build function given");
+  fit_schema();
+  refused(ModelRegistration("tiny", "").build(build),
+          "register_model(tiny): the command line's options are built already");
+  EXPECT_EQ(find_model("tiny"), nullptr);
 }
 
 TEST(Cli, SyntheticImagesOfAnyShapeTrainAResNet) {
@@ -655,7 +827,7 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
   const auto a = checkpoint_weights(
       (runs / "straight" / "version_0" / "checkpoints" / "last.ckpt").string());
   const auto b = checkpoint_weights(
-      (runs / "cut" / "version_1" / "checkpoints" / "last.ckpt").string());
+      (runs / "cut" / "version_0" / "checkpoints" / "last.ckpt").string());
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(a[i].equal(b[i])) << "tensor " << i;
@@ -666,17 +838,25 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
     return nlohmann::json::parse(in);
   };
   const auto straight = summary("straight", 0);
-  const auto resumed = summary("cut", 1);
+  const auto resumed = summary("cut", 0);
   for (const char* key :
        {"train_loss", "val_loss", "val_acc", "steps", "epochs"}) {
     EXPECT_EQ(straight.at(key), resumed.at(key)) << key;
   }
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(
-      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The resume went on in the cut run's folder: one history, the same as
+  // the uninterrupted run's.
+  // The cut attempt's own last record (its validation at step 12, where
+  // max_steps ended it) stays; every other row is the straight run's.
+  EXPECT_FALSE(fs::exists(runs / "cut" / "version_1"));
+  std::vector<std::string> cut =
+      metric_rows((runs / "cut" / "version_0" / "metrics.csv").string());
+  const auto at_12 = std::find_if(cut.begin(), cut.end(), [](const std::string& row) {
+    return row.rfind("12:", 0) == 0;
+  });
+  ASSERT_NE(at_12, cut.end());
+  cut.erase(at_12);
+  EXPECT_EQ(
+      cut, metric_rows((runs / "straight" / "version_0" / "metrics.csv").string()));
 }
 
 TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
@@ -739,6 +919,16 @@ TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
       << read_text(dir.file("resume.log"));
   EXPECT_THAT(
       read_text(dir.file("resume.log")), HasSubstr("resumed from " + ckpt));
+  // In the same folder, whose metrics.csv goes on from the first attempt's
+  // rows (an interrupt leaves what was logged so far).
+  EXPECT_FALSE(fs::exists(dir.file("runs") + "/sig/version_1"));
+  const log::MetricsTable table = log::read_metrics_csv(run + "/metrics.csv");
+  const auto& steps = table.column("step");
+  ASSERT_GT(steps.size(), 1u);
+  EXPECT_EQ(*steps.front(), 1);
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_GE(*steps[i], *steps[i - 1]) << "row " << i;
+  }
 }
 
 TEST(Cli, TheRunsFilesWriteValuesAsTheyWereGiven) {

@@ -1,4 +1,5 @@
 #include "hotloop/models/gpt.h"
+#include "hotloop/models/gpt_generate.h"
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
 
@@ -576,6 +577,94 @@ TEST(Gpt, WithoutBiasHasNoBiasParameters) {
   EXPECT_EQ(
       model->forward(at::zeros({1, 3}, at::kLong)).sizes(),
       at::IntArrayRef({1, 3, 64}));
+}
+
+TEST(Gpt, TheKvCacheGivesTheLogitsOfTheWholeSequence) {
+  Gpt model(GptOptions::tiny());
+  load_reference_parameters(*model, "gpt_tiny");
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor idx = to_tensor(
+      Reference::get("models_forward.txt").one("gpt_tiny", "tokens", "idx"),
+      at::kLong);
+  const at::Tensor full = model->forward(idx);
+  // A prompt of 5, then one token at a time, then the rest at once.
+  GptKvCache cache;
+  std::vector<at::Tensor> parts = {model->decode(idx.slice(1, 0, 5), cache)};
+  for (int64_t t = 5; t < 9; ++t) {
+    parts.push_back(model->decode(idx.slice(1, t, t + 1), cache));
+  }
+  parts.push_back(model->decode(idx.slice(1, 9), cache));
+  EXPECT_EQ(cache.length(), 16);
+  expect_close(at::cat(parts, 1), full, 1e-5);
+  EXPECT_THROWS_WITH(
+      Error,
+      model->decode(idx.slice(1, 0, 1), cache),
+      "cannot forward a sequence of length 17, model.block_size is only 16");
+}
+
+TEST(Gpt, GenerateGivesNanoGptsTokensForItsSeed) {
+  const auto& reference = Reference::get("models_forward.txt");
+  Gpt model(GptOptions::tiny());
+  load_reference_parameters(*model, "gpt_tiny");
+  const at::Tensor expected =
+      to_tensor(reference.one("gpt_tiny", "generate", "tokens"), at::kLong);
+  const at::Tensor prompt = expected.slice(1, 0, 3);
+  // Past block_size (16) the context is cropped, as nanoGPT's.
+  for (const bool kv_cache : {true, false}) {
+    std::vector<int64_t> streamed;
+    const at::Tensor tokens = generate(
+        *model,
+        prompt,
+        GenerateOptions()
+            .max_new_tokens(20)
+            .temperature(0.8)
+            .top_k(10)
+            .seed(1337)
+            .kv_cache(kv_cache),
+        [&](const at::Tensor& next) { streamed.push_back(next.item<int64_t>()); });
+    EXPECT_TRUE(tokens.equal(expected)) << "kv_cache " << kv_cache << ": "
+                                        << tokens;
+    EXPECT_EQ(
+        streamed,
+        std::vector<int64_t>(
+            expected.data_ptr<int64_t>() + 3, expected.data_ptr<int64_t>() + 23));
+  }
+  EXPECT_TRUE(model->is_training()); // the mode it had
+}
+
+TEST(Gpt, TopKOfOneGeneratesTheMostLikelyToken) {
+  Gpt model(GptOptions::tiny());
+  load_reference_parameters(*model, "gpt_tiny");
+  model->eval();
+  const at::Tensor prompt = at::tensor({3, 1, 4}, at::kLong).view({1, 3});
+  const at::Tensor tokens =
+      generate(*model, prompt, GenerateOptions().max_new_tokens(6).top_k(1));
+  torch::NoGradGuard no_grad;
+  at::Tensor greedy = prompt;
+  for (int i = 0; i < 6; ++i) {
+    const at::Tensor next =
+        model->forward(greedy).select(1, -1).argmax(-1, /*keepdim=*/true);
+    greedy = at::cat({greedy, next}, 1);
+  }
+  EXPECT_TRUE(tokens.equal(greedy)) << tokens << greedy;
+}
+
+TEST(Gpt, GenerateRejectsBadSettings) {
+  Gpt model(GptOptions::tiny());
+  const at::Tensor prompt = at::zeros({1, 2}, at::kLong);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      generate(*model, prompt, GenerateOptions().temperature(0)),
+      "temperature must be positive, got 0");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      generate(*model, prompt, GenerateOptions().top_k(-1)),
+      "top_k must be >= 0 (0: every token), got -1");
+  EXPECT_THROWS_WITH(
+      Error,
+      generate(*model, at::full({1, 2}, 64, at::kLong), GenerateOptions()),
+      "prompt token ids must lie in [0, 64)");
 }
 
 TEST(Gpt, RejectsSequencesLongerThanBlockSize) {

@@ -391,7 +391,34 @@ def gpt_tiny_lines():
                     targets.flatten().tolist()))
     out.append(float_line(case, "output", "logits", logits))
     out.append(float_line(case, "loss", "loss", loss))
+    # nanoGPT's GPT.generate as sample.py runs it (torch.manual_seed, then
+    # temperature and top-k sampling), past block_size so that the context
+    # is cropped to the last 16 tokens.
+    prompt = torch.tensor([[5, 17, 42]])
+    torch.manual_seed(1337)
+    generated = generate(model, prompt, max_new_tokens=20, temperature=0.8,
+                         top_k=10)
+    out.append(line(case, "generate", "tokens", generated.shape,
+                    generated.flatten().tolist()))
     return out
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    """nanoGPT's GPT.generate (this forward computes every position's
+    logits; nanoGPT's only the last one's, which are the same)."""
+    block_size = model.config.block_size
+    for _ in range(max_new_tokens):
+        idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+        logits, _ = model(idx_cond, torch.zeros_like(idx_cond))
+        logits = logits[:, -1, :] / temperature
+        if top_k is not None:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float("Inf")
+        probs = F.softmax(logits, dim=-1)
+        idx_next = torch.multinomial(probs, num_samples=1)
+        idx = torch.cat((idx, idx_next), dim=1)
+    return idx
 
 
 def write(path, header, lines):

@@ -64,6 +64,57 @@ TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
       second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
 }
 
+// Lightning's logger=True: a library fit's run folder can be reported.
+struct CountingLogger : log::Logger {
+  void log_metrics(const std::map<std::string, double>&, int64_t) override {
+    ++records;
+  }
+  int records = 0;
+};
+
+bool has_event_file(const fs::path& run) {
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) ==
+        0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST_F(TrainerTest, ARunFolderGetsCsvAndTensorBoardLogsUnlessTurnedOff) {
+  auto train = train_loader();
+  {
+    Trainer trainer(options().max_epochs(1).log_every_n_steps(2));
+    auto module = make_module(0);
+    trainer.fit(*module, train, &val_loader_);
+    const fs::path run(trainer.log_dir());
+    std::ifstream csv(run / "metrics.csv");
+    std::string header;
+    std::getline(csv, header);
+    EXPECT_THAT(header, HasSubstr("train_loss"));
+    EXPECT_TRUE(has_event_file(run));
+  }
+  {
+    Trainer trainer(options().max_epochs(1).logger(false));
+    auto module = make_module(0);
+    trainer.fit(*module, train, &val_loader_);
+    EXPECT_FALSE(fs::exists(fs::path(trainer.log_dir()) / "metrics.csv"));
+    EXPECT_FALSE(has_event_file(trainer.log_dir()));
+  }
+  {
+    // A logger of the caller's own replaces the defaults.
+    auto own = std::make_shared<CountingLogger>();
+    Trainer trainer(options().max_epochs(1).log_every_n_steps(2));
+    trainer.add_logger(own);
+    auto module = make_module(0);
+    trainer.fit(*module, train, &val_loader_);
+    EXPECT_GT(own->records, 0);
+    EXPECT_FALSE(fs::exists(fs::path(trainer.log_dir()) / "metrics.csv"));
+    EXPECT_FALSE(has_event_file(trainer.log_dir()));
+  }
+}
+
 TEST_F(TrainerTest, ResumingFromACheckpointMatchesAnUninterruptedRunBitForBit) {
   auto straight = make_module(0);
   auto train = train_loader();

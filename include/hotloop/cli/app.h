@@ -15,4 +15,9 @@ namespace hotloop::cli {
 int run(
     const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+/// `run` on a program's arguments with std::cout and std::cerr: the whole
+/// `main` of the hotloop program, and of a program of the user's own that
+/// registers models or datasets (see registry.h) and hands over to it.
+int main(int argc, char** argv);
+
 } // namespace hotloop::cli

@@ -10,6 +10,7 @@
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/trainer.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct DataConfig {
 
 /// Everything `hotloop fit|validate|test` needs, resolved from a Config.
 struct FitConfig {
+  /// The config this was read from: registered models and datasets read
+  /// their own options from it.
+  std::shared_ptr<const Config> config;
   uint64_t seed = 0;
   train::TrainerOptions trainer;
   /// trainer.strategy, trainer.num_nodes; trainer.process_group_backend and

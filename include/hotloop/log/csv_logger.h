@@ -28,6 +28,10 @@ class CsvLogger : public Logger {
   void log_hyperparams(
       const std::map<std::string, std::string>& params,
       const std::map<std::string, double>& metrics) override;
+  /// Takes the rows of an existing metrics.csv up to `step` as this
+  /// logger's first records; the next flush rewrites the file with them.
+  /// Throws Error naming the file when it cannot be read.
+  void resume_at(int64_t step) override;
   /// Throws Error naming the file when a write fails.
   void flush() override;
 

@@ -17,6 +17,12 @@ class Logger {
   virtual void log_metrics(
       const std::map<std::string, double>& metrics, int64_t step) = 0;
 
+  /// The run goes on from a checkpoint written after optimizer step
+  /// `step`: records of later steps that an interrupted attempt left in the
+  /// run folder are dropped, so that it holds one history (TensorBoard's
+  /// purge on restart). Called once, before any record of the new attempt.
+  virtual void resume_at(int64_t step) {}
+
   /// Records the run's settings (name -> value as text) and, when known,
   /// the final metrics they led to.
   virtual void log_hyperparams(

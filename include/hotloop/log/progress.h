@@ -40,6 +40,12 @@ class ProgressBar {
 
   void start_epoch(int64_t epoch, int64_t max_epochs, int64_t batches);
 
+  /// Tokens per sample of a sequence model: the rate is then also shown in
+  /// tokens/s. 0 (the default): samples/s only.
+  void set_tokens_per_sample(int64_t tokens) {
+    tokens_per_sample_ = tokens;
+  }
+
   /// Whether update(batch, ...) would draw: callers skip computing what it
   /// shows otherwise (reading a GPU loss waits for the device).
   bool due(int64_t batch) const;
@@ -70,6 +76,7 @@ class ProgressBar {
   int64_t every_n_steps_;
   double refresh_;
   int64_t epoch_ = 0, max_epochs_ = 0, batches_ = 0;
+  int64_t tokens_per_sample_ = 0;
   std::chrono::steady_clock::time_point last_draw_{};
   bool drawn_ = false;
 };

@@ -147,6 +147,11 @@ class SummaryWriter {
       SessionStatus status = SessionStatus::kSuccess,
       bool metric_scalars = true);
 
+  /// A SessionLog START event at `step`: TensorBoard then drops what the
+  /// folder's earlier event files hold at `step` and after (its purge of
+  /// orphaned data when a run restarts from a checkpoint).
+  void add_session_start(int64_t step, double wall_time = unix_time());
+
   /// Writes buffered records to the file (fflush; no fsync).
   void flush();
 

@@ -39,6 +39,9 @@ class TensorBoardLogger : public Logger, public train::Callback {
   void log_hyperparams(
       const std::map<std::string, std::string>& params,
       const std::map<std::string, double>& metrics) override;
+  /// Marks the restart for TensorBoard (SummaryWriter::add_session_start
+  /// at step + 1).
+  void resume_at(int64_t step) override;
   void flush() override;
   void finalize(const std::string& status) override;
 

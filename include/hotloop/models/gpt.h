@@ -1,5 +1,6 @@
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -43,6 +44,23 @@ struct GptOptions {
   TORCH_ARG(bool, bias) = true;
 };
 
+/// The keys and values every attention layer computed for the positions
+/// seen so far, so that generation feeds each new token alone (nanoGPT
+/// recomputes the whole context for every token). Empty at first.
+struct GptKvCache {
+  struct Entry {
+    at::Tensor keys;   ///< [B, n_head, T, n_embd / n_head]
+    at::Tensor values; ///< [B, n_head, T, n_embd / n_head]
+  };
+  /// One per block, filled by the first forward.
+  std::vector<Entry> blocks;
+  /// Positions held (T).
+  int64_t length() const;
+  void clear() {
+    blocks.clear();
+  }
+};
+
 /// nanoGPT's GPT: token + position embeddings -> n_layer pre-LayerNorm blocks
 /// (x + attn(ln_1(x)), then x + mlp(ln_2(x))) -> ln_f -> lm_head. Attention
 /// is causal and multi-head (compat::causal_attention); the MLP is
@@ -67,6 +85,11 @@ class GptImpl : public torch::nn::Module {
   /// the last position when it has no targets; this always computes all).
   /// Throws hotloop::Error when T > block_size.
   at::Tensor forward(const at::Tensor& idx);
+  /// The same for tokens at positions cache.length() .. + T, attending to
+  /// the cached positions too; appends their keys and values to `cache`.
+  /// Logits equal forward's over the whole sequence up to rounding. Throws
+  /// hotloop::Error when the cache and idx together exceed block_size.
+  at::Tensor decode(const at::Tensor& idx, GptKvCache& cache);
 
   /// lm_head's weight: [vocab_size, n_embd], the same tensor as
   /// transformer.wte.weight.
@@ -82,6 +105,8 @@ class GptImpl : public torch::nn::Module {
   }
 
  private:
+  at::Tensor run(const at::Tensor& idx, GptKvCache* cache);
+
   GptOptions options_;
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};

@@ -20,6 +20,9 @@ struct FitResult {
   /// Training samples per second over the training phases only, of all
   /// processes together.
   double train_samples_per_s = 0;
+  /// The same in tokens for a sequence model (Module::tokens_per_sample);
+  /// 0 otherwise.
+  double train_tokens_per_s = 0;
   /// Processes that trained together (Strategy::world_size).
   int64_t world_size = 1;
   /// Wall time of the whole fit, validation included.

@@ -28,12 +28,18 @@ class LanguageModel : public NetworkModule {
       int64_t batch_idx,
       MetricCollection& metrics) override;
   at::Tensor predict_step(const data::Batch& batch, int64_t batch_idx) override;
+  /// The sequence length of the last training batch.
+  int64_t tokens_per_sample() const override {
+    return tokens_per_sample_;
+  }
 
  private:
   void evaluate(
       const data::Batch& batch,
       const std::string& prefix,
       MetricCollection& metrics);
+
+  int64_t tokens_per_sample_ = 0;
 };
 
 } // namespace hotloop::train

@@ -103,6 +103,12 @@ class Module : public torch::nn::Module {
     return 0;
   }
 
+  /// Tokens in one training sample, for models of sequences (0: not one):
+  /// throughput is then reported in tokens/s besides samples/s.
+  virtual int64_t tokens_per_sample() const {
+    return 0;
+  }
+
   /// Builds the optimizers and schedules for a fit as long as `plan`.
   virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
 };

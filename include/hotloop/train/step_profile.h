@@ -59,6 +59,9 @@ struct StepProfile {
   int64_t steps = 0;
   /// Training FLOPs per sample (forward + backward), 0 when unknown.
   double flops_per_sample = 0;
+  /// Tokens per sample of a sequence model (0: not one); the rates are
+  /// then also given in tokens/s.
+  int64_t tokens_per_sample = 0;
   /// The device's measured matrix-multiply rate in the training dtype
   /// (measure_peak_flops), 0 when not measured.
   double peak_flops = 0;

@@ -101,6 +101,10 @@ class Trainer {
   /// The current run's folder, created on first use (empty when
   /// default_root_dir is empty).
   const std::string& log_dir();
+  /// The run folder of a fit resumed from `ckpt_path`: the folder that
+  /// wrote it when it lies in `<folder>/checkpoints/` (unless
+  /// new_folder_on_resume or default_root_dir is empty), else log_dir().
+  const std::string& log_dir(const std::string& ckpt_path);
 
   const TrainerOptions& options() const {
     return options_;

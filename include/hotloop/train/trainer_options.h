@@ -99,6 +99,16 @@ struct TrainerOptions {
   /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
   TORCH_ARG(std::string, default_root_dir) = "runs";
   TORCH_ARG(std::string, name) = "default";
+  /// Lightning's logger=True: a run with a run folder and no logger of the
+  /// caller's own gets `metrics.csv` (CsvLogger) and a TensorBoard event
+  /// file (TensorBoardLogger) there, so `hotloop report` can draw it.
+  /// false: no default loggers.
+  TORCH_ARG(bool, logger) = true;
+  /// A fit resumed from a checkpoint that lies in a run folder's
+  /// `checkpoints/` goes on in that folder (its metrics.csv and TensorBoard
+  /// log continue from the checkpoint's step: one history). true: a new
+  /// version folder instead.
+  TORCH_ARG(bool, new_folder_on_resume) = false;
   /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
   TORCH_ARG(int64_t, num_threads) = 0;
   /// Worker threads of the BLAS library itself (OpenBLAS), set at fit

@@ -268,7 +268,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   trainer.min_epochs_noted_ = false;
   trainer.pending_logs_.clear();
   trainer.last_checkpoint_.clear();
-  const std::string& run_dir = trainer.log_dir();
+  const std::string& run_dir = trainer.log_dir(ckpt_path);
   trainer.prepare_callbacks(run_dir);
   trainer.each_callback([&](Callback& c) { c.setup(trainer, module_); });
   if (!ckpt_path.empty()) {
@@ -367,6 +367,9 @@ void FitLoop::restore(const std::string& ckpt_path) {
     trainer.out_ << " after epoch " << progress.epoch;
   }
   trainer.out_ << " (step " << progress.global_step << ")\n";
+  for (const auto& logger : trainer.loggers_) {
+    logger->resume_at(progress.global_step);
+  }
 }
 
 bool FitLoop::run_epoch(int64_t epoch) {
@@ -443,6 +446,7 @@ bool FitLoop::run_epoch(int64_t epoch) {
     stop = last && end_step(epoch, validate_this_epoch, batch_idx);
     if (bar_ && !interrupted_ && bar_->due(batch_idx)) {
       // Reading the loss may wait for the device: logging time, not data.
+      bar_->set_tokens_per_sample(module_.tokens_per_sample());
       bar_->update(
           batch_idx,
           clock.epoch_samples() + batch.size(),
@@ -717,8 +721,12 @@ void FitLoop::print_epoch_line(double seconds) {
     out << "  " << name << " " << value;
   }
   const double busy = std::max(phases.total(), 1e-9);
-  out << std::setprecision(0) << "  " << clock_->epoch_samples() / busy
-      << " samples/s" << std::setprecision(1) << "  " << seconds << "s (data "
+  const double rate = clock_->epoch_samples() / busy;
+  out << std::setprecision(0) << "  " << rate << " samples/s";
+  if (module_.tokens_per_sample() > 0) {
+    out << " (" << rate * module_.tokens_per_sample() << " tokens/s)";
+  }
+  out << std::setprecision(1) << "  " << seconds << "s (data "
       << std::setprecision(0) << 100 * phases.data / busy << "%)"
       << std::defaultfloat << "\n";
   out.flush();
@@ -742,6 +750,8 @@ FitResult FitLoop::finish() {
           ? static_cast<double>(train_samples_ * result.world_size) /
                 train_seconds_
           : 0;
+  result.train_tokens_per_s =
+      result.train_samples_per_s * module_.tokens_per_sample();
   result.wall_s = seconds_since(start_);
   result.checkpoint_path = trainer.last_checkpoint_;
   for (const auto& callback : trainer.active_callbacks_) {
@@ -761,6 +771,7 @@ FitResult FitLoop::finish() {
     profile_.peak_flops =
         measure_peak_flops(trainer.device(), precision_->compute_dtype());
   }
+  profile_.tokens_per_sample = module_.tokens_per_sample();
   result.profile = profile_;
   if (trainer.shows_progress() && profile_.steps > 0) {
     profile_.print(trainer.out_, trainer.profile_context(*train_));

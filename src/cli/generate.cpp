@@ -1,0 +1,193 @@
+#include "commands.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/models/gpt.h"
+#include "hotloop/models/gpt_generate.h"
+#include "hotloop/train/checkpoint.h"
+#include "hotloop/train/device.h"
+#include "hotloop/train/language_model.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+#include <vector>
+
+namespace hotloop::cli {
+
+const char* const kGenerateFlags[] = {
+    "ckpt_path",
+    "prompt",
+    "max_new_tokens",
+    "temperature",
+    "top_k",
+    "seed",
+    "num_samples",
+    "kv_cache",
+    nullptr};
+
+namespace {
+
+// The value of --flag as a number, or `fallback` when not given; a clear
+// error for text that is not one.
+template <typename T>
+T number_flag(const ParsedArgs& args, const std::string& flag, T fallback) {
+  const auto it = args.extra.find(flag);
+  if (it == args.extra.end()) {
+    return fallback;
+  }
+  std::istringstream in(it->second);
+  T value{};
+  in >> value;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !it->second.empty() && !in.fail() && in.peek() == EOF,
+      "--",
+      flag,
+      ": expected a number, got '",
+      it->second,
+      "'");
+  return value;
+}
+
+// --flag, --flag=true or --flag=false.
+bool bool_flag(const ParsedArgs& args, const std::string& flag, bool fallback) {
+  const auto it = args.extra.find(flag);
+  if (it == args.extra.end()) {
+    return fallback;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      it->second.empty() || it->second == "true" || it->second == "false",
+      "--",
+      flag,
+      ": expected true or false, got '",
+      it->second,
+      "'");
+  return it->second != "false";
+}
+
+// Byte-level vocabularies (data.token_bytes=1) take the prompt's bytes;
+// token files take it as token ids separated by spaces or commas.
+std::vector<int64_t> prompt_tokens(
+    const std::string& prompt, const FitConfig& config) {
+  std::vector<int64_t> ids;
+  if (config.data.token_bytes == 1) {
+    for (const char c : prompt) {
+      ids.push_back(static_cast<unsigned char>(c));
+    }
+  } else {
+    std::string text = prompt;
+    for (char& c : text) {
+      c = c == ',' ? ' ' : c;
+    }
+    std::istringstream in(text);
+    int64_t id = 0;
+    while (in >> id) {
+      ids.push_back(id);
+    }
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        in.eof() && !ids.empty(),
+        "--prompt: with data.token_bytes=",
+        config.data.token_bytes,
+        " the prompt is token ids (for example --prompt '50256 464'), got '",
+        prompt,
+        "'");
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError, !ids.empty(), "--prompt: the prompt must not be empty");
+  for (const int64_t id : ids) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        id >= 0 && id < config.gpt.vocab_size(),
+        "--prompt: token id ",
+        id,
+        " is outside the vocabulary [0, ",
+        config.gpt.vocab_size(),
+        ")");
+  }
+  return ids;
+}
+
+// Bytes as text; token ids as a space-separated line.
+void write_tokens(
+    std::ostream& out, const at::Tensor& tokens, const FitConfig& config) {
+  const at::Tensor cpu = tokens.cpu();
+  const auto* ids = cpu.data_ptr<int64_t>();
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    if (config.data.token_bytes == 1) {
+      out << static_cast<char>(ids[i]);
+    } else {
+      out << (i > 0 ? " " : "") << ids[i];
+    }
+  }
+}
+
+} // namespace
+
+int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      args.extra.count("ckpt_path"),
+      "hotloop generate needs --ckpt_path PATH (or last)");
+  const FitConfig config = to_fit_config(args.config);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      config.model_name == "gpt",
+      "hotloop generate samples from a GPT: it needs model.name=gpt, not ",
+      config.model_name);
+  const auto options =
+      models::GenerateOptions()
+          .max_new_tokens(number_flag<int64_t>(args, "max_new_tokens", 500))
+          .temperature(number_flag<double>(args, "temperature", 0.8))
+          .top_k(number_flag<int64_t>(args, "top_k", 200))
+          .seed(number_flag<uint64_t>(args, "seed", 1337))
+          .kv_cache(bool_flag(args, "kv_cache", true));
+  const int64_t samples = number_flag<int64_t>(args, "num_samples", 1);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      samples >= 1,
+      "--num_samples must be at least 1, got ",
+      samples);
+  const std::vector<int64_t> prompt = prompt_tokens(
+      args.extra.count("prompt") ? args.extra.at("prompt") : "\n", config);
+
+  const std::string ckpt_path =
+      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  models::Gpt gpt(config.gpt);
+  train::LanguageModel module(
+      torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
+  train::load_checkpoint(ckpt_path, module);
+  const c10::Device device =
+      train::resolve_device(config.trainer.accelerator(), config.trainer.devices());
+  module.to(device);
+
+  int64_t generated = 0;
+  double seconds = 0;
+  for (int64_t s = 0; s < samples; ++s) {
+    const at::Tensor idx =
+        at::tensor(prompt, at::kLong).view({1, -1}).to(device);
+    const auto start = std::chrono::steady_clock::now();
+    // Sample k draws from seed + k, so that each can be had alone.
+    models::GenerateOptions sample = options;
+    sample.seed(options.seed() + static_cast<uint64_t>(s));
+    const at::Tensor tokens = models::generate(*gpt, idx, sample);
+    seconds += std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - start)
+                   .count();
+    generated += options.max_new_tokens();
+    write_tokens(out, tokens.select(0, 0), config);
+    out << "\n---------------\n";
+  }
+  err << std::fixed << std::setprecision(1) << "generate: " << generated
+      << " tokens in " << std::setprecision(2) << seconds << " s, "
+      << std::setprecision(0) << (seconds > 0 ? generated / seconds : 0.0)
+      << " tokens/s (" << (options.kv_cache() ? "KV cache" : "no KV cache")
+      << ", " << device << ")\n";
+  return 0;
+}
+
+} // namespace hotloop::cli
