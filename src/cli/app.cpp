@@ -49,6 +49,8 @@ constexpr const char* kUsage =
     "  generate   sample text from a GPT checkpoint (--ckpt_path, --prompt,\n"
     "             --max_new_tokens, --temperature, --top_k, --seed,\n"
     "             --num_samples, --kv_cache=false)\n"
+    "  checkpoint what a checkpoint holds and whether its checksum verifies\n"
+    "             (hotloop checkpoint PATH)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -398,13 +400,17 @@ int run(
     if (command == "report") {
       return run_report({args.begin() + 1, args.end()}, out);
     }
+    if (command == "checkpoint") {
+      return run_checkpoint({args.begin() + 1, args.end()}, out);
+    }
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
             command == "predict" || command == "generate",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict, generate or report)");
+        "' (expected fit, validate, test, predict, generate, report or "
+        "checkpoint)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     std::set<std::string> flags = {"ckpt_path", "output", "help", "print_config"};

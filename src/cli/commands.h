@@ -8,6 +8,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace hotloop::cli {
 
@@ -21,5 +22,9 @@ std::string resolve_ckpt_path(const std::string& path, const FitConfig& config);
 /// sample.py. The flags it reads besides the config's keys.
 extern const char* const kGenerateFlags[];
 int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err);
+
+/// `hotloop checkpoint PATH`: what a checkpoint holds and whether its
+/// checksum verifies (exit status 1 when it does not).
+int run_checkpoint(const std::vector<std::string>& args, std::ostream& out);
 
 } // namespace hotloop::cli

@@ -131,6 +131,9 @@ Value parse_scalar(
     OptionType type,
     const YAML::Node& node,
     const std::string& prefix) {
+  if (node.IsNull() && type == OptionType::kString) {
+    return std::string(); // `monitor:`, `monitor: null`: YAML's empty value
+  }
   if (!node.IsScalar()) {
     throw type_error(prefix, type, node);
   }
@@ -450,10 +453,16 @@ void Config::set(
         source + ": " +
         unknown_key_message("key", key, schema_->closest_key(key)));
   }
-  if (value_text.empty()) { // even for strings, unlike a quoted "" in YAML
+  // A string may be empty as in YAML: `--key=`, `--key=""` (the quotes a
+  // shell passes on when quoted again), `--key=null`, `--key=~`.
+  const bool empty_string = spec->type == OptionType::kString &&
+      (value_text.empty() || value_text == "\"\"" || value_text == "''" ||
+       value_text == "null" || value_text == "~");
+  if (value_text.empty() && !empty_string) {
     throw type_error(str_cat(source, ": ", key, ": "), spec->type, {});
   }
-  values_[key] = parse_value(*spec, text_node(*spec, value_text), source);
+  values_[key] = parse_value(
+      *spec, text_node(*spec, empty_string ? "" : value_text), source);
   set_keys_.insert(key);
 }
 

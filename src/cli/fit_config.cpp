@@ -231,6 +231,12 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "write metrics.csv and TensorBoard event files into the run folder"));
+  s.add(choice(
+      "trainer.on_nonfinite_loss",
+      "stop",
+      {"stop", "skip_step", "ignore"},
+      "a NaN or infinite loss: stop the fit naming the step, skip that "
+      "optimizer step, or train on"));
   s.add(
       opt("trainer.new_folder_on_resume",
           T::kBool,
@@ -424,6 +430,12 @@ ConfigSchema make_schema() {
           "gpt: vocabulary; 0: 256 for data.token_bytes=1, else required",
           0));
   s.add(opt("model.bias", T::kBool, "true", "gpt: biases in linear layers"));
+  s.add(
+      opt("model.activation_checkpointing",
+          T::kBool,
+          "false",
+          "gpt, resnet: keep only each block's (gpt) or stage's (resnet) "
+          "input and recompute it in backward: less memory, one more forward"));
   s.add(opt(
       "model.channels",
       T::kIntList,
@@ -978,10 +990,12 @@ FitConfig to_fit_config(const Config& c) {
   f.mlp_hidden = c.get_int_list("model.mlp_hidden");
   f.stem = c.get_string("model.stem");
   f.zero_init_residual = c.get_bool("model.zero_init_residual");
+  f.activation_checkpointing = c.get_bool("model.activation_checkpointing");
   f.gpt.n_layer(c.get_int("model.n_layer"))
       .n_head(c.get_int("model.n_head"))
       .n_embd(c.get_int("model.n_embd"))
       .bias(c.get_bool("model.bias"))
+      .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");
@@ -1085,8 +1099,9 @@ FitConfig to_fit_config(const Config& c) {
         .divergence_threshold(divergence_threshold);
   }
   f.logger = c.get_bool("trainer.logger");
-  f.trainer.logger(f.logger).new_folder_on_resume(
-      c.get_bool("trainer.new_folder_on_resume"));
+  f.trainer.logger(f.logger)
+      .new_folder_on_resume(c.get_bool("trainer.new_folder_on_resume"))
+      .on_nonfinite_loss(c.get_string("trainer.on_nonfinite_loss"));
   f.lr_monitor = c.get_bool("lr_monitor.enabled");
   f.lr_monitor_interval = c.get_string("lr_monitor.logging_interval");
   f.lr_monitor_momentum = c.get_bool("lr_monitor.log_momentum");

@@ -50,7 +50,8 @@ std::pair<torch::nn::AnyModule, double> image_network(
             .num_classes(classes)
             .in_channels(channels)
             .stem(config.stem)
-            .zero_init_residual(config.zero_init_residual));
+            .zero_init_residual(config.zero_init_residual)
+            .activation_checkpointing(config.activation_checkpointing));
     return {torch::nn::AnyModule(resnet), resnet->flops_per_sample(size, size)};
   }
   models::FashionCnnOptions options = config.model;

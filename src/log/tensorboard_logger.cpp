@@ -140,6 +140,11 @@ void TensorBoardLogger::on_train_epoch_end(
     return;
   }
   for (const auto& item : module.named_parameters()) {
+    // A diverged weight has no histogram; the divergence is reported by
+    // the Trainer, not as a histogram's error.
+    if (!at::isfinite(item.value()).all().item<bool>()) {
+      continue;
+    }
     writer_.add_histogram(
         "weights/" + item.key(), item.value().detach(), trainer.global_step());
   }

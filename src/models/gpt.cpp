@@ -2,6 +2,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/train/activation_checkpoint.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
@@ -305,7 +306,15 @@ at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
     cache->blocks.resize(blocks_.size());
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    x = blocks_[i]->forward(x, cache == nullptr ? nullptr : &cache->blocks[i]);
+    if (options_.activation_checkpointing() && is_training() &&
+        cache == nullptr) {
+      const std::shared_ptr<detail::GptBlockImpl> block = blocks_[i];
+      x = train::checkpoint(
+          [block](const at::Tensor& in) { return block->forward(in); }, x);
+    } else {
+      x = blocks_[i]->forward(
+          x, cache == nullptr ? nullptr : &cache->blocks[i]);
+    }
   }
   return at::linear(ln_f_->forward(x), wte_->weight);
 }

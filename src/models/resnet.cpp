@@ -1,6 +1,7 @@
 #include "hotloop/models/resnet.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/train/activation_checkpoint.h"
 
 #include <ATen/ops/adaptive_avg_pool2d.h>
 #include <torch/nn/init.h>
@@ -142,10 +143,16 @@ at::Tensor ResNetImpl::forward(const at::Tensor& input) {
   if (!maxpool_.is_empty()) {
     x = maxpool_->forward(x);
   }
-  x = layer1_->forward(x);
-  x = layer2_->forward(x);
-  x = layer3_->forward(x);
-  x = layer4_->forward(x);
+  for (nn::Sequential layer : {layer1_, layer2_, layer3_, layer4_}) {
+    if (options_.activation_checkpointing() && is_training()) {
+      x = train::checkpoint(
+          [layer](const at::Tensor& in) mutable { return layer->forward(in); },
+          x,
+          layer.ptr().get());
+    } else {
+      x = layer->forward(x);
+    }
+  }
   x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(/*start_dim=*/1);
   return fc_->forward(x);
 }

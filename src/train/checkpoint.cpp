@@ -4,6 +4,8 @@
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/grad_scaler.h"
 
+#include "hotloop/version.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -11,15 +13,24 @@
 #include <torch/serialize/output-archive.h>
 
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
+#include <zlib.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 namespace hotloop::train {
@@ -27,7 +38,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kFormatVersion = 1;
+// 2: sealed (a checksum and versions at the end) and the model's
+// parameter names and shapes recorded; 1 loads as before, unverified.
+constexpr int64_t kFormatVersion = 2;
 
 void write_all(int fd, const std::string& bytes, const std::string& path) {
   size_t done = 0;
@@ -141,6 +154,122 @@ std::map<std::string, std::vector<double>> read_doubles(
   return rows;
 }
 
+// The seal at the end of every checkpoint: the zip's archive comment (after
+// its end-of-central-directory record, where zip readers, PyTorch's
+// included, expect and skip one) says
+//   hotloop-checkpoint format=2 crc32=0123abcd hotloop=0.1.0 libtorch=1.13.0
+// and the CRC-32 covers every byte before the comment's length field.
+constexpr const char* kSealTag = "hotloop-checkpoint ";
+constexpr size_t kEndRecord = 22; // the end record without its comment
+constexpr uint32_t kEndSignature = 0x06054b50;
+
+uint32_t read_le32(const char* p) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  return b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+}
+
+std::string torch_version() {
+  return hotloop::detail::str_cat(
+      TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
+}
+
+// Appends the seal to a zip that has no comment (as LibTorch writes it).
+void seal(std::string& zip) {
+  HOTLOOP_CHECK(
+      zip.size() >= kEndRecord &&
+          read_le32(zip.data() + zip.size() - kEndRecord) == kEndSignature &&
+          zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
+      "save_checkpoint: the archive does not end in a zip end record");
+  const uint32_t crc = static_cast<uint32_t>(::crc32_z(
+      0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc);
+  const std::string comment = hotloop::detail::str_cat(
+      kSealTag, "format=", kFormatVersion, " crc32=", hex,
+      " hotloop=", HOTLOOP_VERSION, " libtorch=", torch_version());
+  zip[zip.size() - 2] = static_cast<char>(comment.size() & 0xFF);
+  zip[zip.size() - 1] = static_cast<char>(comment.size() >> 8);
+  zip += comment;
+}
+
+// "name [shape]" per line, parameters then buffers, in the module's order:
+// what a checkpoint's model must match.
+std::vector<std::pair<std::string, std::string>> model_signature(
+    const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  const auto shape = [](const at::Tensor& t) {
+    std::ostringstream out;
+    out << t.sizes();
+    return out.str();
+  };
+  for (const auto& p : model.named_parameters()) {
+    entries.emplace_back(p.key(), shape(p.value()));
+  }
+  for (const auto& b : model.named_buffers()) {
+    entries.emplace_back(b.key(), shape(b.value()));
+  }
+  return entries;
+}
+
+std::string signature_text(
+    const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string text;
+  for (const auto& [name, shape] : entries) {
+    text += name + " " + shape + "\n";
+  }
+  return text;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_signature(
+    const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    entries.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return entries;
+}
+
+// Throws Error naming the first parameter or buffer whose name or shape
+// differs between the checkpoint's model and `model`.
+void check_same_model(
+    const std::string& path,
+    const std::vector<std::pair<std::string, std::string>>& saved,
+    const std::vector<std::pair<std::string, std::string>>& here) {
+  for (size_t i = 0; i < std::max(saved.size(), here.size()); ++i) {
+    if (i < saved.size() && i < here.size() && saved[i] == here[i]) {
+      continue;
+    }
+    if (i < saved.size() && i < here.size() && saved[i].first == here[i].first) {
+      throw Error(hotloop::detail::str_cat(
+          path, ": the checkpoint's model differs from this one: '",
+          saved[i].first, "' is ", saved[i].second, " in the checkpoint and ",
+          here[i].second, " here (were the model options changed?)"));
+    }
+    throw Error(hotloop::detail::str_cat(
+        path, ": the checkpoint's model differs from this one: entry ", i + 1,
+        " is ",
+        i < saved.size() ? "'" + saved[i].first + "' " + saved[i].second
+                         : std::string("absent"),
+        " in the checkpoint and ",
+        i < here.size() ? "'" + here[i].first + "' " + here[i].second
+                        : std::string("absent"),
+        " here (were the model options changed?)"));
+  }
+}
+
+// The value of `key=` in a seal, or "".
+std::string seal_field(const std::string& seal, const std::string& key) {
+  const size_t at = seal.find(" " + key + "=");
+  if (at == std::string::npos) {
+    return "";
+  }
+  const size_t start = at + key.size() + 2;
+  return seal.substr(start, seal.find(' ', start) - start);
+}
+
 } // namespace
 
 RngStates get_rng_states() {
@@ -178,8 +307,44 @@ void set_rng_states(const RngStates& states) {
   }
 }
 
+namespace {
+
+// When this process started, near enough: when the library was loaded.
+const fs::file_time_type kProcessStart = fs::file_time_type::clock::now();
+
+void remove_stale_temporaries(const fs::path& folder) {
+  static std::mutex mutex;
+  static std::set<std::string> cleaned;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!cleaned.insert(fs::absolute(folder).string()).second) {
+      return;
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(
+           folder.empty() ? fs::path(".") : folder, ec)) {
+    // `<name>.tmp.XXXXXX`: mkstemp's six letters and digits.
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    const bool ours = at != std::string::npos && at > 0 &&
+        name.size() == at + 5 + 6 &&
+        std::all_of(name.begin() + at + 5, name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) != 0;
+        });
+    std::error_code file_ec;
+    if (ours && entry.is_regular_file(file_ec) &&
+        entry.last_write_time(file_ec) < kProcessStart && !file_ec) {
+      fs::remove(entry.path(), file_ec);
+    }
+  }
+}
+
+} // namespace
+
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write) {
+  remove_stale_temporaries(fs::path(path).parent_path());
   std::ostringstream buffer;
   write(buffer);
   const std::string bytes = std::move(buffer).str();
@@ -232,6 +397,8 @@ void save_checkpoint(
   archive.write("epoch", scalar(state.progress.epoch));
   archive.write("global_step", scalar(state.progress.global_step));
   archive.write("epoch_batches", scalar(state.progress.epoch_batches));
+  archive.write(
+      "model_parameters", c10::IValue(signature_text(model_signature(model))));
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -285,7 +452,150 @@ void save_checkpoint(
                 loader.shuffle ? 1 : 0},
             at::kLong));
   }
-  write_file_atomically(path, [&](std::ostream& out) { archive.save_to(out); });
+  write_file_atomically(path, [&](std::ostream& out) {
+    std::ostringstream zip;
+    archive.save_to(zip);
+    std::string bytes = std::move(zip).str();
+    seal(bytes);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });
+}
+
+CheckpointSeal read_checkpoint_seal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  HOTLOOP_CHECK(in.is_open(), "checkpoint '", path, "' cannot be opened");
+  const auto size = static_cast<uint64_t>(in.tellg());
+  // The end record, with its comment of at most 65535 bytes, is last.
+  const uint64_t tail_size =
+      std::min<uint64_t>(size, kEndRecord + 65535);
+  std::string tail(tail_size, '\0');
+  in.seekg(static_cast<std::streamoff>(size - tail_size));
+  in.read(tail.data(), static_cast<std::streamsize>(tail_size));
+  HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
+  int64_t end = -1;
+  for (int64_t i = static_cast<int64_t>(tail_size) - kEndRecord; i >= 0; --i) {
+    if (read_le32(tail.data() + i) == kEndSignature) {
+      const auto* b = reinterpret_cast<const unsigned char*>(tail.data() + i);
+      const uint64_t comment = b[20] | (b[21] << 8);
+      if (i + kEndRecord + comment == tail_size) {
+        end = i;
+        break;
+      }
+    }
+  }
+  HOTLOOP_CHECK(
+      end >= 0,
+      path,
+      ": corrupted or truncated checkpoint (no zip end record at its end)");
+  CheckpointSeal result;
+  const std::string comment = tail.substr(end + kEndRecord);
+  if (comment.rfind(kSealTag, 0) != 0) {
+    return result; // written before checkpoints were sealed
+  }
+  result.sealed = true;
+  result.format = std::atoll(seal_field(comment, "format").c_str());
+  result.hotloop_version = seal_field(comment, "hotloop");
+  result.libtorch_version = seal_field(comment, "libtorch");
+  result.stored_crc = static_cast<uint32_t>(
+      std::strtoul(seal_field(comment, "crc32").c_str(), nullptr, 16));
+  // Every byte before the comment's length field.
+  const uint64_t covered = size - tail_size + end + kEndRecord - 2;
+  in.seekg(0);
+  std::vector<char> buffer(1 << 20);
+  uLong crc = 0;
+  for (uint64_t done = 0; done < covered;) {
+    const auto n = static_cast<std::streamsize>(
+        std::min<uint64_t>(buffer.size(), covered - done));
+    in.read(buffer.data(), n);
+    HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
+    crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), n);
+    done += static_cast<uint64_t>(n);
+  }
+  result.computed_crc = static_cast<uint32_t>(crc);
+  result.intact = result.computed_crc == result.stored_crc;
+  return result;
+}
+
+void verify_checkpoint(const std::string& path, std::ostream* notes) {
+  const CheckpointSeal s = read_checkpoint_seal(path);
+  if (!s.sealed) {
+    if (notes != nullptr) {
+      *notes << "note: " << path
+             << " carries no checksum (written by an older hotloop); loading "
+                "it unverified\n";
+    }
+    return;
+  }
+  HOTLOOP_CHECK(
+      s.format <= kFormatVersion,
+      path,
+      ": written by a newer version (hotloop ",
+      s.hotloop_version,
+      ", checkpoint format ",
+      s.format,
+      "; this hotloop ",
+      HOTLOOP_VERSION,
+      " reads formats up to ",
+      kFormatVersion,
+      ")");
+  char stored[9], computed[9];
+  std::snprintf(stored, sizeof(stored), "%08x", s.stored_crc);
+  std::snprintf(computed, sizeof(computed), "%08x", s.computed_crc);
+  HOTLOOP_CHECK(
+      s.intact,
+      path,
+      ": corrupted checkpoint (its checksum says ",
+      stored,
+      ", its content gives ",
+      computed,
+      "): the file changed after hotloop wrote it");
+}
+
+CheckpointSummary describe_checkpoint(const std::string& path) {
+  std::error_code ec;
+  HOTLOOP_CHECK(
+      fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
+  CheckpointSummary summary;
+  summary.seal = read_checkpoint_seal(path);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, at::kCPU);
+    const auto read_int = [&](const std::string& key, int64_t fallback) {
+      at::Tensor value;
+      return archive.try_read(key, value) ? value.item<int64_t>() : fallback;
+    };
+    summary.format = read_int("hotloop_checkpoint_version", 0);
+    HOTLOOP_CHECK(summary.format > 0, path, ": not a hotloop checkpoint");
+    summary.progress.epoch = read_int("epoch", 0);
+    summary.progress.global_step = read_int("global_step", 0);
+    summary.progress.epoch_batches = read_int("epoch_batches", 0);
+    c10::IValue signature;
+    if (archive.try_read("model_parameters", signature)) {
+      summary.model = parse_signature(signature.toStringRef());
+    }
+    summary.optimizers = read_int("optimizers", 0);
+    summary.schedulers = read_int("schedulers", 0);
+    torch::serialize::InputArchive scaler;
+    summary.grad_scaler = archive.try_read("grad_scaler", scaler);
+    c10::IValue callbacks;
+    if (archive.try_read("callbacks", callbacks)) {
+      const nlohmann::json states =
+          nlohmann::json::parse(callbacks.toStringRef());
+      for (const auto& item : states.items()) {
+        summary.callbacks.push_back(item.key());
+      }
+    }
+    for (const auto& [name, values] :
+         read_doubles(archive, "loop_callback_metrics", 1)) {
+      summary.metrics[name] = values[0];
+    }
+  } catch (const c10::Error& e) {
+    throw Error(hotloop::detail::str_cat(
+        path,
+        ": cannot load checkpoint (corrupted or truncated?): ",
+        e.what_without_backtrace()));
+  }
+  return summary;
 }
 
 TrainingProgress load_checkpoint(
@@ -293,6 +603,7 @@ TrainingProgress load_checkpoint(
   std::error_code ec;
   HOTLOOP_CHECK(
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
+  verify_checkpoint(path, &std::cerr);
   TrainingProgress progress;
   try {
     // Tensors load onto the model's device, as PyTorch's map_location does:
@@ -313,16 +624,23 @@ TrainingProgress load_checkpoint(
         path,
         ": not a hotloop checkpoint");
     HOTLOOP_CHECK(
-        version.item<int64_t>() == kFormatVersion,
+        version.item<int64_t>() >= 1 &&
+            version.item<int64_t>() <= kFormatVersion,
         path,
         ": checkpoint format version ",
         version.item<int64_t>(),
-        " is not supported (expected ",
+        " is not supported (this hotloop reads 1 to ",
         kFormatVersion,
         ")");
     progress.epoch = read_int("epoch", 0);
     progress.global_step = read_int("global_step", 0);
     progress.epoch_batches = read_int("epoch_batches", 0);
+    // LibTorch's load would take the checkpoint's shapes without a word.
+    c10::IValue signature;
+    if (archive.try_read("model_parameters", signature)) {
+      check_same_model(
+          path, parse_signature(signature.toStringRef()), model_signature(model));
+    }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
@@ -404,7 +722,9 @@ TrainingProgress load_checkpoint(
     }
   } catch (const c10::Error& e) {
     throw Error(hotloop::detail::str_cat(
-        path, ": cannot load checkpoint: ", e.what_without_backtrace()));
+        path,
+        ": cannot load checkpoint (corrupted or truncated?): ",
+        e.what_without_backtrace()));
   }
   return progress;
 }

@@ -149,6 +149,8 @@ std::string ModelCheckpoint::required_metric() const {
 }
 
 void ModelCheckpoint::setup(Trainer& trainer, Module& module) {
+  validated_ = false;
+  waiting_noted_ = false;
   // In a data-parallel run only the global-zero process writes (and
   // deletes) checkpoint files; the others must not touch its folder.
   writes_ = trainer.is_global_zero();
@@ -232,9 +234,10 @@ void ModelCheckpoint::on_train_batch_end(
 }
 
 void ModelCheckpoint::on_validation_end(Trainer& trainer, Module& module) {
-  if (!trainer.fitting()) {
-    return; // Trainer::validate
+  if (!trainer.fitting() || trainer.sanity_checking()) {
+    return; // Trainer::validate, or the check before training
   }
+  validated_ = true;
   const int64_t every = options_.every_n_epochs();
   if (every > 0 && (trainer.current_epoch() + 1) % every == 0) {
     save(trainer);
@@ -261,24 +264,39 @@ void ModelCheckpoint::save(Trainer& trainer) {
   last_saved_step_ = trainer.global_step();
   newest_path_.clear();
   double score = kNaN;
+  bool rank = true;
   if (!options_.monitor().empty()) {
     const auto& metrics = trainer.callback_metrics();
     const auto found = metrics.find(options_.monitor());
+    // A step-interval save before the first validation has nothing to rank
+    // by yet: as Lightning, say so once and keep only last.ckpt until the
+    // metric exists; after a validation it is an error.
     HOTLOOP_CHECK_AS(
         ConfigError,
-        found != metrics.end(),
+        found != metrics.end() || (trainer.has_validation() && !validated_),
         "ModelCheckpoint monitors '",
         options_.monitor(),
         "', which no step logged (logged: ",
         metric_list(metrics),
         ")");
-    score = found->second;
+    if (found == metrics.end()) {
+      rank = false;
+      if (!waiting_noted_ && trainer.shows_progress()) {
+        trainer.out() << "ModelCheckpoint: step " << trainer.global_step()
+                      << " has no " << options_.monitor()
+                      << " to rank by before the first validation; saving "
+                         "only last.ckpt until then\n";
+      }
+      waiting_noted_ = true;
+    } else {
+      score = found->second;
+    }
   }
   const std::string last = (fs::path(dirpath_) / "last.ckpt").string();
   if (options_.save_last()) {
     last_model_path_ = last; // before the save, so its state says so
   }
-  if (options_.save_top_k() != 0) {
+  if (options_.save_top_k() != 0 && rank) {
     save_top_k(trainer, score);
   }
   if (options_.save_last() &&

@@ -156,6 +156,23 @@ void Trainer::save_checkpoint(const std::string& path) {
   if (!strategy_->is_global_zero()) {
     return;
   }
+  // A diverged model must not replace a good checkpoint (a step whose
+  // gradients overflowed leaves finite losses until the next forward).
+  if (options_.on_nonfinite_loss() != "ignore") {
+    for (const auto& parameter : fit_->module().named_parameters()) {
+      HOTLOOP_CHECK(
+          at::isfinite(parameter.value()).all().item<bool>(),
+          "training diverged: parameter '",
+          parameter.key(),
+          "' is not finite at step ",
+          progress_.global_step,
+          "; ",
+          path,
+          " was not written. Lower optimizer.lr, clip gradients "
+          "(trainer.gradient_clip_val), or train in float32 "
+          "(trainer.precision=32)");
+    }
+  }
   nlohmann::json states = nlohmann::json::object();
   for (const auto& callback : active_callbacks_) {
     nlohmann::json state = callback->state_dict();

@@ -117,6 +117,14 @@ TrainerOptions resolve_trainer_options(TrainerOptions options) {
         .accumulate_grad_batches(1)
         .default_root_dir("");
   }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.on_nonfinite_loss() == "stop" ||
+          options.on_nonfinite_loss() == "skip_step" ||
+          options.on_nonfinite_loss() == "ignore",
+      "trainer.on_nonfinite_loss: expected stop, skip_step or ignore, got '",
+      options.on_nonfinite_loss(),
+      "'");
   parse_precision_mode(options.precision()); // names a bad value now
   return options;
 }

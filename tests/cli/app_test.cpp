@@ -119,7 +119,7 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test, predict, generate or report)"));
+                "validate, test, predict, generate, report or checkpoint)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -177,6 +177,7 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.flush_logs_every_n_steps=8",
       "--trainer.logger=false",
       "--trainer.new_folder_on_resume=true",
+      "--trainer.on_nonfinite_loss=skip_step",
       "--trainer.strategy=ddp",
       "--trainer.num_nodes=3",
       "--trainer.process_group_backend=gloo",
@@ -226,6 +227,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.flush_logs_every_n_steps(), 8);
   EXPECT_FALSE(t.logger());
   EXPECT_TRUE(t.new_folder_on_resume());
+  EXPECT_EQ(t.on_nonfinite_loss(), "skip_step");
   // The data-parallel ones go to the launcher and the process group.
   const FitConfig f = to_fit_config(parsed.config);
   EXPECT_EQ(f.strategy, "ddp");
@@ -238,7 +240,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 44);
+  EXPECT_EQ(trainer_options, 45);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
@@ -444,6 +446,82 @@ TEST(Cli, AResumedRunGoesOnInItsFolderWithOneHistory) {
   r = run_cli(small_fit(dir, resume));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::is_regular_file(run / "version_1" / "metrics.csv"));
+}
+
+TEST(Cli, AnEmptyMonitorKeepsTheNewestAndStepSavesWaitForTheMetric) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  // `--model_checkpoint.monitor=` is the empty string: keep the newest.
+  Result r = run_cli(small_fit(
+      dir,
+      {"--model_checkpoint.monitor=",
+       "--model_checkpoint.save_top_k=1",
+       "--trainer.name=newest"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(
+           dir.file("runs/newest/version_0/checkpoints"))) {
+    files.push_back(entry.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
+  // A validation metric with saves every step: before the first validation
+  // there is nothing to rank by, so only last.ckpt is written, as Lightning.
+  r = run_cli(small_fit(
+      dir,
+      {"--model_checkpoint.every_n_train_steps=1",
+       "--model_checkpoint.monitor=val_acc",
+       "--trainer.num_sanity_val_steps=0",
+       "--trainer.name=steps"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("ModelCheckpoint: step 1 has no val_acc to rank by before the "
+                "first validation; saving only last.ckpt until then"));
+  EXPECT_TRUE(fs::is_regular_file(
+      dir.file("runs/steps/version_0/checkpoints/last.ckpt")));
+}
+
+TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string ckpt =
+      dir.file("runs/fashion_mnist/version_0/checkpoints/last.ckpt");
+  r = run_cli({"checkpoint", ckpt});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("checkpoint " + ckpt + " ("));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "integrity: verified \\(crc32 [0-9a-f]{8}\\), format 2, written by "
+          "hotloop " HOTLOOP_VERSION " with LibTorch [0-9.]+"));
+  EXPECT_THAT(r.out, HasSubstr("progress: 1 epochs completed, step 2\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("model: [0-9]+ parameters and buffers"));
+  EXPECT_THAT(r.out, HasSubstr("optimizers: 1, schedules: 1"));
+  EXPECT_THAT(r.out, HasSubstr("metrics: "));
+  // Another model size is refused, naming the parameter and both shapes.
+  r = run_cli(small_fit(dir, {"--model.hidden=64", "--ckpt_path=" + ckpt}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      ::testing::ContainsRegex(
+          "the checkpoint's model differs from this one: '[a-z_.0-9]+' is "
+          "\\[16, [0-9]+\\] in the checkpoint and \\[64, [0-9]+\\] here"));
+  // Damaged: the command says so and exits 1; a resume refuses it.
+  std::string bytes = read_text(ckpt);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
+  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << bytes;
+  r = run_cli({"checkpoint", ckpt});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: the checksum says "));
+  r = run_cli(small_fit(dir, {"--ckpt_path=" + ckpt}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(ckpt + ": corrupted checkpoint"));
+  r = run_cli({"checkpoint"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("usage: hotloop checkpoint PATH"));
 }
 
 TEST(Cli, LoggerFalseWritesNoMetricsFiles) {

@@ -376,7 +376,7 @@ TEST(Config, ListElementsAreTypedAndBoundedOneByOne) {
   EXPECT_TRUE(config.get_int_list("lr_scheduler.milestones").empty());
 }
 
-TEST(Config, EmptyOrNullValueIsAnError) {
+TEST(Config, AnEmptyValueIsAnEmptyStringAndAnErrorForOtherTypes) {
   Config config(make_schema());
   for (const std::string value : {"", " null", " ~"}) {
     EXPECT_THROW_MESSAGE(
@@ -385,16 +385,38 @@ TEST(Config, EmptyOrNullValueIsAnError) {
         "x.yaml:2: trainer.max_epochs: expected an integer, got an empty "
         "value");
   }
-  EXPECT_THROW_MESSAGE(
-      config.set("trainer.name", "", "command line"),
-      ConfigError,
-      "command line: trainer.name: expected a string, got an empty value");
+  for (const std::string value : {"", "null", "~"}) {
+    EXPECT_THROW_MESSAGE(
+        config.set("trainer.max_epochs", value, "command line"),
+        ConfigError,
+        value.empty()
+            ? "command line: trainer.max_epochs: expected an integer, got an "
+              "empty value"
+            : "command line: trainer.max_epochs: expected an integer, got '" +
+                value + "'");
+    EXPECT_THROW(config.set("data.mean", value, "command line"), ConfigError);
+    EXPECT_THROW(
+        config.set("trainer.deterministic", value, "command line"),
+        ConfigError);
+  }
   EXPECT_CONFIG_ERROR(
       config.merge_yaml_string("data:\n  mean:\n", "x.yaml"),
       "x.yaml:2: data.mean: expected a list of numbers, got an empty value");
-  // A quoted empty string is a deliberate value.
-  config.merge_yaml_string("trainer:\n  name: \"\"\n", "x.yaml");
-  EXPECT_EQ(config.get_string("trainer.name"), "");
+  // A string may be empty, in a file as on the command line: YAML's empty
+  // value, null, ~ and a quoted "" or ''.
+  for (const std::string value : {"", " null", " ~", " \"\"", " ''"}) {
+    config.set("trainer.name", "x", "command line");
+    config.merge_yaml_string("trainer:\n  name:" + value + "\n", "x.yaml");
+    EXPECT_EQ(config.get_string("trainer.name"), "") << value;
+  }
+  for (const std::string value : {"", "\"\"", "''", "null", "~"}) {
+    config.set("trainer.name", "x", "command line");
+    config.set("trainer.name", value, "command line");
+    EXPECT_EQ(config.get_string("trainer.name"), "") << value;
+  }
+  // Anything else stays verbatim, quotes included.
+  config.set("trainer.name", "\"a\"", "command line");
+  EXPECT_EQ(config.get_string("trainer.name"), "\"a\"");
 }
 
 TEST(Config, MalformedYamlGivesLineAndColumn) {
@@ -533,8 +555,9 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
         "[1]",
         " pad ",
         "it's \"q\""}) {
-    if (name.empty()) { // the command line rejects empty values
-      config.merge_yaml_string("trainer: {name: ''}", "a.yaml");
+    if (name.empty() || name == "null" || name == "~") {
+      // On the command line these three mean the empty string.
+      config.merge_yaml_string("trainer: {name: '" + name + "'}", "a.yaml");
     } else {
       config.set("trainer.name", name, "command line");
     }

@@ -1,5 +1,6 @@
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/core/error.h"
+#include "hotloop/version.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <thread>
 
 namespace hotloop::train {
@@ -182,6 +184,29 @@ TEST(Checkpoint, AtomicWriteReplacesTheFileAndLeavesNoTemporaries) {
   EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"f.txt"});
 }
 
+TEST(Checkpoint, TheFirstWriteIntoAFolderRemovesTemporariesAKillLeft) {
+  TempDir dir;
+  const auto touch = [&](const std::string& name, bool old) {
+    std::ofstream(dir.file(name)) << "partial";
+    if (old) { // written before this process started
+      std::filesystem::last_write_time(
+          dir.file(name),
+          std::filesystem::file_time_type::clock::now() -
+              std::chrono::hours(1));
+    }
+  };
+  touch("last.ckpt.tmp.aB3xYz", true);  // a kill's leftover: removed
+  touch("metrics.csv.tmp.Q1w2E3", true); // removed
+  touch("last.ckpt.tmp.aB3xY", true);   // not mkstemp's six: kept
+  touch("notes.tmp.txt", true);         // not the pattern: kept
+  touch("last.ckpt.tmp.Zz9Zz9", false); // newer than this process: kept
+  write_file_atomically(dir.file("f.txt"), [](std::ostream& out) { out << "x"; });
+  EXPECT_EQ(
+      files_in(dir.path()),
+      (std::vector<std::string>{
+          "f.txt", "last.ckpt.tmp.Zz9Zz9", "last.ckpt.tmp.aB3xY", "notes.tmp.txt"}));
+}
+
 TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
   TempDir dir;
   const std::string path = dir.file("f.txt");
@@ -269,8 +294,10 @@ TEST(Checkpoint, LoadErrorsNameTheFile) {
   hotloop::testing::write_bytes(dir.file("garbage.ckpt"), {1, 2, 3, 4, 5});
   EXPECT_THAT(
       [&] { load_checkpoint(dir.file("garbage.ckpt"), net); },
-      ::testing::ThrowsMessage<Error>(
-          HasSubstr(dir.file("garbage.ckpt") + ": cannot load checkpoint")));
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          dir.file("garbage.ckpt") +
+          ": corrupted or truncated checkpoint (no zip end record at its "
+          "end)")));
   torch::serialize::OutputArchive other;
   net.save(other);
   other.save_to(dir.file("plain.pt"));
@@ -278,6 +305,106 @@ TEST(Checkpoint, LoadErrorsNameTheFile) {
       [&] { load_checkpoint(dir.file("plain.pt"), net); },
       ::testing::ThrowsMessage<Error>(
           HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_string(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(Checkpoint, AChecksumSealsEveryCheckpointAndLoadingVerifiesIt) {
+  TempDir dir;
+  Net net;
+  const std::string path = dir.file("a.ckpt");
+  save_checkpoint(path, net);
+  const CheckpointSeal seal = read_checkpoint_seal(path);
+  EXPECT_TRUE(seal.sealed);
+  EXPECT_TRUE(seal.intact);
+  EXPECT_EQ(seal.format, 2);
+  EXPECT_EQ(seal.hotloop_version, HOTLOOP_VERSION);
+  EXPECT_FALSE(seal.libtorch_version.empty());
+  EXPECT_EQ(seal.stored_crc, seal.computed_crc);
+  Net other;
+  load_checkpoint(path, other); // LibTorch's zip reader takes the seal
+  EXPECT_TRUE(other.linear->weight.equal(net.linear->weight));
+
+  // Some bytes in the middle overwritten: one line naming the file.
+  const std::string good = read_bytes(path);
+  std::string damaged = good;
+  for (size_t i = damaged.size() / 2; i < damaged.size() / 2 + 4; ++i) {
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x5A);
+  }
+  write_string(path, damaged);
+  EXPECT_FALSE(read_checkpoint_seal(path).intact);
+  EXPECT_THAT(
+      [&] { load_checkpoint(path, other); },
+      ::testing::ThrowsMessage<Error>(::testing::AllOf(
+          HasSubstr(path + ": corrupted checkpoint (its checksum says "),
+          HasSubstr("): the file changed after hotloop wrote it"))));
+  // Cut short.
+  write_string(path, good.substr(0, good.size() - 100));
+  EXPECT_THAT(
+      [&] { load_checkpoint(path, other); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          path + ": corrupted or truncated checkpoint (no zip end record")));
+  // A newer format: the seal says so before anything is read.
+  std::string newer = good;
+  const size_t format = newer.rfind("format=2");
+  ASSERT_NE(format, std::string::npos);
+  newer[format + 7] = '9';
+  write_string(path, newer);
+  EXPECT_THAT(
+      [&] { load_checkpoint(path, other); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          path + ": written by a newer version (hotloop " HOTLOOP_VERSION
+                 ", checkpoint format 9; this hotloop " HOTLOOP_VERSION
+                 " reads formats up to 2)")));
+  // Without a seal (as before seals): loads, with a note.
+  const size_t comment = good.rfind("hotloop-checkpoint ");
+  std::string unsealed = good.substr(0, comment);
+  unsealed[unsealed.size() - 2] = 0;
+  unsealed[unsealed.size() - 1] = 0;
+  write_string(path, unsealed);
+  std::ostringstream notes;
+  verify_checkpoint(path, &notes);
+  EXPECT_EQ(
+      notes.str(),
+      "note: " + path +
+          " carries no checksum (written by an older hotloop); loading it "
+          "unverified\n");
+  load_checkpoint(path, other);
+}
+
+struct WiderNet : torch::nn::Module {
+  WiderNet() {
+    linear = register_module("linear", torch::nn::Linear(4, 5));
+    norm = register_module("norm", torch::nn::BatchNorm1d(5));
+  }
+  torch::nn::Linear linear{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+};
+
+TEST(Checkpoint, AModelOfOtherShapesIsRefusedNamingTheFirstDifference) {
+  TempDir dir;
+  Net net;
+  save_checkpoint(dir.file("a.ckpt"), net);
+  WiderNet wider;
+  EXPECT_THAT(
+      [&] { load_checkpoint(dir.file("a.ckpt"), wider); },
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          dir.file("a.ckpt") +
+          ": the checkpoint's model differs from this one: 'linear.weight' is "
+          "[3, 4] in the checkpoint and [5, 4] here (were the model options "
+          "changed?)")));
+  // LibTorch would have taken the checkpoint's shapes: nothing changed.
+  EXPECT_EQ(wider.linear->weight.sizes(), (std::vector<int64_t>{5, 4}));
+  const CheckpointSummary summary = describe_checkpoint(dir.file("a.ckpt"));
+  ASSERT_EQ(summary.model.size(), 7u); // 4 parameters, BatchNorm's 3 buffers
+  EXPECT_EQ(summary.model[0], std::make_pair(std::string("linear.weight"), std::string("[3, 4]")));
 }
 
 } // namespace

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 namespace hotloop::train {
@@ -62,6 +63,63 @@ TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
   second.fit(*module2, train, &val_loader_);
   EXPECT_EQ(
       second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
+}
+
+at::Tensor make_nan(const at::Tensor& loss) {
+  return loss * std::numeric_limits<double>::quiet_NaN();
+}
+
+bool all_finite(torch::nn::Module& module) {
+  for (const auto& parameter : module.parameters()) {
+    if (!at::isfinite(parameter).all().item<bool>()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_F(TrainerTest, ANonFiniteLossStopsTheFitNamingTheStepOrSkipsIt) {
+  auto train = train_loader(); // 8 batches
+  {
+    OnStepClassifier module(std::move(*make_module(0)), 5, make_nan);
+    Trainer trainer(options().max_epochs(2));
+    EXPECT_THAT(
+        [&] { trainer.fit(module, train, &val_loader_); },
+        ::testing::ThrowsMessage<Error>(::testing::AllOf(
+            HasSubstr("training diverged: the loss is nan at step 5 (epoch 1, "
+                      "batch 5); the last finite loss was "),
+            HasSubstr(" at step 4. Lower optimizer.lr, clip gradients "
+                      "(trainer.gradient_clip_val), or train in float32"))));
+    EXPECT_TRUE(all_finite(module)); // stopped before the step
+  }
+  {
+    std::ostringstream out;
+    OnStepClassifier module(std::move(*make_module(0)), 5, make_nan);
+    Trainer trainer(
+        options().max_epochs(1).on_nonfinite_loss("skip_step").enable_progress_bar(true),
+        out);
+    const FitResult result = trainer.fit(module, train, &val_loader_);
+    EXPECT_EQ(result.steps, 7); // 8 batches, one step skipped
+    EXPECT_TRUE(std::isfinite(result.metrics.at("train_loss")));
+    EXPECT_TRUE(all_finite(module));
+    EXPECT_THAT(
+        out.str(),
+        HasSubstr("step 5 skipped: the loss is nan "
+                  "(trainer.on_nonfinite_loss=skip_step)"));
+  }
+  {
+    // ignore trains on; the NaN weights then reach no histogram error.
+    OnStepClassifier module(std::move(*make_module(0)), 5, make_nan);
+    Trainer trainer(options().max_epochs(1).on_nonfinite_loss("ignore"));
+    const FitResult result = trainer.fit(module, train, &val_loader_);
+    EXPECT_EQ(result.steps, 8);
+    EXPECT_FALSE(all_finite(module));
+  }
+  EXPECT_THAT(
+      [&] { Trainer(options().on_nonfinite_loss("skip")); },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "trainer.on_nonfinite_loss: expected stop, skip_step or ignore, got "
+          "'skip'")));
 }
 
 // Lightning's logger=True: a library fit's run folder can be reported.

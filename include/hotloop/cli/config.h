@@ -97,8 +97,10 @@ class Config {
 
   /// Sets `key` from `value_text`, validated like a file value; errors read
   /// `<source>: trainer.max_epochs: expected an integer, got 'ten'`. Lists
-  /// are YAML flow text (`[0.5, 0.5]`); strings are taken verbatim. Empty
-  /// text is an error. On error nothing is changed.
+  /// are YAML flow text (`[0.5, 0.5]`); strings are taken verbatim, except
+  /// that empty text, `""`, `''`, `null` and `~` give the empty string (as
+  /// in a YAML file). Empty text for any other type is an error. On error
+  /// nothing is changed.
   void set(
       const std::string& key,
       const std::string& value_text,

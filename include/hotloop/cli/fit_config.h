@@ -67,6 +67,8 @@ struct FitConfig {
   std::vector<int64_t> mlp_hidden;
   std::string stem = "cifar";
   bool zero_init_residual = false;
+  /// model.activation_checkpointing (resnet; gpt's is in `gpt`).
+  bool activation_checkpointing = false;
   /// gpt's shape (vocab_size resolved, block_size = data.block_size).
   models::GptOptions gpt;
   /// model.top_k: the extra top-k accuracy the classifier logs.

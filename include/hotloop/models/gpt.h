@@ -42,6 +42,10 @@ struct GptOptions {
   TORCH_ARG(double, dropout) = 0.0;
   /// Biases in the Linear layers and LayerNorms, as GPT-2.
   TORCH_ARG(bool, bias) = true;
+  /// In training, keep only each block's input and recompute the block in
+  /// backward (train::checkpoint): activation memory of one block instead
+  /// of n_layer, for one more forward.
+  TORCH_ARG(bool, activation_checkpointing) = false;
 };
 
 /// The keys and values every attention layer computed for the positions

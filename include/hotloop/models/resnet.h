@@ -32,6 +32,10 @@ struct ResNetOptions {
   /// Start every block's last BatchNorm (bn2) at weight 0, so each residual
   /// block begins as the identity (torchvision's option, Goyal et al. 2017).
   TORCH_ARG(bool, zero_init_residual) = false;
+  /// In training, keep only each stage's (layer1..layer4) input and
+  /// recompute the stage in backward (train::checkpoint); BatchNorm's
+  /// running statistics are still updated once a step.
+  TORCH_ARG(bool, activation_checkpointing) = false;
 };
 
 /// torchvision's `resnet18()` / `resnet34()`: stem -> layer1..layer4 of

@@ -33,7 +33,9 @@ struct TrainingProgress {
 
 /// Writes `path` so that a crash at any moment leaves either the previous
 /// file or the complete new one: the content goes to a temporary file in the
-/// same folder, is flushed to disk (fsync), then renamed over `path`.
+/// same folder (`<name>.tmp.XXXXXX`), is flushed to disk (fsync), then
+/// renamed over `path`. The first write into a folder removes what a kill
+/// left there: files of that pattern older than the running process.
 /// Throws Error naming the path when a step fails.
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write);
@@ -103,6 +105,55 @@ void save_checkpoint(
     torch::nn::Module& model,
     const CheckpointState& state = {});
 
+/// What the seal at the end of a checkpoint file says: save_checkpoint
+/// ends every file with a CRC-32 of its content, the checkpoint format and
+/// the hotloop and LibTorch versions that wrote it.
+struct CheckpointSeal {
+  /// false for a checkpoint written before files were sealed.
+  bool sealed = false;
+  /// The checksum matches the content.
+  bool intact = false;
+  int64_t format = 0;
+  std::string hotloop_version;
+  std::string libtorch_version;
+  uint32_t stored_crc = 0;
+  uint32_t computed_crc = 0;
+};
+
+/// Reads `path`'s seal and checksums its content, without loading it.
+/// Throws Error naming the file when it cannot be read or has no zip end
+/// record at its end (truncated).
+CheckpointSeal read_checkpoint_seal(const std::string& path);
+
+/// Throws Error naming `path` and "corrupted" when its checksum does not
+/// match, "written by a newer version" when its format is newer than this
+/// hotloop reads, or "truncated" (see read_checkpoint_seal). A checkpoint
+/// without a seal passes, with a note to `notes` when given.
+void verify_checkpoint(const std::string& path, std::ostream* notes);
+
+/// What a checkpoint holds, for `hotloop checkpoint`.
+struct CheckpointSummary {
+  CheckpointSeal seal;
+  /// The format written inside the archive.
+  int64_t format = 0;
+  TrainingProgress progress;
+  /// Parameters then buffers as "name" and "[shape]" (format 2 on).
+  std::vector<std::pair<std::string, std::string>> model;
+  int64_t optimizers = 0;
+  int64_t schedulers = 0;
+  bool grad_scaler = false;
+  /// The state keys of the callbacks whose state it carries.
+  std::vector<std::string> callbacks;
+  /// The Trainer's callback_metrics when it was written.
+  std::map<std::string, double> metrics;
+};
+
+/// Reads `path` (onto the CPU) without a model: its seal and content.
+/// Throws Error naming the file when it is missing, unreadable or not a
+/// hotloop checkpoint; a checksum that does not match is reported in
+/// `seal`, not thrown.
+CheckpointSummary describe_checkpoint(const std::string& path);
+
 /// Restores the model from what save_checkpoint wrote and returns the saved
 /// progress. With `state`, also restores its optimizers and schedulers
 /// (when it has any: built the same way, as many as were saved), its
@@ -110,7 +161,10 @@ void save_checkpoint(
 /// state and the CUDA ones for the devices present, and fills its progress,
 /// callbacks and loop. Throws Error naming `path` when the file is missing,
 /// is not a hotloop checkpoint, or does not match the model or the number
-/// of optimizers and schedules.
+/// of optimizers and schedules. Verifies the file first
+/// (verify_checkpoint, notes to std::cerr), and throws Error naming the
+/// first parameter or buffer whose name or shape differs from the model's
+/// (LibTorch would silently take the checkpoint's shapes).
 TrainingProgress load_checkpoint(
     const std::string& path,
     torch::nn::Module& model,

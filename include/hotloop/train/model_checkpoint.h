@@ -110,6 +110,10 @@ class ModelCheckpoint : public Callback {
   std::map<std::string, double> best_k_models_;
   // Saves happen once per global step, however many triggers fire.
   int64_t last_saved_step_ = -1;
+  // A validation of this fit has ended (the metric to rank by can exist).
+  bool validated_ = false;
+  // The wait for the monitored metric was reported.
+  bool waiting_noted_ = false;
   // Whether this process writes checkpoint files (global zero only).
   bool writes_ = true;
   // The file written at last_saved_step_, which last.ckpt can link to.

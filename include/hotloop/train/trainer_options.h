@@ -109,6 +109,13 @@ struct TrainerOptions {
   /// log continue from the checkpoint's step: one history). true: a new
   /// version folder instead.
   TORCH_ARG(bool, new_folder_on_resume) = false;
+  /// What a loss that is NaN or infinite does (under 16-mixed the loss
+  /// scaler handles overflows instead): "stop" ends the fit with an Error
+  /// naming the step, the last finite loss and what to change; "skip_step"
+  /// drops that optimizer step (its gradients, metrics and schedule step);
+  /// "ignore" trains on. stop and skip_step read the loss once a step,
+  /// which on a GPU waits for the device.
+  TORCH_ARG(std::string, on_nonfinite_loss) = "stop";
   /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
   TORCH_ARG(int64_t, num_threads) = 0;
   /// Worker threads of the BLAS library itself (OpenBLAS), set at fit

@@ -9,7 +9,13 @@
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
 
+#include "hotloop/core/error.h"
+
 #include <torch/nn/utils/clip_grad.h>
+
+#include <cmath>
+#include <map>
+#include <string>
 
 namespace hotloop::train::detail {
 
@@ -27,7 +33,10 @@ OptimizationStep::OptimizationStep(
       precision_(precision),
       scaler_(scaler),
       clock_(clock),
-      accumulate_(accumulate) {
+      accumulate_(accumulate),
+      guard_losses_(
+          !scaler.is_enabled() &&
+          trainer.options().on_nonfinite_loss() != "ignore") {
   for (const auto& optimizer : setup_.optimizers) {
     std::vector<at::Tensor> parameters;
     for (const auto& group : optimizer->param_groups()) {
@@ -45,11 +54,29 @@ at::Tensor OptimizationStep::run(
     MetricCollection& metrics) {
   clock_.begin(Phase::kForward);
   at::Tensor loss;
+  std::map<std::string, std::pair<double, double>> logged;
+  if (guard_losses_ && trainer_.options().on_nonfinite_loss() == "skip_step") {
+    logged = metrics.state(); // a skipped step's metrics are taken back
+  }
   {
     const AutocastGuard autocast = precision_.autocast();
     loss = module_.training_step(batch, batch_idx, metrics);
   }
   const at::Tensor loss_value = loss.detach();
+  if (guard_losses_ && !loss_is_usable(loss_value, batch_idx)) {
+    skipping_ = true;
+    metrics.load_state(logged);
+  }
+  if (skipping_) {
+    // No backward: the step's gradients are dropped on its last
+    // micro-batch and no optimizer or schedule steps.
+    if (last) {
+      zero_grad();
+      skipping_ = false;
+    }
+    clock_.begin(Phase::kOptimizer);
+    return loss_value;
+  }
   // The micro-batches' gradients add up: dividing each loss by their count
   // makes the sum the gradient of their mean, as one whole batch's.
   if (accumulate_ > 1) {
@@ -101,6 +128,52 @@ at::Tensor OptimizationStep::run(
   const int64_t steps = ++trainer_.progress_.global_step;
   step_schedules(setup_.schedules, ScheduleInterval::kStep, steps);
   return loss_value;
+}
+
+bool OptimizationStep::loss_is_usable(const at::Tensor& loss, int64_t batch_idx) {
+  // Reading the loss makes the host wait for the device, once a step.
+  const double value = loss.item<double>();
+  bool finite = std::isfinite(value);
+  Strategy& strategy = trainer_.strategy();
+  if (strategy.world_size() > 1) {
+    finite = !strategy.any(!finite); // all stop or skip together
+  }
+  const int64_t step = trainer_.progress().global_step + 1;
+  if (finite) {
+    last_finite_loss_ = value;
+    last_finite_step_ = step;
+    return true;
+  }
+  const std::string last =
+      last_finite_step_ < 0
+          ? std::string("no step had a finite loss")
+          : hotloop::detail::str_cat(
+                "the last finite loss was ", last_finite_loss_, " at step ",
+                last_finite_step_);
+  if (trainer_.options().on_nonfinite_loss() == "skip_step") {
+    if (trainer_.shows_progress()) {
+      trainer_.out() << "step " << step << " skipped: the loss is "
+                     << (std::isfinite(value) ? "not finite on another process"
+                                              : hotloop::detail::str_cat(value))
+                     << " (trainer.on_nonfinite_loss=skip_step)\n";
+    }
+    return false;
+  }
+  throw Error(hotloop::detail::str_cat(
+      "training diverged: the loss is ",
+      std::isfinite(value) ? std::string("not finite on another process")
+                           : hotloop::detail::str_cat(value),
+      " at step ",
+      step,
+      " (epoch ",
+      trainer_.current_epoch() + 1,
+      ", batch ",
+      batch_idx + 1,
+      "); ",
+      last,
+      ". Lower optimizer.lr, clip gradients (trainer.gradient_clip_val), or "
+      "train in float32 (trainer.precision=32); "
+      "trainer.on_nonfinite_loss=skip_step skips such steps"));
 }
 
 void OptimizationStep::zero_grad() {

@@ -52,6 +52,10 @@ class OptimizationStep {
 
  private:
   void clip_gradients(const std::vector<at::Tensor>& parameters) const;
+  // trainer.on_nonfinite_loss: whether this micro-batch's loss may train.
+  // Throws Error (stop) naming the step and what to change; false to skip
+  // the step. Every process decides the same.
+  bool loss_is_usable(const at::Tensor& loss, int64_t batch_idx);
 
   Trainer& trainer_;
   Module& module_;
@@ -62,6 +66,12 @@ class OptimizationStep {
   int64_t accumulate_;
   // Each optimizer's parameters, for clipping.
   std::vector<std::vector<at::Tensor>> parameters_;
+  // Checks losses (not under fp16, whose scaler skips overflowing steps).
+  bool guard_losses_;
+  // The optimizer step in progress is skipped (trainer.on_nonfinite_loss).
+  bool skipping_ = false;
+  double last_finite_loss_ = 0;
+  int64_t last_finite_step_ = -1;
 };
 
 /// Steps the schedules of `interval` that watch no metric and are due at
