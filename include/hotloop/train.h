@@ -2,6 +2,7 @@
 
 // Every public header of hotloop::train.
 
+#include "hotloop/train/activation_checkpoint.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
