@@ -473,7 +473,10 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   in.read(tail.data(), static_cast<std::streamsize>(tail_size));
   HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
   int64_t end = -1;
-  for (int64_t i = static_cast<int64_t>(tail_size) - kEndRecord; i >= 0; --i) {
+  for (int64_t i = static_cast<int64_t>(tail_size) -
+           static_cast<int64_t>(kEndRecord);
+       i >= 0;
+       --i) {
     if (read_le32(tail.data() + i) == kEndSignature) {
       const auto* b = reinterpret_cast<const unsigned char*>(tail.data() + i);
       const uint64_t comment = b[20] | (b[21] << 8);

@@ -113,8 +113,10 @@ struct TrainerOptions {
   /// scaler handles overflows instead): "stop" ends the fit with an Error
   /// naming the step, the last finite loss and what to change; "skip_step"
   /// drops that optimizer step (its gradients, metrics and schedule step);
-  /// "ignore" trains on. stop and skip_step read the loss once a step,
-  /// which on a GPU waits for the device.
+  /// "ignore" trains on. On the CPU (and for skip_step anywhere) the loss is
+  /// read every step; on a GPU, stop reads a flag gathered on the device
+  /// every log_every_n_steps steps, so as not to wait for it every step,
+  /// and names the steps in between.
   TORCH_ARG(std::string, on_nonfinite_loss) = "stop";
   /// Intra-op threads for LibTorch; 0 = auto (see resolve_intra_op_threads).
   TORCH_ARG(int64_t, num_threads) = 0;

@@ -13,6 +13,7 @@
 
 #include <torch/nn/utils/clip_grad.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -130,15 +131,52 @@ at::Tensor OptimizationStep::run(
   return loss_value;
 }
 
+constexpr const char* kDivergenceAdvice =
+    ". Lower optimizer.lr, clip gradients (trainer.gradient_clip_val), or "
+    "train in float32 (trainer.precision=32); "
+    "trainer.on_nonfinite_loss=skip_step skips such steps";
+
 bool OptimizationStep::loss_is_usable(const at::Tensor& loss, int64_t batch_idx) {
+  Strategy& strategy = trainer_.strategy();
+  const int64_t step = trainer_.progress().global_step + 1;
+  if (!loss.device().is_cpu() &&
+      trainer_.options().on_nonfinite_loss() == "stop") {
+    // Reading the loss every step would make the host wait for the GPU
+    // every step. The flag gathers on the device and is read every
+    // log_every_n_steps steps, when the logged loss is read anyway;
+    // checkpoints still refuse non-finite weights.
+    const at::Tensor bad = at::isfinite(loss).logical_not();
+    nonfinite_ = nonfinite_.defined() ? nonfinite_.logical_or(bad) : bad;
+    const int64_t every =
+        std::max<int64_t>(trainer_.options().log_every_n_steps(), 1);
+    if (step % every != 0) {
+      return true;
+    }
+    bool found = nonfinite_.item<bool>();
+    nonfinite_ = at::Tensor();
+    if (strategy.world_size() > 1) {
+      found = strategy.any(found);
+    }
+    HOTLOOP_CHECK(
+        !found,
+        "training diverged: a loss was not finite between step ",
+        std::max<int64_t>(step - every + 1, 1),
+        " and step ",
+        step,
+        " (read every trainer.log_every_n_steps=",
+        every,
+        " steps on ",
+        loss.device(),
+        ")",
+        kDivergenceAdvice);
+    return true;
+  }
   // Reading the loss makes the host wait for the device, once a step.
   const double value = loss.item<double>();
   bool finite = std::isfinite(value);
-  Strategy& strategy = trainer_.strategy();
   if (strategy.world_size() > 1) {
     finite = !strategy.any(!finite); // all stop or skip together
   }
-  const int64_t step = trainer_.progress().global_step + 1;
   if (finite) {
     last_finite_loss_ = value;
     last_finite_step_ = step;
@@ -171,9 +209,7 @@ bool OptimizationStep::loss_is_usable(const at::Tensor& loss, int64_t batch_idx)
       batch_idx + 1,
       "); ",
       last,
-      ". Lower optimizer.lr, clip gradients (trainer.gradient_clip_val), or "
-      "train in float32 (trainer.precision=32); "
-      "trainer.on_nonfinite_loss=skip_step skips such steps"));
+      kDivergenceAdvice));
 }
 
 void OptimizationStep::zero_grad() {

@@ -71,6 +71,8 @@ class OptimizationStep {
   // The optimizer step in progress is skipped (trainer.on_nonfinite_loss).
   bool skipping_ = false;
   double last_finite_loss_ = 0;
+  // On a GPU: whether a loss since the last read was not finite.
+  at::Tensor nonfinite_;
   int64_t last_finite_step_ = -1;
 };
 
