@@ -99,6 +99,30 @@ std::vector<std::string> small_fit(
   return args;
 }
 
+// A one-layer GPT on a 6,900-byte text file that this writes into `dir`:
+// the options (no command) of the CLI's GPT tests.
+std::vector<std::string> small_gpt(const TempDir& dir, int epochs) {
+  std::ofstream text(dir.file("text.txt"));
+  for (int i = 0; i < 300; ++i) {
+    text << "hotloop trains models. ";
+  }
+  return {
+      "--trainer.accelerator=cpu",
+      "--data.dataset=text",
+      "--data.path=" + dir.file("text.txt"),
+      "--data.block_size=16",
+      "--data.batch_size=16",
+      "--model.name=gpt",
+      "--model.n_layer=1",
+      "--model.n_embd=32",
+      "--model.n_head=2",
+      "--model.top_k=1",
+      "--model_checkpoint.monitor=val_loss",
+      "--model_checkpoint.mode=min",
+      "--trainer.max_epochs=" + std::to_string(epochs),
+      "--trainer.default_root_dir=" + dir.file("runs")};
+}
+
 TEST(Cli, VersionNamesHotloopAndLibTorch) {
   const Result r = run_cli({"--version"});
   EXPECT_EQ(r.code, 0);
@@ -621,28 +645,10 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
     ASSERT_EQ(r.code, 0) << model[0] << ": " << r.err;
     EXPECT_THAT(r.out, HasSubstr("done: 1 epochs, 2 steps"));
   }
-  {
-    std::ofstream text(dir.file("text.txt"));
-    for (int i = 0; i < 300; ++i) {
-      text << "hotloop trains models. ";
-    }
-  }
-  const Result r = run_cli(
-      {"fit",
-       "--trainer.accelerator=cpu",
-       "--data.dataset=text",
-       "--data.path=" + dir.file("text.txt"),
-       "--data.block_size=16",
-       "--data.batch_size=16",
-       "--model.name=gpt",
-       "--model.n_layer=1",
-       "--model.n_embd=32",
-       "--model.n_head=2",
-       "--model.top_k=1",
-       "--model_checkpoint.monitor=val_loss",
-       "--model_checkpoint.mode=min",
-       "--trainer.max_epochs=2",
-       "--trainer.default_root_dir=" + dir.file("runs")});
+  std::vector<std::string> gpt = {"fit"};
+  const std::vector<std::string> options = small_gpt(dir, 2);
+  gpt.insert(gpt.end(), options.begin(), options.end());
+  const Result r = run_cli(gpt);
   ASSERT_EQ(r.code, 0) << r.err;
   // 6900 bytes: 431 windows of 16, the last 43 validate; 388 train.
   EXPECT_THAT(r.out, HasSubstr("fit: 431 training samples, 25 batches/epoch"));
@@ -652,27 +658,7 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
 
 TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
   TempDir dir;
-  {
-    std::ofstream text(dir.file("text.txt"));
-    for (int i = 0; i < 300; ++i) {
-      text << "hotloop trains models. ";
-    }
-  }
-  const std::vector<std::string> config = {
-      "--trainer.accelerator=cpu",
-      "--data.dataset=text",
-      "--data.path=" + dir.file("text.txt"),
-      "--data.block_size=16",
-      "--data.batch_size=16",
-      "--model.name=gpt",
-      "--model.n_layer=1",
-      "--model.n_embd=32",
-      "--model.n_head=2",
-      "--model.top_k=1",
-      "--model_checkpoint.monitor=val_loss",
-      "--model_checkpoint.mode=min",
-      "--trainer.max_epochs=3",
-      "--trainer.default_root_dir=" + dir.file("runs")};
+  const std::vector<std::string> config = small_gpt(dir, 3);
   std::vector<std::string> args = {"fit"};
   args.insert(args.end(), config.begin(), config.end());
   Result r = run_cli(args);
