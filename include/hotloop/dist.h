@@ -7,3 +7,4 @@
 #include "hotloop/dist/environment.h"
 #include "hotloop/dist/launcher.h"
 #include "hotloop/dist/process_group.h"
+#include "hotloop/dist/sync_batch_norm.h"

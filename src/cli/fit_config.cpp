@@ -289,6 +289,12 @@ ConfigSchema make_schema() {
       {"", "gloo", "nccl"},
       "c10d backend of a ddp run; \"\": gloo on the CPU, nccl on CUDA"));
   s.add(
+      opt("trainer.sync_batchnorm",
+          T::kBool,
+          "false",
+          "BatchNorm statistics over the batches of every ddp process "
+          "(SyncBatchNorm), not each process's own"));
+  s.add(
       opt("trainer.dist_timeout",
           T::kFloat,
           "1800",
@@ -968,7 +974,8 @@ FitConfig to_fit_config(const Config& c) {
       .find_unused_parameters(c.get_bool("ddp.find_unused_parameters"))
       .gradient_as_bucket_view(c.get_bool("ddp.gradient_as_bucket_view"))
       .static_graph(c.get_bool("ddp.static_graph"))
-      .broadcast_buffers(c.get_bool("ddp.broadcast_buffers"));
+      .broadcast_buffers(c.get_bool("ddp.broadcast_buffers"))
+      .sync_batchnorm(c.get_bool("trainer.sync_batchnorm"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.trainer.name().empty() &&
@@ -1052,6 +1059,7 @@ FitConfig to_fit_config(const Config& c) {
   f.model.dropout = c.get_float("model.dropout");
   f.model.num_classes = c.get_int("model.num_classes");
   f.model.conv_bias = c.get_bool("model.conv_bias");
+  f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
 
   f.checkpoint.dirpath(c.get_string("model_checkpoint.dirpath"))

@@ -51,7 +51,8 @@ std::pair<torch::nn::AnyModule, double> image_network(
             .in_channels(channels)
             .stem(config.stem)
             .zero_init_residual(config.zero_init_residual)
-            .activation_checkpointing(config.activation_checkpointing));
+            .activation_checkpointing(config.activation_checkpointing)
+            .sync_batchnorm(config.ddp.sync_batchnorm()));
     return {torch::nn::AnyModule(resnet), resnet->flops_per_sample(size, size)};
   }
   models::FashionCnnOptions options = config.model;

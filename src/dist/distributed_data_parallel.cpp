@@ -1,6 +1,7 @@
 #include "hotloop/dist/distributed_data_parallel.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/dist/sync_batch_norm.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -181,6 +182,9 @@ DistributedDataParallel::DistributedDataParallel(
       options_.bucket_cap_mb(),
       " and ",
       options_.first_bucket_cap_mb());
+  if (options_.sync_batchnorm()) {
+    attach_sync_batchnorm(module_, group_);
+  }
   for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
     if (item.value().requires_grad()) {
       impl_->names.push_back(item.key());

@@ -1,6 +1,7 @@
 #include "hotloop/models/fashion_cnn.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/dist/sync_batch_norm.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -52,7 +53,11 @@ FashionCnnImpl::FashionCnnImpl(FashionCnnOptions options)
         " images");
     features_->push_back(nn::Conv2d(
         nn::Conv2dOptions(in, out, 3).padding(1).bias(options_.conv_bias)));
-    features_->push_back(nn::BatchNorm2d(out));
+    if (options_.sync_batchnorm) {
+      features_->push_back(dist::SyncBatchNorm(out));
+    } else {
+      features_->push_back(nn::BatchNorm2d(out));
+    }
     features_->push_back(nn::ReLU(nn::ReLUOptions().inplace(true)));
     features_->push_back(nn::MaxPool2d(2));
     in = out;

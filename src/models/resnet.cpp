@@ -1,6 +1,7 @@
 #include "hotloop/models/resnet.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/dist/sync_batch_norm.h"
 #include "hotloop/train/activation_checkpoint.h"
 
 #include <ATen/ops/adaptive_avg_pool2d.h>
@@ -26,49 +27,60 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
                         .bias(false));
 }
 
+/// BatchNorm2d, or SyncBatchNorm for statistics over every process.
+nn::AnyModule norm(int64_t channels, bool sync) {
+  return sync ? nn::AnyModule(dist::SyncBatchNorm(channels))
+              : nn::AnyModule(nn::BatchNorm2d(channels));
+}
+
 /// torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + x), with
 /// a 1x1 conv + BatchNorm shortcut (`downsample`) where the shape changes.
 class BasicBlockImpl : public nn::Module {
  public:
-  BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride, bool sync)
       : conv1_(register_module("conv1", conv(in, out, 3, stride))),
-        bn1_(register_module("bn1", nn::BatchNorm2d(out))),
+        bn1_(add("bn1", norm(out, sync))),
         conv2_(register_module("conv2", conv(out, out, 3, 1))),
-        bn2_(register_module("bn2", nn::BatchNorm2d(out))) {
+        bn2_(add("bn2", norm(out, sync))) {
     if (stride != 1 || in != out) {
-      downsample_ = register_module(
-          "downsample",
-          nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+      nn::Sequential downsample(conv(in, out, 1, stride));
+      downsample->push_back(norm(out, sync));
+      downsample_ = register_module("downsample", downsample);
     }
   }
 
   at::Tensor forward(const at::Tensor& input) {
-    at::Tensor x = bn1_->forward(conv1_->forward(input)).relu_();
-    x = bn2_->forward(conv2_->forward(x));
+    at::Tensor x = bn1_.forward(conv1_->forward(input)).relu_();
+    x = bn2_.forward(conv2_->forward(x));
     x += downsample_.is_empty() ? input : downsample_->forward(input);
     return x.relu_();
   }
 
-  nn::BatchNorm2d& bn2() {
-    return bn2_;
+  at::Tensor bn2_weight() {
+    return bn2_.ptr()->named_parameters(/*recurse=*/false)["weight"];
   }
 
  private:
+  nn::AnyModule add(const std::string& name, nn::AnyModule module) {
+    register_module(name, module.ptr());
+    return module;
+  }
+
   nn::Conv2d conv1_;
-  nn::BatchNorm2d bn1_;
+  nn::AnyModule bn1_;
   nn::Conv2d conv2_;
-  nn::BatchNorm2d bn2_;
+  nn::AnyModule bn2_;
   nn::Sequential downsample_{nullptr};
 };
 TORCH_MODULE(BasicBlock);
 
 /// `blocks` BasicBlocks, the first one changing channels and stride.
 nn::Sequential make_layer(
-    int64_t in, int64_t out, int64_t blocks, int64_t stride) {
+    int64_t in, int64_t out, int64_t blocks, int64_t stride, bool sync) {
   nn::Sequential layer;
-  layer->push_back(BasicBlock(in, out, stride));
+  layer->push_back(BasicBlock(in, out, stride, sync));
   for (int64_t i = 1; i < blocks; ++i) {
-    layer->push_back(BasicBlock(out, out, 1));
+    layer->push_back(BasicBlock(out, out, 1, sync));
   }
   return layer;
 }
@@ -105,7 +117,9 @@ ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
       "conv1",
       imagenet ? conv(options_.in_channels(), 64, 7, 2)
                : conv(options_.in_channels(), 64, 3, 1));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+  const bool sync = options_.sync_batchnorm();
+  bn1_ = norm(64, sync);
+  register_module("bn1", bn1_.ptr());
   if (imagenet) {
     maxpool_ = register_module(
         "maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
@@ -113,10 +127,10 @@ ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
   const std::array<int64_t, 4> blocks =
       options_.depth() == 18 ? std::array<int64_t, 4>{2, 2, 2, 2}
                              : std::array<int64_t, 4>{3, 4, 6, 3};
-  layer1_ = register_module("layer1", make_layer(64, 64, blocks[0], 1));
-  layer2_ = register_module("layer2", make_layer(64, 128, blocks[1], 2));
-  layer3_ = register_module("layer3", make_layer(128, 256, blocks[2], 2));
-  layer4_ = register_module("layer4", make_layer(256, 512, blocks[3], 2));
+  layer1_ = register_module("layer1", make_layer(64, 64, blocks[0], 1, sync));
+  layer2_ = register_module("layer2", make_layer(64, 128, blocks[1], 2, sync));
+  layer3_ = register_module("layer3", make_layer(128, 256, blocks[2], 2, sync));
+  layer4_ = register_module("layer4", make_layer(256, 512, blocks[3], 2, sync));
   fc_ = register_module("fc", nn::Linear(512, options_.num_classes()));
 
   torch::NoGradGuard no_grad;
@@ -127,19 +141,22 @@ ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
     } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
       nn::init::ones_(bn->weight);
       nn::init::zeros_(bn->bias);
+    } else if (auto* sync_bn = module->as<dist::SyncBatchNorm>()) {
+      nn::init::ones_(sync_bn->weight);
+      nn::init::zeros_(sync_bn->bias);
     }
   }
   if (options_.zero_init_residual()) {
     for (const auto& module : modules(/*include_self=*/false)) {
       if (auto* block = module->as<BasicBlock>()) {
-        nn::init::zeros_(block->bn2()->weight);
+        nn::init::zeros_(block->bn2_weight());
       }
     }
   }
 }
 
 at::Tensor ResNetImpl::forward(const at::Tensor& input) {
-  at::Tensor x = bn1_->forward(conv1_->forward(input)).relu_();
+  at::Tensor x = bn1_.forward(conv1_->forward(input)).relu_();
   if (!maxpool_.is_empty()) {
     x = maxpool_->forward(x);
   }

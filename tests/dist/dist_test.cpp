@@ -9,7 +9,9 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/tensor_dataset.h"
+#include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/mlp.h"
+#include "hotloop/models/resnet.h"
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/trainer.h"
 #include "test_util.h"
@@ -44,6 +46,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
 
 constexpr double kTimeout = 20;     // seconds, every collective
 constexpr double kWorkerLimit = 90; // seconds, every worker process
@@ -373,10 +376,12 @@ int64_t environment_int(const char* name, int64_t fallback) {
 // The small classification task of the Trainer tests, with an MLP and
 // plain SGD: a step's update is linear in the mean gradient, so two
 // processes with half batches and one with whole batches take the same
-// steps.
+// steps. The CNN variant adds BatchNorm, whose statistics are the same
+// only when they cover both processes' halves (SyncBatchNorm).
 constexpr int64_t kSamples = 64;
 
-std::shared_ptr<train::ImageClassifier> mlp_classifier() {
+std::shared_ptr<train::ImageClassifier> classifier(
+    bool cnn = false, bool sync_batchnorm = false) {
   train::seed_everything(4);
   optim::OptimizerOptions optimizer;
   optimizer.name = "sgd";
@@ -384,11 +389,23 @@ std::shared_ptr<train::ImageClassifier> mlp_classifier() {
   optimizer.momentum = 0;
   optim::SchedulerOptions scheduler;
   scheduler.name = "none";
+  torch::nn::AnyModule network(models::Mlp(
+      models::MlpOptions(train::kSize * train::kSize, 4).hidden({16})));
+  if (cnn) {
+    models::FashionCnnOptions options;
+    options.channels = {4};
+    options.hidden = 0;
+    options.num_classes = 4;
+    options.image_size = train::kSize;
+    options.sync_batchnorm = sync_batchnorm;
+    network = torch::nn::AnyModule(models::FashionCnn(options));
+  }
   return std::make_shared<train::ImageClassifier>(
-      torch::nn::AnyModule(models::Mlp(
-          models::MlpOptions(train::kSize * train::kSize, 4).hidden({16}))),
-      optimizer,
-      scheduler);
+      std::move(network), optimizer, scheduler);
+}
+
+std::shared_ptr<train::ImageClassifier> mlp_classifier() {
+  return classifier();
 }
 
 train::TrainerOptions worker_trainer_options(const std::string& root) {
@@ -404,12 +421,20 @@ train::TrainerOptions worker_trainer_options(const std::string& root) {
       .accumulate_grad_batches(environment_int("HOTLOOP_DIST_ACCUMULATE", 1));
 }
 
-void save_parameters(torch::nn::Module& module, const std::string& path) {
-  std::vector<at::Tensor> parameters;
+// Parameters, then buffers (BatchNorm's running statistics).
+std::vector<at::Tensor> state_of(torch::nn::Module& module) {
+  std::vector<at::Tensor> state;
   for (const at::Tensor& p : module.parameters()) {
-    parameters.push_back(p.detach().clone());
+    state.push_back(p.detach().clone());
   }
-  torch::save(parameters, path);
+  for (const at::Tensor& b : module.buffers()) {
+    state.push_back(b.detach().clone());
+  }
+  return state;
+}
+
+void save_parameters(torch::nn::Module& module, const std::string& path) {
+  torch::save(state_of(module), path);
 }
 
 std::vector<at::Tensor> load_parameters(const std::string& path) {
@@ -418,7 +443,9 @@ std::vector<at::Tensor> load_parameters(const std::string& path) {
   return parameters;
 }
 
-// A fit of mlp_classifier on quadrant images: batch HOTLOOP_DIST_BATCH per
+// A fit of mlp_classifier (HOTLOOP_DIST_CNN: the CNN, with
+// SyncBatchNorm unless HOTLOOP_DIST_SYNC_BN=0) on quadrant images: batch
+// HOTLOOP_DIST_BATCH per
 // process, HOTLOOP_DIST_SAMPLES samples (rank 1 may be told another
 // number), resumed from HOTLOOP_DIST_CKPT when set. Writes the final
 // parameters and validation metrics.
@@ -431,7 +458,9 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
       train::quadrants(samples, 1),
       data::DataLoaderOptions(environment_int("HOTLOOP_DIST_BATCH", 8)));
   data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
-  auto module = mlp_classifier();
+  const bool cnn = !environment("HOTLOOP_DIST_CNN").empty();
+  const bool sync = environment("HOTLOOP_DIST_SYNC_BN") != "0";
+  auto module = classifier(cnn, cnn && sync);
   if (env.rank == 1 && !environment("HOTLOOP_DIST_RANK1_WIDER").empty()) {
     module = std::make_shared<train::ImageClassifier>(
         torch::nn::AnyModule(models::Mlp(
@@ -448,7 +477,8 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
         });
   }
   train::Trainer trainer(worker_trainer_options(dir + "/runs"));
-  trainer.set_strategy(std::make_shared<DDPStrategy>(group));
+  trainer.set_strategy(std::make_shared<DDPStrategy>(
+      group, DistributedDataParallelOptions().sync_batchnorm(cnn && sync)));
   const train::FitResult result =
       trainer.fit(*trained, train, &val, environment("HOTLOOP_DIST_CKPT"));
   save_parameters(*trained, dir + "/params" + std::to_string(env.rank) + ".pt");
@@ -555,55 +585,73 @@ TEST(DistributedDataParallel, GradientsEqualPyTorchsDDPOverGloo) {
   EXPECT_EQ(read_text(dir.file("buckets0.txt")), "1 2");
 }
 
-// One process with batch 16 against two with batch 8 each (or 4 x 2
-// accumulated): the same samples per step, the same mean gradient.
-void expect_two_ranks_equal_one_process(int64_t accumulate) {
-  TempDir dir;
-  const Workers workers = run_workers(
-      "fit",
-      2,
-      dir.path(),
-      {{"HOTLOOP_DIST_BATCH", std::to_string(8 / accumulate)},
-       {"HOTLOOP_DIST_ACCUMULATE", std::to_string(accumulate)},
-       {"HOTLOOP_DIST_EPOCHS", "2"}});
-  ASSERT_EQ(workers.codes, (std::vector<int>{0, 0}))
-      << workers.log(0) << workers.error(0) << workers.log(1)
-      << workers.error(1);
+// One process with batch 16 (or 8 x 2 accumulated), its final state and
+// metrics.
+struct SingleProcess {
+  std::vector<at::Tensor> state;
+  train::FitResult result;
+  std::map<std::string, double> metrics;
+};
 
-  auto single = mlp_classifier();
+SingleProcess one_process(int64_t accumulate, bool cnn) {
+  auto single = classifier(cnn, /*sync_batchnorm=*/false);
   data::DataLoader train(
       train::quadrants(kSamples, 1), data::DataLoaderOptions(16 / accumulate));
   data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
   train::Trainer trainer(
       worker_trainer_options("").max_epochs(2).accumulate_grad_batches(
           accumulate));
-  const train::FitResult result = trainer.fit(*single, train, &val);
-  const auto metrics = trainer.validate(*single, val);
+  SingleProcess out;
+  out.result = trainer.fit(*single, train, &val);
+  for (const auto& [name, value] : trainer.validate(*single, val)) {
+    out.metrics[name] = value;
+  }
+  out.state = state_of(*single);
+  return out;
+}
 
+// Two processes with batch 8 each (or 4 x 2 accumulated) against one with
+// batch 16: the same samples per step, the same mean gradient.
+void expect_two_ranks_equal_one_process(int64_t accumulate, bool cnn = false) {
+  TempDir dir;
+  Variables env{
+      {"HOTLOOP_DIST_BATCH", std::to_string(8 / accumulate)},
+      {"HOTLOOP_DIST_ACCUMULATE", std::to_string(accumulate)},
+      {"HOTLOOP_DIST_EPOCHS", "2"}};
+  if (cnn) {
+    env["HOTLOOP_DIST_CNN"] = "1";
+  }
+  const Workers workers = run_workers("fit", 2, dir.path(), env);
+  ASSERT_EQ(workers.codes, (std::vector<int>{0, 0}))
+      << workers.log(0) << workers.error(0) << workers.log(1)
+      << workers.error(1);
+
+  const SingleProcess single = one_process(accumulate, cnn);
   const auto a = load_parameters(dir.file("params0.pt"));
   const auto b = load_parameters(dir.file("params1.pt"));
-  const auto expected = single->parameters();
+  const auto& expected = single.state;
   ASSERT_EQ(a.size(), expected.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(a[i].equal(b[i])) << "the ranks differ in parameter " << i;
+    EXPECT_TRUE(a[i].equal(b[i])) << "the ranks differ in tensor " << i;
     EXPECT_LE((a[i] - expected[i]).abs().max().item<double>(), 1e-6)
-        << "parameter " << i;
+        << "tensor " << i << " (parameters, then buffers)";
   }
   // The steps moved the weights far beyond that tolerance.
   EXPECT_GT(
-      (a[0] - mlp_classifier()->parameters()[0]).abs().max().item<double>(),
+      (a[0] - classifier(cnn)->parameters()[0]).abs().max().item<double>(),
       1e-3);
   const auto summary =
       nlohmann::json::parse(read_text(dir.file("result0.json")));
-  EXPECT_EQ(summary.at("steps"), result.steps);
+  EXPECT_EQ(summary.at("steps"), single.result.steps);
   EXPECT_EQ(summary.at("world_size"), 2);
   // Validation over the two shares equals one process's over the split.
   EXPECT_NEAR(
-      summary.at("val_loss").get<double>(), metrics.at("val_loss"), 1e-6);
-  EXPECT_DOUBLE_EQ(summary.at("val_acc").get<double>(), metrics.at("val_acc"));
+      summary.at("val_loss").get<double>(), single.metrics.at("val_loss"), 1e-6);
+  EXPECT_DOUBLE_EQ(
+      summary.at("val_acc").get<double>(), single.metrics.at("val_acc"));
   EXPECT_NEAR(
       summary.at("fit_val_loss").get<double>(),
-      result.metrics.at("val_loss"),
+      single.result.metrics.at("val_loss"),
       1e-6);
 }
 
@@ -613,6 +661,103 @@ TEST(DDPTrainer, TwoRanksOfBatch8EqualOneProcessOfBatch16) {
 
 TEST(DDPTrainer, AccumulatedStepsEqualOneProcesssWholeBatches) {
   expect_two_ranks_equal_one_process(2);
+}
+
+TEST(DDPTrainer, SyncBatchNormRanksEqualOneProcessWithBatchNorm) {
+  expect_two_ranks_equal_one_process(1, /*cnn=*/true);
+}
+
+TEST(DDPTrainer, SyncBatchNormWithAccumulationEqualsOneProcess) {
+  expect_two_ranks_equal_one_process(2, /*cnn=*/true);
+}
+
+TEST(DDPTrainer, WithoutSyncBatchNormEachRankNormalizesItsOwnHalf) {
+  TempDir dir;
+  const Workers workers = run_workers(
+      "fit",
+      2,
+      dir.path(),
+      {{"HOTLOOP_DIST_CNN", "1"},
+       {"HOTLOOP_DIST_SYNC_BN", "0"},
+       {"HOTLOOP_DIST_EPOCHS", "2"}});
+  ASSERT_EQ(workers.codes, (std::vector<int>{0, 0})) << workers.error(0);
+  const auto a = load_parameters(dir.file("params0.pt"));
+  const SingleProcess single = one_process(1, /*cnn=*/true);
+  double largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    largest = std::max(
+        largest, (a[i] - single.state[i]).abs().max().item<double>());
+  }
+  EXPECT_GT(largest, 1e-4);
+}
+
+TEST(SyncBatchNorm, WithoutAGroupItIsBatchNorm) {
+  for (const bool momentum : {true, false}) {
+    auto options = torch::nn::BatchNormOptions(3);
+    if (!momentum) {
+      options.momentum(c10::nullopt);
+    }
+    torch::nn::BatchNorm2d plain(options);
+    SyncBatchNorm sync(options);
+    {
+      torch::NoGradGuard no_grad;
+      plain->weight.uniform_(0.5, 1.5);
+      sync->weight.copy_(plain->weight);
+      plain->bias.uniform_(-1, 1);
+      sync->bias.copy_(plain->bias);
+    }
+    // Same names and shapes: checkpoints move between the two.
+    EXPECT_EQ(plain->named_parameters().keys(), sync->named_parameters().keys());
+    EXPECT_EQ(plain->named_buffers().keys(), sync->named_buffers().keys());
+    for (int step = 0; step < 3; ++step) {
+      const at::Tensor x = at::randn({5, 3, 4, 4}).requires_grad_();
+      const at::Tensor y = x.detach().clone().requires_grad_();
+      const at::Tensor g = at::randn({5, 3, 4, 4});
+      plain->forward(x).backward(g);
+      sync->forward(y).backward(g);
+      EXPECT_TRUE(x.grad().equal(y.grad()));
+    }
+    EXPECT_TRUE(plain->running_mean.equal(sync->running_mean));
+    EXPECT_TRUE(plain->running_var.equal(sync->running_var));
+    EXPECT_TRUE(plain->weight.grad().equal(sync->weight.grad()));
+    plain->eval();
+    sync->eval();
+    const at::Tensor x = at::randn({2, 3, 4, 4});
+    EXPECT_TRUE(plain->forward(x).equal(sync->forward(x)));
+  }
+  SyncBatchNorm sync(4);
+  EXPECT_THAT(
+      [&] { sync->forward(at::randn({2, 3, 5})); },
+      ThrowsMessage<Error>(HasSubstr(
+          "SyncBatchNorm(4): expected an input [N, 4, ...], got [2, 3, 5]")));
+}
+
+TEST(SyncBatchNorm, APlainBatchNormIsNamedWhenStatisticsShouldBeSynced) {
+  models::FashionCnnOptions options;
+  options.channels = {4};
+  models::FashionCnn cnn(options);
+  EXPECT_THAT(
+      [&] { attach_sync_batchnorm(*cnn, nullptr); },
+      ThrowsMessage<ConfigError>(
+          HasSubstr("sync_batchnorm: the model's 'features.1' is a "
+                    "torch::nn::BatchNorm2d")));
+  options.sync_batchnorm = true;
+  models::FashionCnn synced(options);
+  EXPECT_NO_THROW(attach_sync_batchnorm(*synced, nullptr));
+  // A ResNet's every norm, stem to shortcut, can be synced.
+  models::ResNet resnet(
+      models::ResNetOptions(18).num_classes(3).sync_batchnorm(true));
+  int64_t norms = 0;
+  for (const auto& module : resnet->modules()) {
+    norms += module->as<SyncBatchNorm>() != nullptr;
+  }
+  EXPECT_EQ(norms, 20);
+  EXPECT_NO_THROW(attach_sync_batchnorm(*resnet, nullptr));
+  // Its state has the plain ResNet's names, in order: checkpoints move.
+  models::ResNet plain(models::ResNetOptions(18).num_classes(3));
+  EXPECT_EQ(
+      resnet->named_parameters().keys(), plain->named_parameters().keys());
+  EXPECT_EQ(resnet->named_buffers().keys(), plain->named_buffers().keys());
 }
 
 TEST(DDPTrainer, AResumedTwoRankRunMatchesAnUninterruptedOneBitForBit) {

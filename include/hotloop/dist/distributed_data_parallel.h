@@ -31,6 +31,11 @@ struct DistributedDataParallelOptions {
   /// Rank 0's buffers (BatchNorm statistics) to every process after each
   /// synced step (PyTorch's broadcast_buffers=True).
   TORCH_ARG(bool, broadcast_buffers) = true;
+  /// Every dist::SyncBatchNorm of the module takes its training statistics
+  /// over all processes (PyTorch's convert_sync_batchnorm, Lightning's
+  /// sync_batchnorm); a torch::nn::BatchNorm in the module is then an
+  /// error, as C++ cannot swap it.
+  TORCH_ARG(bool, sync_batchnorm) = false;
 };
 
 /// Data parallelism for any torch::nn::Module on PyTorch's own c10d

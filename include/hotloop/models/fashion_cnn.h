@@ -22,6 +22,9 @@ struct FashionCnnOptions {
   /// Give the convolutions a bias, which the BatchNorm after each cancels:
   /// off by default, kept switchable for the ablation benchmark.
   bool conv_bias = false;
+  /// dist::SyncBatchNorm in place of BatchNorm2d, for a data-parallel run
+  /// whose statistics cover every process's batch (trainer.sync_batchnorm).
+  bool sync_batchnorm = false;
 };
 
 /// Conv blocks (3x3 conv without bias -> BatchNorm -> ReLU -> 2x2 max-pool)

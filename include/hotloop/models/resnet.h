@@ -3,6 +3,7 @@
 #include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -36,6 +37,9 @@ struct ResNetOptions {
   /// recompute the stage in backward (train::checkpoint); BatchNorm's
   /// running statistics are still updated once a step.
   TORCH_ARG(bool, activation_checkpointing) = false;
+  /// dist::SyncBatchNorm in place of every BatchNorm2d, for a data-parallel
+  /// run whose statistics cover every process's batch.
+  TORCH_ARG(bool, sync_batchnorm) = false;
 };
 
 /// torchvision's `resnet18()` / `resnet34()`: stem -> layer1..layer4 of
@@ -70,7 +74,7 @@ class ResNetImpl : public torch::nn::Module {
  private:
   ResNetOptions options_;
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  torch::nn::AnyModule bn1_;
   /// Only for the "imagenet" stem.
   torch::nn::MaxPool2d maxpool_{nullptr};
   torch::nn::Sequential layer1_{nullptr};
