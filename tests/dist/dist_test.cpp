@@ -964,6 +964,23 @@ TEST(Launcher, TrainsOnTwoRanksAndRankZeroAloneWritesTheRun) {
   EXPECT_EQ(summary.at("steps"), 8);
 }
 
+TEST(Launcher, SyncBatchNormFromTheCommandLine) {
+  TempDir dir;
+  auto args = cli_fit(
+      dir.file("runs"),
+      {"--trainer.strategy=ddp",
+       "--trainer.devices=2",
+       "--trainer.max_epochs=1",
+       "--trainer.sync_batchnorm=true",
+       "--model.name=fashion_cnn",
+       "--model.channels=[4]"});
+  const pid_t pid = start(HOTLOOP_CLI_PATH, args, dir.file("fit.log"));
+  ASSERT_EQ(finish(pid, kWorkerLimit), 0) << read_text(dir.file("fit.log"));
+  EXPECT_THAT(
+      read_text(dir.file("fit.log")),
+      ::testing::ContainsRegex("network.features.1 +SyncBatchNorm"));
+}
+
 TEST(Launcher, AKilledRankEndsTheRunAndNamesIt) {
   TempDir dir;
   const pid_t pid = start(
