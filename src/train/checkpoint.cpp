@@ -426,6 +426,9 @@ void save_checkpoint(
   for (size_t i = 0; i < rng.cuda.size(); ++i) {
     archive.write(cuda_rng_key(static_cast<int64_t>(i)), rng.cuda[i]);
   }
+  if (const c10::Device device = device_of(model); device.is_cuda()) {
+    archive.write("rng_device", scalar(device.index()));
+  }
   if (!state.callbacks.empty()) {
     archive.write("callbacks", c10::IValue(state.callbacks));
   }
@@ -692,6 +695,18 @@ TrainingProgress load_checkpoint(
     for (int64_t i = 0; i < cuda_devices(); ++i) {
       rng.cuda.emplace_back();
       archive.try_read(cuda_rng_key(i), rng.cuda.back());
+    }
+    // Every process of a data-parallel run draws the same numbers (one
+    // seed, batches of one shape), so the stream of the device the writer
+    // trained on (rank 0's) continues on the device this process trains
+    // on, which on a multi-GPU machine is another one.
+    const c10::Device here = device_of(model);
+    const int64_t writer = read_int("rng_device", -1);
+    const auto devices = static_cast<int64_t>(rng.cuda.size());
+    if (here.is_cuda() && writer >= 0 && writer < devices &&
+        here.index() != writer && here.index() < devices &&
+        rng.cuda[writer].defined()) {
+      rng.cuda[here.index()] = rng.cuda[writer];
     }
     set_rng_states(rng);
     c10::IValue callbacks;

@@ -381,7 +381,7 @@ int64_t environment_int(const char* name, int64_t fallback) {
 constexpr int64_t kSamples = 64;
 
 std::shared_ptr<train::ImageClassifier> classifier(
-    bool cnn = false, bool sync_batchnorm = false) {
+    bool cnn = false, bool sync_batchnorm = false, double dropout = 0) {
   train::seed_everything(4);
   optim::OptimizerOptions optimizer;
   optimizer.name = "sgd";
@@ -390,7 +390,9 @@ std::shared_ptr<train::ImageClassifier> classifier(
   optim::SchedulerOptions scheduler;
   scheduler.name = "none";
   torch::nn::AnyModule network(models::Mlp(
-      models::MlpOptions(train::kSize * train::kSize, 4).hidden({16})));
+      models::MlpOptions(train::kSize * train::kSize, 4)
+          .hidden({16})
+          .dropout(dropout)));
   if (cnn) {
     models::FashionCnnOptions options;
     options.channels = {4};
@@ -460,7 +462,9 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
   data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
   const bool cnn = !environment("HOTLOOP_DIST_CNN").empty();
   const bool sync = environment("HOTLOOP_DIST_SYNC_BN") != "0";
-  auto module = classifier(cnn, cnn && sync);
+  const double dropout =
+      std::stod(environment("HOTLOOP_DIST_DROPOUT", "0"));
+  auto module = classifier(cnn, cnn && sync, dropout);
   if (env.rank == 1 && !environment("HOTLOOP_DIST_RANK1_WIDER").empty()) {
     module = std::make_shared<train::ImageClassifier>(
         torch::nn::AnyModule(models::Mlp(
@@ -482,6 +486,9 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
   const train::FitResult result =
       trainer.fit(*trained, train, &val, environment("HOTLOOP_DIST_CKPT"));
   save_parameters(*trained, dir + "/params" + std::to_string(env.rank) + ".pt");
+  torch::save(
+      at::detail::getDefaultCPUGenerator().get_state(),
+      dir + "/rng" + std::to_string(env.rank) + ".pt");
   const auto metrics = trainer.validate(*trained, val);
   nlohmann::json out;
   out["val_loss"] = metrics.at("val_loss");
@@ -762,7 +769,9 @@ TEST(SyncBatchNorm, APlainBatchNormIsNamedWhenStatisticsShouldBeSynced) {
 
 TEST(DDPTrainer, AResumedTwoRankRunMatchesAnUninterruptedOneBitForBit) {
   TempDir straight;
-  const Variables two_epochs{{"HOTLOOP_DIST_EPOCHS", "2"}};
+  // With dropout, so that the random streams must resume exactly too.
+  const Variables two_epochs{
+      {"HOTLOOP_DIST_EPOCHS", "2"}, {"HOTLOOP_DIST_DROPOUT", "0.3"}};
   ASSERT_EQ(
       run_workers("fit", 2, straight.path(), two_epochs).codes,
       (std::vector<int>{0, 0}));
@@ -771,7 +780,9 @@ TEST(DDPTrainer, AResumedTwoRankRunMatchesAnUninterruptedOneBitForBit) {
       "fit",
       2,
       halves.path(),
-      {{"HOTLOOP_DIST_EPOCHS", "2"}, {"HOTLOOP_DIST_MAX_STEPS", "6"}});
+      {{"HOTLOOP_DIST_EPOCHS", "2"},
+       {"HOTLOOP_DIST_DROPOUT", "0.3"},
+       {"HOTLOOP_DIST_MAX_STEPS", "6"}});
   ASSERT_EQ(first.codes, (std::vector<int>{0, 0})) << first.error(0);
   const std::string checkpoint =
       nlohmann::json::parse(read_text(halves.file("result0.json")))
@@ -793,11 +804,21 @@ TEST(DDPTrainer, AResumedTwoRankRunMatchesAnUninterruptedOneBitForBit) {
     EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
     EXPECT_TRUE(b[i].equal(c[i])) << "the ranks differ in parameter " << i;
   }
+  // Every rank drew the same numbers, so rank 0's saved random state is
+  // each rank's, and the resumed run continued it.
+  const auto rng = [](const TempDir& dir, int rank) {
+    at::Tensor state;
+    torch::load(state, dir.file("rng" + std::to_string(rank) + ".pt"));
+    return state;
+  };
+  EXPECT_TRUE(rng(straight, 0).equal(rng(straight, 1)));
+  EXPECT_TRUE(rng(halves, 0).equal(rng(halves, 1)));
+  EXPECT_TRUE(rng(straight, 0).equal(rng(halves, 0)));
   // An epoch-end checkpoint of the 2-rank run resumes in one process.
   const std::string epoch_end =
       nlohmann::json::parse(read_text(straight.file("result0.json")))
           .at("checkpoint");
-  auto alone = mlp_classifier();
+  auto alone = classifier(false, false, 0.3);
   data::DataLoader train(
       train::quadrants(kSamples, 1), data::DataLoaderOptions(16));
   const train::FitResult more =
