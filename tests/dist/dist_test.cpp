@@ -1112,6 +1112,53 @@ TEST(Torchrun, StartsTheSameProgramOnOneNode) {
   EXPECT_EQ(summary.at("steps"), 8);
 }
 
+TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
+  if (!has_torchrun()) {
+    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
+  }
+  TempDir dir;
+  std::vector<std::string> args{
+      "-m",
+      "torch.distributed.run",
+      "--no_python",
+      "--redirects=1",
+      "--tee=1",
+      "--nproc_per_node=2",
+      "--max_restarts=1",
+      "--monitor_interval=1",
+      "--master_port=" + std::to_string(free_port()),
+      HOTLOOP_CLI_PATH};
+  const auto fit = cli_fit(
+      dir.file("runs"), {"--trainer.max_epochs=60", "--ckpt_path", "auto"});
+  args.insert(args.end(), fit.begin(), fit.end());
+  const pid_t pid = start("/usr/bin/python3", args, dir.file("fit.log"));
+  std::map<int64_t, pid_t> ranks;
+  for (int i = 0; i < 600; ++i) {
+    ranks = ranks_of(pid);
+    if (ranks.size() == 2 &&
+        read_text(dir.file("fit.log")).find("epoch 5/") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ranks.size(), 2u) << read_text(dir.file("fit.log"));
+  ::kill(ranks.at(1), SIGKILL);
+  ASSERT_EQ(finish(pid, kWorkerLimit), 0) << read_text(dir.file("fit.log"));
+  // The second group found the first one's checkpoint by itself and
+  // trained the remaining epochs in the same run folder.
+  const std::string log = read_text(dir.file("fit.log"));
+  EXPECT_THAT(
+      log,
+      ::testing::ContainsRegex(
+          "resumed from .*/runs/ddp/version_0/checkpoints/last.ckpt after "
+          "epoch [0-9]+"));
+  const auto summary = nlohmann::json::parse(
+      read_text(dir.file("runs/ddp/version_0/summary.json")));
+  EXPECT_EQ(summary.at("steps"), 240);
+  EXPECT_EQ(summary.at("world_size"), 2);
+  EXPECT_FALSE(fs::exists(dir.file("runs/ddp/version_1")));
+}
+
 TEST(Torchrun, TwoNodesOnOneMachine) {
   if (!has_torchrun()) {
     GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
