@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 namespace hotloop::data {
@@ -42,16 +43,24 @@ bool is_image_file(const fs::path& path) {
   return extension == ".jpg" || extension == ".jpeg" || extension == ".png";
 }
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+void read_file(const std::string& path, std::vector<uint8_t>& bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   HOTLOOP_CHECK_AS(
       DataError, in, path, ": cannot open: ", std::strerror(errno));
-  return std::vector<uint8_t>(
-      std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const std::streamoff size = in.tellg();
+  bytes.resize(static_cast<size_t>(std::max<std::streamoff>(size, 0)));
+  in.seekg(0);
+  HOTLOOP_CHECK_AS(
+      DataError,
+      size >= 0 && in.read(reinterpret_cast<char*>(bytes.data()), size),
+      path,
+      ": cannot read: ",
+      std::strerror(errno));
 }
 
-Pixels decode_jpeg(const std::string& path, const std::vector<uint8_t>& file) {
-  const std::unique_ptr<void, int (*)(tjhandle)> decoder(
+// One loader thread's TurboJPEG decompressor, made on first use.
+tjhandle jpeg_decoder(const std::string& path) {
+  thread_local const std::unique_ptr<void, int (*)(tjhandle)> decoder(
       tjInitDecompress(), tjDestroy);
   HOTLOOP_CHECK_AS(
       DataError,
@@ -59,11 +68,18 @@ Pixels decode_jpeg(const std::string& path, const std::vector<uint8_t>& file) {
       path,
       ": cannot start the JPEG decoder: ",
       tjGetErrorStr2(nullptr));
+  return decoder.get();
+}
+
+// The stored size of a JPEG, from its header.
+std::pair<int64_t, int64_t> jpeg_size(
+    const std::string& path, const std::vector<uint8_t>& file) {
+  tjhandle decoder = jpeg_decoder(path);
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   HOTLOOP_CHECK_AS(
       DataError,
       tjDecompressHeader3(
-          decoder.get(),
+          decoder,
           file.data(),
           file.size(),
           &width,
@@ -72,39 +88,55 @@ Pixels decode_jpeg(const std::string& path, const std::vector<uint8_t>& file) {
           &colorspace) == 0,
       path,
       ": not a valid JPEG: ",
-      tjGetErrorStr2(decoder.get()));
+      tjGetErrorStr2(decoder));
   HOTLOOP_CHECK_AS(
       DataError,
       width > 0 && height > 0,
       path,
       ": not a valid JPEG: no image data");
-  Pixels pixels{height, width, 3, {}};
-  pixels.data.resize(static_cast<size_t>(width) * height * 3);
+  return {height, width};
+}
+
+// Decodes a JPEG of stored size `height` x `width` at 1/`denominator` of
+// it (1, 2, 4 or 8: libjpeg-turbo scales in the DCT domain) into `pixels`.
+void decode_jpeg(
+    const std::string& path,
+    const std::vector<uint8_t>& file,
+    int64_t height,
+    int64_t width,
+    int denominator,
+    Pixels& pixels) {
+  tjhandle decoder = jpeg_decoder(path);
+  const tjscalingfactor factor{1, denominator};
+  pixels.width = TJSCALED(static_cast<int>(width), factor);
+  pixels.height = TJSCALED(static_cast<int>(height), factor);
+  pixels.stride = 3;
+  pixels.data.resize(static_cast<size_t>(pixels.width * pixels.height * 3));
   const int status = tjDecompress2(
-      decoder.get(),
+      decoder,
       file.data(),
       file.size(),
       pixels.data.data(),
-      width,
+      static_cast<int>(pixels.width),
       /*pitch=*/0,
-      height,
+      static_cast<int>(pixels.height),
       TJPF_RGB,
       /*flags=*/0);
   // Warnings (corrupt data that libjpeg worked around) also return -1; like
   // PIL we keep such images, but not files that end early, whose missing
   // rows libjpeg fills with gray (PIL: "image file is truncated").
-  const char* message = tjGetErrorStr2(decoder.get());
+  const char* message = tjGetErrorStr2(decoder);
   HOTLOOP_CHECK_AS(
       DataError,
-      status == 0 || (tjGetErrorCode(decoder.get()) == TJERR_WARNING &&
+      status == 0 || (tjGetErrorCode(decoder) == TJERR_WARNING &&
                       std::strstr(message, "Premature end") == nullptr),
       path,
       ": not a valid JPEG: ",
       message);
-  return pixels;
 }
 
-Pixels decode_png(const std::string& path, const std::vector<uint8_t>& file) {
+void decode_png(
+    const std::string& path, const std::vector<uint8_t>& file, Pixels& pixels) {
   png_image image;
   std::memset(&image, 0, sizeof(image));
   image.version = PNG_IMAGE_VERSION;
@@ -120,7 +152,9 @@ Pixels decode_png(const std::string& path, const std::vector<uint8_t>& file) {
   // 8-bit RGBA is not premultiplied, so dropping alpha gives the stored
   // colors, as PIL's convert("RGB") does.
   image.format = PNG_FORMAT_RGBA;
-  Pixels pixels{image.height, image.width, 4, {}};
+  pixels.height = image.height;
+  pixels.width = image.width;
+  pixels.stride = 4;
   pixels.data.resize(PNG_IMAGE_SIZE(image));
   HOTLOOP_CHECK_AS(
       DataError,
@@ -129,32 +163,18 @@ Pixels decode_png(const std::string& path, const std::vector<uint8_t>& file) {
       path,
       ": not a valid PNG: ",
       image.message);
-  return pixels;
 }
 
-Pixels decode(const std::string& path) {
-  const std::vector<uint8_t> file = read_file(path);
-  HOTLOOP_CHECK_AS(DataError, !file.empty(), path, ": empty file");
-  const bool png_magic =
-      file.size() >= 8 && std::memcmp(file.data(), "\x89PNG\r\n\x1a\n", 8) == 0;
-  const bool jpeg_magic =
-      file.size() >= 2 && file[0] == 0xFF && file[1] == 0xD8;
-  if (png_magic || (!jpeg_magic && lower_extension(path) == ".png")) {
-    return decode_png(path, file);
-  }
-  return decode_jpeg(path, file);
-}
-
-// PIL's RGB -> L conversion: ITU-R 601-2 luma in 16-bit fixed point.
-Pixels to_gray(const Pixels& rgb) {
-  Pixels gray{rgb.height, rgb.width, 1, {}};
-  gray.data.resize(static_cast<size_t>(rgb.height * rgb.width));
-  for (size_t i = 0; i < gray.data.size(); ++i) {
-    const uint8_t* p = &rgb.data[i * rgb.stride];
-    gray.data[i] = static_cast<uint8_t>(
+// PIL's RGB -> L conversion: ITU-R 601-2 luma in 16-bit fixed point, in
+// place (each gray byte lands at or before its pixel's first byte).
+void to_gray(Pixels& pixels) {
+  const size_t count = static_cast<size_t>(pixels.height * pixels.width);
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* p = &pixels.data[i * pixels.stride];
+    pixels.data[i] = static_cast<uint8_t>(
         (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
   }
-  return gray;
+  pixels.stride = 1;
 }
 
 // The two source indices and weights of each output index along one axis,
@@ -167,7 +187,8 @@ struct Taps {
   std::vector<float> weight0, weight1;
 };
 
-Taps bilinear_taps(int64_t in, int64_t out) {
+// `in` source pixels starting at `first` (a crop's edge) to `out`.
+Taps bilinear_taps(int64_t first, int64_t in, int64_t out) {
   Taps taps;
   const float scale = static_cast<float>(in) / static_cast<float>(out);
   for (int64_t o = 0; o < out; ++o) {
@@ -178,24 +199,31 @@ Taps bilinear_taps(int64_t in, int64_t out) {
       i0 = static_cast<int64_t>(source);
       lambda1 = static_cast<float>(source - static_cast<double>(i0));
     }
-    taps.index0.push_back(i0);
-    taps.index1.push_back(i0 < in - 1 ? i0 + 1 : i0);
+    taps.index0.push_back(first + i0);
+    taps.index1.push_back(first + (i0 < in - 1 ? i0 + 1 : i0));
     taps.weight0.push_back(1.0f - lambda1);
     taps.weight1.push_back(lambda1);
   }
   return taps;
 }
 
-// Resizes the first `channels` channels of `src` into `dst`: [channels,
-// height, width] uint8, rounding half to even like torch.round.
+// A region of an image, in pixels.
+struct Box {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// Resizes `box` of the first `channels` channels of `src` into `dst`:
+// [channels, height, width] uint8, rounding half to even like torch.round
+// (a crop then F.interpolate of the crop).
 void resize_bilinear(
     const Pixels& src,
+    const Box& box,
     int64_t channels,
     int64_t height,
     int64_t width,
     uint8_t* dst) {
-  const Taps ys = bilinear_taps(src.height, height);
-  const Taps xs = bilinear_taps(src.width, width);
+  const Taps ys = bilinear_taps(box.top, box.height, height);
+  const Taps xs = bilinear_taps(box.left, box.width, width);
   const int64_t row_bytes = src.width * src.stride;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t y = 0; y < height; ++y) {
@@ -226,7 +254,130 @@ const ImageFolderOptions& validated(const ImageFolderOptions& options) {
       options.channels() == 1 || options.channels() == 3,
       "data.channels must be 1 (grayscale) or 3 (RGB), got ",
       options.channels());
+  const std::string& crop = options.crop();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      crop == "resize" || crop == "center_crop" ||
+          crop == "random_resized_crop",
+      "data.crop must be resize, center_crop or random_resized_crop, got '",
+      crop,
+      "'");
+  const std::vector<double>& scale = options.crop_scale();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      scale.size() == 2 && scale[0] > 0 && scale[0] <= scale[1] &&
+          scale[1] <= 1,
+      "data.crop_scale must be [min, max] with 0 < min <= max <= 1, got ",
+      at::ArrayRef<double>(scale));
+  const std::vector<double>& ratio = options.crop_ratio();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      ratio.size() == 2 && ratio[0] > 0 && ratio[0] <= ratio[1],
+      "data.crop_ratio must be [min, max] with 0 < min <= max, got ",
+      at::ArrayRef<double>(ratio));
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.resize_size() == 0 ||
+          options.resize_size() >= std::max(size[0], size[1]),
+      "data.resize_size must be 0 or at least the larger side of "
+      "data.image_size ",
+      at::IntArrayRef(size),
+      ", got ",
+      options.resize_size());
   return options;
+}
+
+// torchvision's RandomResizedCrop.get_params on this sample's generator:
+// ten tries at a box of a random share of the area and aspect ratio, else
+// the central box of the nearest allowed ratio.
+Box random_resized_box(
+    int64_t height,
+    int64_t width,
+    const std::vector<double>& scale,
+    const std::vector<double>& ratio,
+    SampleRng& rng) {
+  const double area = static_cast<double>(height * width);
+  const double log_low = std::log(ratio[0]);
+  const double log_high = std::log(ratio[1]);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target =
+        area * (scale[0] + (scale[1] - scale[0]) * rng.uniform());
+    const double aspect =
+        std::exp(log_low + (log_high - log_low) * rng.uniform());
+    // Python's round(): half to even.
+    const auto w = static_cast<int64_t>(std::nearbyint(std::sqrt(target * aspect)));
+    const auto h = static_cast<int64_t>(std::nearbyint(std::sqrt(target / aspect)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const auto top = static_cast<int64_t>(rng.below(height - h + 1));
+      const auto left = static_cast<int64_t>(rng.below(width - w + 1));
+      return {top, left, h, w};
+    }
+  }
+  const double in_ratio =
+      static_cast<double>(width) / static_cast<double>(height);
+  int64_t w = width;
+  int64_t h = height;
+  if (in_ratio < ratio[0]) {
+    h = static_cast<int64_t>(std::nearbyint(w / ratio[0]));
+  } else if (in_ratio > ratio[1]) {
+    w = static_cast<int64_t>(std::nearbyint(h * ratio[1]));
+  }
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
+// Resize(resize_size) then CenterCrop(out): the crop's box in the source.
+Box center_box(
+    int64_t height,
+    int64_t width,
+    int64_t out_height,
+    int64_t out_width,
+    int64_t resize_size) {
+  const double shorter = resize_size > 0
+      ? static_cast<double>(resize_size)
+      : std::nearbyint(static_cast<double>(std::max(out_height, out_width)) /
+                       0.875);
+  const double factor =
+      static_cast<double>(std::min(height, width)) / shorter;
+  const int64_t h = std::clamp<int64_t>(
+      static_cast<int64_t>(std::nearbyint(out_height * factor)), 1, height);
+  const int64_t w = std::clamp<int64_t>(
+      static_cast<int64_t>(std::nearbyint(out_width * factor)), 1, width);
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
+// The largest JPEG DCT scaling (1/8, 1/4, 1/2) that keeps `box` at least
+// out_height x out_width, as PIL's draft() picks it; 1 for none.
+int draft_denominator(const Box& box, int64_t out_height, int64_t out_width) {
+  for (const int denominator : {8, 4, 2}) {
+    if (box.height / denominator >= out_height &&
+        box.width / denominator >= out_width) {
+      return denominator;
+    }
+  }
+  return 1;
+}
+
+// `box` of the full-size image, in an image decoded at 1/`denominator`.
+Box scaled(const Box& box, int denominator, const Pixels& pixels) {
+  if (denominator == 1) {
+    return box;
+  }
+  Box out;
+  out.top = std::min(box.top / denominator, pixels.height - 1);
+  out.left = std::min(box.left / denominator, pixels.width - 1);
+  out.height = std::clamp<int64_t>(
+      box.height / denominator, 1, pixels.height - out.top);
+  out.width =
+      std::clamp<int64_t>(box.width / denominator, 1, pixels.width - out.left);
+  return out;
+}
+
+bool is_png(const std::string& path, const std::vector<uint8_t>& file) {
+  const bool png_magic =
+      file.size() >= 8 && std::memcmp(file.data(), "\x89PNG\r\n\x1a\n", 8) == 0;
+  const bool jpeg_magic =
+      file.size() >= 2 && file[0] == 0xFF && file[1] == 0xD8;
+  return png_magic || (!jpeg_magic && lower_extension(path) == ".png");
 }
 
 } // namespace
@@ -304,15 +455,50 @@ SampleSpec ImageFolder::spec() const {
 void ImageFolder::load(
     int64_t index, const SampleContext& context, void* out) const {
   check_index(index);
-  Pixels pixels = decode(samples_[index].path);
-  if (options_.channels() == 1) {
-    pixels = to_gray(pixels);
-  }
-  const int64_t height = options_.image_size()[0];
-  const int64_t width = options_.image_size()[1];
-  std::vector<uint8_t> resized(options_.channels() * height * width);
-  resize_bilinear(pixels, options_.channels(), height, width, resized.data());
+  // Each loader thread keeps its buffers between samples.
+  thread_local std::vector<uint8_t> file;
+  thread_local Pixels pixels;
+  thread_local std::vector<uint8_t> resized;
+  const std::string& path = samples_[index].path;
+  read_file(path, file);
+  HOTLOOP_CHECK_AS(DataError, !file.empty(), path, ": empty file");
+  const int64_t out_height = options_.image_size()[0];
+  const int64_t out_width = options_.image_size()[1];
   SampleRng rng(SampleRng::mix(context.seed, context.epoch, index));
+
+  // The region to resize is chosen on the stored size; a JPEG is then
+  // decoded at the smallest DCT scale that keeps the region large enough.
+  const bool png = is_png(path, file);
+  int64_t height = 0;
+  int64_t width = 0;
+  if (png) {
+    decode_png(path, file, pixels);
+    height = pixels.height;
+    width = pixels.width;
+  } else {
+    std::tie(height, width) = jpeg_size(path, file);
+  }
+  Box box{0, 0, height, width};
+  if (options_.crop() == "random_resized_crop") {
+    box = random_resized_box(
+        height, width, options_.crop_scale(), options_.crop_ratio(), rng);
+  } else if (options_.crop() == "center_crop") {
+    box = center_box(
+        height, width, out_height, out_width, options_.resize_size());
+  }
+  if (!png) {
+    const int denominator = options_.jpeg_draft()
+        ? draft_denominator(box, out_height, out_width)
+        : 1;
+    decode_jpeg(path, file, height, width, denominator, pixels);
+    box = scaled(box, denominator, pixels);
+  }
+  if (options_.channels() == 1) {
+    to_gray(pixels);
+  }
+  resized.resize(static_cast<size_t>(options_.channels() * out_height * out_width));
+  resize_bilinear(
+      pixels, box, options_.channels(), out_height, out_width, resized.data());
   transform_.apply(resized.data(), out, rng);
 }
 

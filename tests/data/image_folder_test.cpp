@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -264,6 +265,161 @@ TEST(ImageFolder, JpegDecodesAsTurboJpegDoesAndCloseToTheSource) {
   EXPECT_TRUE(got.equal(chw(decoded)));
   EXPECT_LE(
       (got.to(at::kInt) - chw(image).to(at::kInt)).abs().max().item<int>(), 6);
+}
+
+TEST(ImageFolder, CenterCropIsResizeThenTheCentralBox) {
+  TempDir dir;
+  const at::Tensor image = random_image(10, 20);
+  write_png(dir.file("root/a/x.png"), image);
+  // Resize(5) scales the shorter side 10 by 1/2, so CenterCrop(4) is the
+  // central 8 x 8 box of the file: rows 1..8, columns 6..13.
+  const ImageFolder dataset(
+      dir.file("root"),
+      ImageFolderOptions({4, 4}).crop("center_crop").resize_size(5));
+  expect_matches_interpolate(
+      pixels_of(dataset.get(0, SampleContext{}).input),
+      image.narrow(0, 1, 8).narrow(1, 6, 8),
+      4,
+      4);
+  // At the default resize size (image_size / 0.875 = 9 here) the box of a
+  // 10-pixel side for 8 outputs is 10 * 8 / 9 = 9 pixels, rounded.
+  const ImageFolder standard(
+      dir.file("root"), ImageFolderOptions({8, 8}).crop("center_crop"));
+  expect_matches_interpolate(
+      pixels_of(standard.get(0, SampleContext{}).input),
+      image.narrow(0, 0, 9).narrow(1, 5, 9),
+      8,
+      8);
+}
+
+TEST(ImageFolder, RandomResizedCropTakesABoxPerSampleAndEpoch) {
+  TempDir dir;
+  const at::Tensor image = random_image(12, 12);
+  write_png(dir.file("root/a/x.png"), image);
+  // A quarter of the area at aspect 1: a 6 x 6 window, kept at its size,
+  // so the output is exactly the file's pixels somewhere.
+  const ImageFolder dataset(
+      dir.file("root"),
+      ImageFolderOptions({6, 6})
+          .crop("random_resized_crop")
+          .crop_scale({0.25, 0.25})
+          .crop_ratio({1.0, 1.0}));
+  std::set<std::pair<int64_t, int64_t>> corners;
+  for (uint64_t epoch = 0; epoch < 12; ++epoch) {
+    SampleContext context;
+    context.seed = 3;
+    context.epoch = epoch;
+    const at::Tensor got = pixels_of(dataset.get(0, context).input);
+    EXPECT_TRUE(got.equal(pixels_of(dataset.get(0, context).input)))
+        << "the same sample and epoch give the same box";
+    bool found = false;
+    for (int64_t top = 0; top <= 6 && !found; ++top) {
+      for (int64_t left = 0; left <= 6 && !found; ++left) {
+        if (got.equal(chw(image.narrow(0, top, 6).narrow(1, left, 6)))) {
+          corners.emplace(top, left);
+          found = true;
+        }
+      }
+    }
+    EXPECT_TRUE(found) << "epoch " << epoch << ": not a 6 x 6 window";
+  }
+  EXPECT_GT(corners.size(), 4u) << "the box moves from epoch to epoch";
+  // The whole area at the image's own aspect is the plain resize.
+  const ImageFolder whole(
+      dir.file("root"),
+      ImageFolderOptions({5, 5})
+          .crop("random_resized_crop")
+          .crop_scale({1.0, 1.0})
+          .crop_ratio({1.0, 1.0}));
+  const ImageFolder resized(dir.file("root"), ImageFolderOptions({5, 5}));
+  EXPECT_TRUE(whole.get(0, SampleContext{}).input.equal(
+      resized.get(0, SampleContext{}).input));
+}
+
+TEST(ImageFolder, LargeJpegsDecodeAtADctScaleThatKeepsTheOutputSize) {
+  TempDir dir;
+  const at::Tensor y = at::arange(64, at::kFloat).view({64, 1, 1});
+  const at::Tensor x = at::arange(96, at::kFloat).view({1, 96, 1});
+  const at::Tensor c = at::tensor({1.f, 0.5f, 0.25f}).view({1, 1, 3});
+  const at::Tensor image = (y * 2 + x * c + 10).clamp(0, 255).to(at::kByte);
+  const std::vector<uint8_t> bytes = jpeg_bytes(image);
+  fs::create_directories(dir.file("root/a"));
+  write_bytes(dir.file("root/a/x.jpg"), bytes);
+  // 64 x 96 to 8 x 12 is exactly 1/8: TurboJPEG's own scaled decode,
+  // pixel for pixel.
+  tjhandle decoder = tjInitDecompress();
+  at::Tensor eighth = at::empty({8, 12, 3}, at::kByte);
+  ASSERT_EQ(
+      tjDecompress2(
+          decoder,
+          bytes.data(),
+          bytes.size(),
+          eighth.data_ptr<uint8_t>(),
+          12,
+          0,
+          8,
+          TJPF_RGB,
+          0),
+      0);
+  tjDestroy(decoder);
+  const ImageFolder draft(dir.file("root"), ImageFolderOptions({8, 12}));
+  const at::Tensor got = pixels_of(draft.get(0, SampleContext{}).input);
+  EXPECT_TRUE(got.equal(chw(eighth)));
+  // Without it, the full decode resized: close on a smooth image.
+  const ImageFolder full(
+      dir.file("root"), ImageFolderOptions({8, 12}).jpeg_draft(false));
+  const at::Tensor exact = pixels_of(full.get(0, SampleContext{}).input);
+  EXPECT_FALSE(got.equal(exact));
+  EXPECT_LE((got.to(at::kInt) - exact.to(at::kInt)).abs().max().item<int>(), 4);
+  // 20 x 30 keeps 1/2 (32 x 48 >= 20 x 30, 16 x 24 would not be).
+  const ImageFolder half(dir.file("root"), ImageFolderOptions({20, 30}));
+  const at::Tensor halved = pixels_of(half.get(0, SampleContext{}).input);
+  EXPECT_LE(
+      (halved.to(at::kInt) -
+       pixels_of(ImageFolder(
+                     dir.file("root"),
+                     ImageFolderOptions({20, 30}).jpeg_draft(false))
+                     .get(0, SampleContext{})
+                     .input)
+           .to(at::kInt))
+          .abs()
+          .max()
+          .item<int>(),
+      4);
+}
+
+TEST(ImageFolder, BadCropOptionsNameTheOption) {
+  TempDir dir;
+  write_png(dir.file("root/a/x.png"), random_image(4, 4));
+  EXPECT_THAT(
+      [&] {
+        ImageFolder(dir.file("root"), ImageFolderOptions({4, 4}).crop("zoom"));
+      },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "data.crop must be resize, center_crop or random_resized_crop, got "
+          "'zoom'")));
+  EXPECT_THAT(
+      [&] {
+        ImageFolder(
+            dir.file("root"), ImageFolderOptions({4, 4}).crop_scale({0.5, 0.1}));
+      },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("data.crop_scale must be [min, max] with 0 < min <= max "
+                    "<= 1, got [0.5, 0.1]")));
+  EXPECT_THAT(
+      [&] {
+        ImageFolder(
+            dir.file("root"), ImageFolderOptions({4, 4}).crop_ratio({0, 1}));
+      },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr("data.crop_ratio")));
+  EXPECT_THAT(
+      [&] {
+        ImageFolder(
+            dir.file("root"), ImageFolderOptions({8, 8}).resize_size(7));
+      },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "data.resize_size must be 0 or at least the larger side of "
+          "data.image_size [8, 8], got 7")));
 }
 
 TEST(ImageFolder, FormatComesFromTheContentNotTheExtension) {

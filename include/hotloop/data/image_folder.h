@@ -22,6 +22,26 @@ struct ImageFolderOptions {
   TORCH_ARG(std::vector<int64_t>, image_size);
   /// 3: RGB; 1: grayscale, with PIL's `convert("L")` weights.
   TORCH_ARG(int64_t, channels) = 3;
+  /// How each decoded image becomes image_size:
+  /// "resize": the whole image, resized (its aspect ratio not kept);
+  /// "center_crop": torchvision's evaluation recipe, Resize(resize_size)
+  ///   (the shorter side) then CenterCrop(image_size);
+  /// "random_resized_crop": torchvision's RandomResizedCrop(image_size,
+  ///   crop_scale, crop_ratio), a box drawn per sample and epoch, resized.
+  TORCH_ARG(std::string, crop) = "resize";
+  /// random_resized_crop: [min, max] of the box's share of the image area.
+  TORCH_ARG(std::vector<double>, crop_scale) = std::vector<double>{0.08, 1.0};
+  /// random_resized_crop: [min, max] of the box's width / height, drawn
+  /// uniformly in log space.
+  TORCH_ARG(std::vector<double>, crop_ratio) =
+      std::vector<double>{3.0 / 4.0, 4.0 / 3.0};
+  /// center_crop: the shorter side before the crop; 0: the larger of
+  /// image_size / 0.875, torchvision's 256 for 224.
+  TORCH_ARG(int64_t, resize_size) = 0;
+  /// Decode a JPEG at 1/2, 1/4 or 1/8 of its size in the DCT domain when
+  /// the region to resize stays at least as large as image_size (PIL's
+  /// draft mode): on large photos several times less decoding.
+  TORCH_ARG(bool, jpeg_draft) = true;
   /// Crop, flip and normalize after the resize; the default scales to
   /// [0, 1].
   TORCH_ARG(ImageTransformOptions, transform);
@@ -33,8 +53,11 @@ struct ImageFolderOptions {
 /// Classes are the subfolder names of `root` (hidden ones skipped), sorted,
 /// numbered 0..K-1. Samples are ordered by class, then by folder and file
 /// name, as torchvision orders them. Every image is decoded to 8-bit RGB
-/// (alpha dropped), converted to grayscale when asked, resized, then
-/// transformed by ImageTransform.
+/// (alpha dropped), converted to grayscale when asked, cropped and resized
+/// (`crop`), then transformed by ImageTransform. A JPEG whose region is at
+/// least twice the output size is decoded at 1/2, 1/4 or 1/8 scale in the
+/// DCT domain (`jpeg_draft`). Each loader thread reuses its decoder and
+/// buffers, and the result is written straight into the batch.
 ///
 /// JPEG is decoded with libjpeg-turbo (accurate DCT, fancy upsampling, as
 /// PIL does), PNG with libpng; the format comes from the file's first bytes

@@ -26,6 +26,11 @@ class SampleRng {
     return z ^ (z >> 31);
   }
 
+  /// Uniform double in [0, 1), 53 random bits.
+  double uniform() {
+    return static_cast<double>(next() >> 11) * 0x1.0p-53;
+  }
+
   /// Uniform integer in [0, bound); bound > 0. Lemire's multiply-shift
   /// (bias below 2^-32 for the small bounds used here).
   uint64_t below(uint64_t bound) {
