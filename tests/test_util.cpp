@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <ATen/ATen.h>
+#include <png.h>
 #include <zlib.h>
 
 #include <cstdlib>
@@ -96,6 +97,40 @@ std::pair<at::Tensor, at::Tensor> quadrant_images(
   images = (images + (noise * static_cast<double>(seed + 7)).remainder(50))
                .clamp(0, 255);
   return {images.to(at::kByte), labels};
+}
+
+void write_png(const std::string& path, const at::Tensor& image) {
+  std::filesystem::create_directories(fs::path(path).parent_path());
+  png_image png;
+  std::memset(&png, 0, sizeof(png));
+  png.version = PNG_IMAGE_VERSION;
+  png.height = static_cast<png_uint_32>(image.size(0));
+  png.width = static_cast<png_uint_32>(image.size(1));
+  const int64_t channels = image.size(2);
+  png.format = channels == 1   ? PNG_FORMAT_GRAY
+               : channels == 3 ? PNG_FORMAT_RGB
+                               : PNG_FORMAT_RGBA;
+  const at::Tensor pixels = image.contiguous();
+  if (png_image_write_to_file(
+          &png, path.c_str(), 0, pixels.data_ptr<uint8_t>(), 0, nullptr) == 0) {
+    throw std::runtime_error(std::string("png write failed: ") + png.message);
+  }
+}
+
+void write_image_folder(
+    const std::string& root,
+    int64_t n,
+    int64_t size,
+    uint64_t seed,
+    const std::vector<std::string>& names) {
+  const auto [images, labels] = quadrant_images(n, size, seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor gray = images[i].reshape({size, size, 1});
+    write_png(
+        root + "/" + names.at(labels[i].item<int64_t>()) + "/" +
+            std::to_string(i) + ".png",
+        gray.expand({size, size, 3}).contiguous());
+  }
 }
 
 void write_fake_mnist(

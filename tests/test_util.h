@@ -57,6 +57,20 @@ std::vector<uint8_t> idx_bytes(const at::Tensor& tensor);
 std::pair<at::Tensor, at::Tensor> quadrant_images(
     int64_t n, int64_t size, uint64_t seed);
 
+/// Writes image [H, W, C] uint8 (C = 1, 3 or 4) as a lossless PNG at
+/// `path`, making its folder.
+void write_png(const std::string& path, const at::Tensor& image);
+
+/// Writes an image folder of n quadrant images (see quadrant_images) as
+/// PNGs: root/<class name>/<i>.png with class k named names[k], 3 colour
+/// channels.
+void write_image_folder(
+    const std::string& root,
+    int64_t n,
+    int64_t size,
+    uint64_t seed,
+    const std::vector<std::string>& names = {"north", "east", "south", "west"});
+
 /// Writes a small MNIST-format dataset (train: n_train, t10k: n_test
 /// quadrant images of size x size) into `root`, gzip-compressed.
 void write_fake_mnist(

@@ -12,6 +12,7 @@
 #include "hotloop/data/image_folder.h"
 #include "hotloop/data/random.h"
 #include "hotloop/data/sampler.h"
+#include "hotloop/data/subset.h"
 #include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/token_dataset.h"
 #include "hotloop/data/transforms.h"

@@ -29,6 +29,9 @@
 #include <iomanip>
 #include <iostream>
 #include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
 
 namespace hotloop::cli {
 namespace {
@@ -190,6 +193,13 @@ int fit_in_process(
   if (!run_dir.empty()) {
     const std::string yaml = args.config.to_yaml();
     std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
+    if (!session.class_names.empty()) {
+      // Class k's name on line k + 1, for reading predictions elsewhere.
+      std::ofstream classes(fs::path(run_dir) / "classes.txt");
+      for (const std::string& name : session.class_names) {
+        classes << name << "\n";
+      }
+    }
     if (config.logger) {
       trainer.add_logger(std::make_shared<log::CsvLogger>(run_dir));
       auto tensorboard = std::make_shared<log::TensorBoardLogger>(run_dir);
@@ -296,8 +306,22 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   return 0;
 }
 
+// `text` as one CSV field: quoted (quotes doubled) when it holds a comma,
+// a quote or a line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) {
+    return text;
+  }
+  std::string quoted = "\"";
+  for (const char c : text) {
+    quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  }
+  return quoted + "\"";
+}
+
 // Writes one row per test image: index, predicted class, its probability,
-// the true class.
+// the true class; for an image folder also the file, the class names and
+// the top-k.
 int run_predict(const ParsedArgs& args, std::ostream& out) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -323,17 +347,51 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   const std::vector<at::Tensor> batches =
       trainer.predict(*session.module, loader, ckpt_path);
   const at::Tensor targets = session.val_labels;
+  const std::vector<std::string>& names = session.class_names;
+  const bool named = !names.empty();
   int64_t rows = 0;
   train::write_file_atomically(output, [&](std::ostream& csv) {
-    csv << "index,prediction,probability,target\n";
+    // With class names (image folders), also the file, the classes' names
+    // and the top-k as "name:probability" pairs, most likely first.
+    const int64_t k = named
+        ? std::min<int64_t>(
+              std::max<int64_t>(config.top_k, 1),
+              static_cast<int64_t>(names.size()))
+        : 0;
+    csv << (named ? "index,file,prediction,class,probability,target,"
+                    "target_class,top" +
+                        std::to_string(k) + "\n"
+                  : "index,prediction,probability,target\n");
     int64_t index = 0;
-    for (const at::Tensor& probabilities : batches) {
-      const auto [best, predicted] = probabilities.to(at::kCPU).max(1);
-      const auto p = best.to(at::kDouble);
+    for (const at::Tensor& batch : batches) {
+      const at::Tensor probabilities = batch.to(at::kCPU).to(at::kDouble);
+      const auto [best, predicted] = probabilities.max(1);
+      const auto [top, top_classes] =
+          named ? probabilities.topk(k, 1) : std::tuple<at::Tensor, at::Tensor>();
       for (int64_t i = 0; i < probabilities.size(0); ++i, ++index) {
-        csv << index << "," << predicted[i].item<int64_t>() << ","
-            << p[i].item<double>() << "," << targets[index].item<int64_t>()
-            << "\n";
+        const int64_t prediction = predicted[i].item<int64_t>();
+        const int64_t target = targets[index].item<int64_t>();
+        csv << index << ",";
+        if (named) {
+          csv << csv_field(session.val_names.at(index)) << ",";
+        }
+        csv << prediction << ",";
+        if (named) {
+          csv << csv_field(names.at(prediction)) << ",";
+        }
+        csv << best[i].item<double>() << "," << target;
+        if (named) {
+          csv << "," << csv_field(names.at(target)) << ",";
+          std::string pairs;
+          for (int64_t j = 0; j < k; ++j) {
+            std::ostringstream pair;
+            pair << names.at(top_classes[i][j].item<int64_t>()) << ":"
+                 << std::setprecision(4) << top[i][j].item<double>();
+            pairs += (j > 0 ? " " : "") + pair.str();
+          }
+          csv << csv_field(pairs);
+        }
+        csv << "\n";
       }
     }
     rows = index;

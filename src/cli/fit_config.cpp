@@ -5,6 +5,8 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 
+#include <c10/util/ArrayRef.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -592,9 +594,10 @@ ConfigSchema make_schema() {
       "data.dataset",
       "fashion_mnist",
       with_registered(built_in_datasets(), registered_datasets()),
-      "fashion_mnist: the IDX files in data.root; text: next-token windows "
-      "of the file data.path; synthetic: random images (data.image_shape) "
-      "and labels, for speed measurements" +
+      "fashion_mnist: the IDX files in data.root; image_folder: JPEG/PNG "
+      "files in a folder per class under data.root; text: next-token "
+      "windows of the file data.path; synthetic: random images "
+      "(data.image_shape) and labels, for speed measurements" +
           registered_help(registered_datasets())));
   s.add(
       opt("data.image_shape",
@@ -633,14 +636,70 @@ ConfigSchema make_schema() {
       opt("data.val_fraction",
           T::kFloat,
           "0.1",
-          "text: the file's last fraction of windows kept for validation",
+          "text: the file's last fraction of windows kept for validation; "
+      "image_folder: the share of data.root validated on without "
+      "data.val_root",
           0,
           0.9));
   s.add(
       opt("data.root",
           T::kString,
           data::kFashionMnistDefaultRoot,
-          "folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"));
+          "fashion_mnist: folder with "
+          "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; image_folder: "
+          "root/<class>/<image>.jpg|.jpeg|.png"));
+  s.add(
+      opt("data.val_root",
+          T::kString,
+          "",
+          "image_folder: validation images, a folder per class; \"\": a "
+          "seeded data.val_fraction of data.root"));
+  s.add(
+      opt("data.image_size",
+          T::kIntList,
+          "[224]",
+          "image_folder: [height, width] (or [side]) of every image"));
+  s.add(
+      opt("data.channels",
+          T::kInt,
+          "3",
+          "image_folder: 3 (RGB) or 1 (grayscale)",
+          1,
+          3));
+  s.add(choice(
+      "data.train_crop",
+      "random_resized_crop",
+      {"random_resized_crop", "center_crop", "resize"},
+      "image_folder: training images' crop (torchvision's "
+      "RandomResizedCrop; Resize + CenterCrop; the whole image resized)"));
+  s.add(choice(
+      "data.val_crop",
+      "center_crop",
+      {"center_crop", "resize"},
+      "image_folder: validation/test/predict images' crop"));
+  s.add(
+      opt("data.crop_scale",
+          T::kFloatList,
+          "[0.08, 1.0]",
+          "image_folder: random_resized_crop's [min, max] share of the area"));
+  s.add(
+      opt("data.crop_ratio",
+          T::kFloatList,
+          "[0.75, 1.3333333333]",
+          "image_folder: random_resized_crop's [min, max] width/height"));
+  s.add(
+      opt("data.resize_size",
+          T::kInt,
+          "0",
+          "image_folder: center_crop's shorter side before cropping; 0: "
+          "image_size / 0.875 (256 for 224)",
+          0));
+  s.add(
+      opt("data.jpeg_draft",
+          T::kBool,
+          "true",
+          "image_folder: decode large JPEGs at 1/2, 1/4 or 1/8 scale when "
+          "the crop stays at least image_size (PIL's draft mode)"));
   s.add(opt("data.batch_size", T::kInt, "256", "training batch size", 1));
   s.add(opt(
       "data.val_batch_size", T::kInt, "1000", "validation/test batch size", 1));
@@ -1128,6 +1187,54 @@ FitConfig to_fit_config(const Config& c) {
   f.data.transform.horizontal_flip = c.get_bool("data.horizontal_flip");
   f.data.transform.mean = c.get_float_list("data.mean");
   f.data.transform.std = c.get_float_list("data.std");
+  f.data.val_root = c.get_string("data.val_root");
+  f.data.image_size = c.get_int_list("data.image_size");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      (f.data.image_size.size() == 1 || f.data.image_size.size() == 2) &&
+          std::all_of(
+              f.data.image_size.begin(),
+              f.data.image_size.end(),
+              [](int64_t d) { return d > 0; }),
+      "data.image_size must be [height, width] or [side], positive, got ",
+      at::IntArrayRef(f.data.image_size));
+  if (f.data.image_size.size() == 1) {
+    f.data.image_size.push_back(f.data.image_size.front());
+  }
+  f.data.channels = c.get_int("data.channels");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.data.channels == 1 || f.data.channels == 3,
+      "data.channels must be 1 (grayscale) or 3 (RGB), got ",
+      f.data.channels);
+  f.data.train_crop = c.get_string("data.train_crop");
+  f.data.val_crop = c.get_string("data.val_crop");
+  f.data.crop_scale = c.get_float_list("data.crop_scale");
+  f.data.crop_ratio = c.get_float_list("data.crop_ratio");
+  f.data.resize_size = c.get_int("data.resize_size");
+  f.data.jpeg_draft = c.get_bool("data.jpeg_draft");
+  if (f.data.dataset == "image_folder") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        c.is_set("data.root"),
+        "data.dataset=image_folder needs data.root: a folder with a "
+        "subfolder of images per class");
+    // torchvision's recipe: no padded crop after the resized crop, and
+    // ImageNet's statistics unless the user gives the data's own.
+    if (!c.is_set("data.crop_padding")) {
+      f.data.transform.crop_padding = 0;
+    }
+    if (!c.is_set("data.mean")) {
+      f.data.transform.mean = f.data.channels == 3
+          ? std::vector<double>{0.485, 0.456, 0.406}
+          : std::vector<double>{0.449};
+    }
+    if (!c.is_set("data.std")) {
+      f.data.transform.std = f.data.channels == 3
+          ? std::vector<double>{0.229, 0.224, 0.225}
+          : std::vector<double>{0.226};
+    }
+  }
 
   auto& o = f.optimizer;
   o.name = c.get_string("optimizer.name");

@@ -4,6 +4,8 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
+#include "hotloop/data/image_folder.h"
+#include "hotloop/data/subset.h"
 #include "hotloop/data/token_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
@@ -16,6 +18,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -83,6 +86,22 @@ std::shared_ptr<data::ImageClassificationDataset> synthetic_split(
       std::move(images), std::move(labels), transform);
 }
 
+// The model named by model.name for [C, H, W] images of `classes` classes,
+// in an ImageClassifier.
+void add_image_classifier(
+    Session& session,
+    const FitConfig& config,
+    const std::array<int64_t, 3>& shape,
+    int64_t classes) {
+  FitConfig sized = config;
+  sized.model.num_classes = classes;
+  auto [network, flops] = image_network(sized, shape[0], shape[1], shape[2]);
+  auto module = std::make_shared<train::ImageClassifier>(
+      std::move(network), config.optimizer, config.scheduler, config.top_k);
+  module->set_flops_per_sample(flops);
+  session.module = module;
+}
+
 Session image_session(const FitConfig& config, bool with_train) {
   Session session;
   data::ImageTransformOptions eval_transform;
@@ -114,12 +133,73 @@ Session image_session(const FitConfig& config, bool with_train) {
   session.val_set = val_set;
   session.val_labels = val_set->labels();
   const auto& images = val_set->images();
-  auto [network, flops] = image_network(
-      config, images.size(1), images.size(2), images.size(3));
-  auto module = std::make_shared<train::ImageClassifier>(
-      std::move(network), config.optimizer, config.scheduler, config.top_k);
-  module->set_flops_per_sample(flops);
-  session.module = module;
+  add_image_classifier(
+      session,
+      config,
+      {images.size(1), images.size(2), images.size(3)},
+      config.model.num_classes);
+  return session;
+}
+
+// data.dataset=image_folder: data.root's class folders, validated on
+// data.val_root's or on a seeded data.val_fraction of data.root's images.
+Session image_folder_session(const FitConfig& config, bool with_train) {
+  const DataConfig& d = config.data;
+  data::ImageFolderOptions options(d.image_size);
+  options.channels(d.channels)
+      .crop_scale(d.crop_scale)
+      .crop_ratio(d.crop_ratio)
+      .resize_size(d.resize_size)
+      .jpeg_draft(d.jpeg_draft);
+  data::ImageFolderOptions train_options = options;
+  train_options.crop(d.train_crop).transform(d.transform);
+  data::ImageFolderOptions eval_options = options;
+  data::ImageTransformOptions eval_transform;
+  eval_transform.mean = d.transform.mean;
+  eval_transform.std = d.transform.std;
+  eval_transform.dtype = d.transform.dtype;
+  eval_options.crop(d.val_crop).transform(eval_transform);
+
+  Session session;
+  const auto train_folder =
+      std::make_shared<data::ImageFolder>(d.root, train_options);
+  session.class_names = train_folder->classes();
+  std::shared_ptr<data::ImageFolder> val_folder;
+  std::vector<int64_t> val_indices;
+  if (d.val_root.empty()) {
+    val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
+    auto [train_indices, held_out] = data::random_split(
+        train_folder->size(), d.val_fraction, config.seed);
+    if (with_train) {
+      session.train_set = std::make_shared<data::Subset>(
+          train_folder, std::move(train_indices));
+    }
+    val_indices = std::move(held_out);
+    session.val_set = std::make_shared<data::Subset>(val_folder, val_indices);
+  } else {
+    eval_options.classes(train_folder->classes());
+    val_folder = std::make_shared<data::ImageFolder>(d.val_root, eval_options);
+    val_indices.resize(val_folder->size());
+    std::iota(val_indices.begin(), val_indices.end(), 0);
+    if (with_train) {
+      session.train_set = train_folder;
+    }
+    session.val_set = val_folder;
+  }
+  std::vector<int64_t> labels;
+  for (const int64_t index : val_indices) {
+    labels.push_back(val_folder->samples()[index].target);
+  }
+  session.val_labels = at::tensor(labels, at::kLong);
+  session.val_names.reserve(val_indices.size());
+  for (const int64_t index : val_indices) {
+    session.val_names.push_back(val_folder->samples()[index].path);
+  }
+  add_image_classifier(
+      session,
+      config,
+      {d.channels, d.image_size[0], d.image_size[1]},
+      static_cast<int64_t>(session.class_names.size()));
   return session;
 }
 
@@ -174,8 +254,13 @@ Session text_session(const FitConfig& config) {
 
 Session build_session(const FitConfig& config, bool with_train) {
   train::seed_everything(config.seed);
-  return config.data.dataset == "text" ? text_session(config)
-                                       : image_session(config, with_train);
+  if (config.data.dataset == "text") {
+    return text_session(config);
+  }
+  if (config.data.dataset == "image_folder") {
+    return image_folder_session(config, with_train);
+  }
+  return image_session(config, with_train);
 }
 
 data::DataLoaderOptions loader_options(

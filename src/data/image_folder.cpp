@@ -401,23 +401,48 @@ void ImageFolder::scan(const std::string& root) {
   std::error_code ec;
   HOTLOOP_CHECK_AS(
       DataError, fs::is_directory(root, ec), root, ": no such folder");
+  std::vector<std::string> folders;
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && name.front() != '.') {
-      classes_.push_back(name);
+      folders.push_back(name);
     }
   }
-  std::sort(classes_.begin(), classes_.end());
+  std::sort(folders.begin(), folders.end());
   HOTLOOP_CHECK_AS(
       DataError,
-      !classes_.empty(),
+      !folders.empty(),
       root,
       ": no class folders (expected ",
       root,
       "/<class>/<image>.jpg, .jpeg or .png)");
+  classes_ = options_.classes().empty() ? folders : options_.classes();
+  std::string listed;
+  for (size_t k = 0; k < classes_.size() && k < 10; ++k) {
+    listed += (k > 0 ? ", " : "") + classes_[k];
+  }
+  if (classes_.size() > 10) {
+    listed += ", ...";
+  }
+  for (const std::string& folder : folders) {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        std::find(classes_.begin(), classes_.end(), folder) != classes_.end(),
+        (fs::path(root) / folder).string(),
+        ": class '",
+        folder,
+        "' is not among the ",
+        classes_.size(),
+        " classes given (",
+        listed,
+        ")");
+  }
 
   for (size_t k = 0; k < classes_.size(); ++k) {
     const fs::path folder = fs::path(root) / classes_[k];
+    if (!options_.classes().empty() && !fs::is_directory(folder, ec)) {
+      continue; // a class this split lacks
+    }
     // (folder, file name) pairs sort as torchvision's sorted(os.walk(...)).
     std::vector<std::pair<std::string, std::string>> files;
     for (const fs::directory_entry& entry : fs::recursive_directory_iterator(

@@ -627,6 +627,128 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
       r.err, HasSubstr("hotloop predict needs --ckpt_path PATH (or last)"));
 }
 
+// An image folder of 200 quadrant PNGs in 4 named classes, trained on
+// with a small CNN; `extra` adds flags.
+std::vector<std::string> folder_fit(
+    const TempDir& dir, std::vector<std::string> extra = {}) {
+  if (!fs::exists(dir.file("images"))) {
+    hotloop::testing::write_image_folder(dir.file("images"), 200, 16, 1);
+  }
+  std::vector<std::string> args = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--data.dataset=image_folder",
+      "--data.root=" + dir.file("images"),
+      "--data.image_size=[16]",
+      "--data.channels=1",
+      "--data.train_crop=resize",
+      "--data.val_crop=resize",
+      "--data.horizontal_flip=false",
+      "--data.batch_size=16",
+      "--data.val_batch_size=20",
+      "--model.channels=[8]",
+      "--model.hidden=16",
+      "--model.top_k=2",
+      "--optimizer.lr=0.01",
+      "--trainer.max_epochs=3",
+      "--trainer.name=folder",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
+  TempDir dir;
+  Result r = run_cli(folder_fit(dir));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // A seeded tenth of the 200 images validates; the classes are the
+  // folders, sorted, and the model's head has one logit per class.
+  EXPECT_THAT(r.out, HasSubstr("fit: 180 training samples"));
+  const fs::path run = fs::path(dir.file("runs")) / "folder" / "version_0";
+  EXPECT_EQ(read_text((run / "classes.txt").string()), "east\nnorth\nsouth\nwest\n");
+  EXPECT_GE(summary_value(run, "val_acc"), 0.9);
+
+  const std::string csv = dir.file("predictions.csv");
+  r = run_cli(
+      {"predict",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last",
+       "--output=" + csv});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("20 rows written"));
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "index,file,prediction,class,probability,target,target_class,top2");
+  int64_t rows = 0;
+  int64_t right = 0;
+  const std::vector<std::string> names = {"east", "north", "south", "west"};
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream row(line);
+    for (std::string field; std::getline(row, field, ',');) {
+      fields.push_back(field);
+    }
+    ASSERT_EQ(fields.size(), 8u) << line;
+    // The file lies in its class's folder, and the names follow the
+    // indices.
+    const int64_t target = std::stoll(fields[5]);
+    EXPECT_EQ(fields[6], names.at(target));
+    EXPECT_THAT(fields[1], HasSubstr("/images/" + names.at(target) + "/"));
+    EXPECT_EQ(fields[3], names.at(std::stoll(fields[2])));
+    EXPECT_EQ(fields[7].substr(0, fields[3].size() + 1), fields[3] + ":");
+    right += fields[2] == fields[5];
+    ++rows;
+  }
+  EXPECT_EQ(rows, 20);
+  EXPECT_GE(right, 18);
+}
+
+TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
+  TempDir dir;
+  hotloop::testing::write_image_folder(dir.file("val"), 40, 16, 2);
+  Result r = run_cli(folder_fit(
+      dir,
+      {"--data.val_root=" + dir.file("val"),
+       "--trainer.max_epochs=1",
+       "--data.train_crop=random_resized_crop",
+       "--data.crop_scale=[0.5, 1.0]"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fit: 200 training samples"));
+
+  // A validation class the training folder lacks.
+  hotloop::testing::write_image_folder(
+      dir.file("odd"), 8, 16, 3, {"north", "east", "south", "up"});
+  r = run_cli(folder_fit(dir, {"--data.val_root=" + dir.file("odd")}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(dir.file("odd") + "/up: class 'up' is not among the 4 "
+                "classes given (east, north, south, west)"));
+  // An empty class folder.
+  fs::create_directories(dir.file("images/empty"));
+  r = run_cli(folder_fit(dir));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(dir.file("images/empty") +
+                ": no images (expected .jpg, .jpeg or .png files)"));
+  fs::remove(dir.file("images/empty"));
+  // No data.root.
+  r = run_cli({"fit", "--data.dataset=image_folder"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("data.dataset=image_folder needs data.root: a folder with a "
+                "subfolder of images per class"));
+  r = run_cli(folder_fit(dir, {"--data.image_size=[16, 16, 3]"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("data.image_size must be [height, width] or [side], "
+                "positive, got [16, 16, 3]"));
+}
+
 TEST(Cli, ReportHelpPrintsItsUsage) {
   const Result r = run_cli({"report", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -23,31 +23,13 @@ namespace {
 namespace fs = std::filesystem;
 using ::hotloop::testing::TempDir;
 using ::hotloop::testing::write_bytes;
+using ::hotloop::testing::write_png;
 using ::testing::HasSubstr;
 
 // A random image: [height, width, channels] uint8.
 at::Tensor random_image(int64_t height, int64_t width, int64_t channels = 3) {
   return at::randint(
       0, 256, {height, width, channels}, at::TensorOptions().dtype(at::kByte));
-}
-
-// Writes image [H, W, C] uint8 (C = 1, 3 or 4) as a lossless PNG.
-void write_png(const std::string& path, const at::Tensor& image) {
-  fs::create_directories(fs::path(path).parent_path());
-  png_image png;
-  std::memset(&png, 0, sizeof(png));
-  png.version = PNG_IMAGE_VERSION;
-  png.height = static_cast<png_uint_32>(image.size(0));
-  png.width = static_cast<png_uint_32>(image.size(1));
-  const int64_t channels = image.size(2);
-  png.format = channels == 1   ? PNG_FORMAT_GRAY
-               : channels == 3 ? PNG_FORMAT_RGB
-                               : PNG_FORMAT_RGBA;
-  const at::Tensor pixels = image.contiguous();
-  if (png_image_write_to_file(
-          &png, path.c_str(), 0, pixels.data_ptr<uint8_t>(), 0, nullptr) == 0) {
-    throw std::runtime_error(std::string("png write failed: ") + png.message);
-  }
 }
 
 // The bytes of image [H, W, 3] uint8 as a 4:4:4 JPEG.

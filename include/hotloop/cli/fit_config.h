@@ -19,8 +19,9 @@ namespace hotloop::cli {
 
 /// The `data:` section.
 struct DataConfig {
-  /// fashion_mnist (IDX files in root), text (windows of the file `path`)
-  /// or synthetic (random images of image_shape, for speed measurements).
+  /// fashion_mnist (IDX files in root), image_folder (a folder per class
+  /// in root), text (windows of the file `path`) or synthetic (random
+  /// images of image_shape, for speed measurements).
   std::string dataset = "fashion_mnist";
   /// synthetic: [C, H, W] of each image; training images (validation gets
   /// a fifth as many).
@@ -33,6 +34,21 @@ struct DataConfig {
   /// Tokens between window starts; 0: block_size.
   int64_t stride = 0;
   double val_fraction = 0.1;
+  /// image_folder: validation images in the same class folders; empty: a
+  /// seeded val_fraction of root.
+  std::string val_root;
+  /// image_folder: [height, width] of every image after its crop.
+  std::vector<int64_t> image_size = {224, 224};
+  /// image_folder: 3 (RGB) or 1 (grayscale).
+  int64_t channels = 3;
+  /// image_folder: the crop of training and of evaluation images
+  /// (data::ImageFolderOptions::crop) and its parameters.
+  std::string train_crop = "random_resized_crop";
+  std::string val_crop = "center_crop";
+  std::vector<double> crop_scale = {0.08, 1.0};
+  std::vector<double> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
+  int64_t resize_size = 0;
+  bool jpeg_draft = true;
   int64_t batch_size = 256;
   int64_t val_batch_size = 1000;
   int64_t num_workers = 1;

@@ -7,6 +7,8 @@
 #include "hotloop/train/module.h"
 
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace hotloop::cli {
 
@@ -22,6 +24,11 @@ struct Session {
   std::shared_ptr<train::Module> module;
   /// The validation split's class labels [N] (image datasets only).
   at::Tensor val_labels;
+  /// image_folder: the validation split's files, in loader order.
+  std::vector<std::string> val_names;
+  /// Class k's name (image_folder: its folder); empty where classes are
+  /// only numbers.
+  std::vector<std::string> class_names;
 };
 
 /// Seeds LibTorch with config.seed, loads the data (the training split only

@@ -22,6 +22,10 @@ struct ImageFolderOptions {
   TORCH_ARG(std::vector<int64_t>, image_size);
   /// 3: RGB; 1: grayscale, with PIL's `convert("L")` weights.
   TORCH_ARG(int64_t, channels) = 3;
+  /// Class names in class order; empty: the sorted subfolders of root.
+  /// Given (a validation folder takes the training folder's), a subfolder
+  /// outside the list is an error and a class may have no folder.
+  TORCH_ARG(std::vector<std::string>, classes);
   /// How each decoded image becomes image_size:
   /// "resize": the whole image, resized (its aspect ratio not kept);
   /// "center_crop": torchvision's evaluation recipe, Resize(resize_size)
