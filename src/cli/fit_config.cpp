@@ -594,7 +594,9 @@ ConfigSchema make_schema() {
       "data.dataset",
       "fashion_mnist",
       with_registered(built_in_datasets(), registered_datasets()),
-      "fashion_mnist: the IDX files in data.root; image_folder: JPEG/PNG "
+      "fashion_mnist: the IDX files in data.root; idx: any MNIST-family "
+      "folder (MNIST, KMNIST, EMNIST, ...), its shape, classes and "
+      "statistics from the files; image_folder: JPEG/PNG "
       "files in a folder per class under data.root; text: next-token "
       "windows of the file data.path; synthetic: random images "
       "(data.image_shape) and labels, for speed measurements" +
@@ -648,6 +650,12 @@ ConfigSchema make_schema() {
           "fashion_mnist: folder with "
           "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; image_folder: "
           "root/<class>/<image>.jpg|.jpeg|.png"));
+  s.add(
+      opt("data.idx_prefix",
+          T::kString,
+          "",
+          "idx: the files' name prefix, as EMNIST's emnist-letters-; \"\": "
+          "none, or the only set in data.root"));
   s.add(
       opt("data.val_root",
           T::kString,
@@ -1213,6 +1221,9 @@ FitConfig to_fit_config(const Config& c) {
   f.data.crop_ratio = c.get_float_list("data.crop_ratio");
   f.data.resize_size = c.get_int("data.resize_size");
   f.data.jpeg_draft = c.get_bool("data.jpeg_draft");
+  f.data.idx_prefix = c.get_string("data.idx_prefix");
+  f.data.stats_from_data = f.data.dataset == "idx" &&
+      !c.is_set("data.mean") && !c.is_set("data.std");
   if (f.data.dataset == "image_folder") {
     HOTLOOP_CHECK_AS(
         ConfigError,

@@ -21,6 +21,7 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 namespace hotloop::cli {
 namespace {
@@ -122,9 +123,11 @@ Session image_session(const FitConfig& config, bool with_train) {
           " split");
       return set;
     }
-    return config.data.dataset == "synthetic"
-        ? synthetic_split(config, train, transform)
-        : data::load_mnist_split(config.data.root, train, transform);
+    HOTLOOP_CHECK(
+        config.data.dataset == "synthetic",
+        "image_session: data.dataset=",
+        config.data.dataset);
+    return synthetic_split(config, train, transform);
   };
   if (with_train) {
     session.train_set = split(true);
@@ -138,6 +141,49 @@ Session image_session(const FitConfig& config, bool with_train) {
       config,
       {images.size(1), images.size(2), images.size(3)},
       config.model.num_classes);
+  return session;
+}
+
+// data.dataset=idx (fashion_mnist: the same with Fashion-MNIST's folder
+// and statistics): an MNIST-family folder's training and test splits, the
+// image shape and, for idx, the class count and (unless given) the
+// normalization statistics from the files.
+Session idx_session(const FitConfig& config, bool with_train) {
+  const DataConfig& d = config.data;
+  const bool idx = d.dataset == "idx";
+  const auto val =
+      data::load_mnist_split(d.root, /*train=*/false, std::nullopt, d.idx_prefix);
+  std::shared_ptr<data::ImageClassificationDataset> train;
+  if (with_train || d.stats_from_data) {
+    train = data::load_mnist_split(d.root, /*train=*/true, std::nullopt, d.idx_prefix);
+  }
+  data::ImageTransformOptions train_transform = d.transform;
+  if (d.stats_from_data) {
+    std::tie(train_transform.mean, train_transform.std) =
+        data::channel_statistics(train->images());
+  }
+  data::ImageTransformOptions eval_transform;
+  eval_transform.mean = train_transform.mean;
+  eval_transform.std = train_transform.std;
+  eval_transform.dtype = train_transform.dtype;
+  Session session;
+  if (with_train) {
+    session.train_set = std::make_shared<data::ImageClassificationDataset>(
+        train->images(), train->labels(), train_transform);
+  }
+  session.val_set = std::make_shared<data::ImageClassificationDataset>(
+      val->images(), val->labels(), eval_transform);
+  session.val_labels = val->labels();
+  int64_t classes = config.model.num_classes;
+  if (idx) {
+    classes = val->num_classes();
+    if (train != nullptr) {
+      classes = std::max(classes, train->num_classes());
+    }
+  }
+  const auto& images = val->images();
+  add_image_classifier(
+      session, config, {images.size(1), images.size(2), images.size(3)}, classes);
   return session;
 }
 
@@ -259,6 +305,9 @@ Session build_session(const FitConfig& config, bool with_train) {
   }
   if (config.data.dataset == "image_folder") {
     return image_folder_session(config, with_train);
+  }
+  if (config.data.dataset == "idx" || config.data.dataset == "fashion_mnist") {
+    return idx_session(config, with_train);
   }
   return image_session(config, with_train);
 }

@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+
 namespace hotloop::data {
 namespace {
 
@@ -120,6 +124,41 @@ void ImageClassificationDataset::get_batch(
     transform_.apply(images + i * sample_numel, input + k * row_bytes, rng);
     target[k] = labels[i];
   }
+}
+
+std::pair<std::vector<double>, std::vector<double>> channel_statistics(
+    const at::Tensor& images) {
+  HOTLOOP_CHECK_AS(
+      DataError,
+      images.dim() == 4 && images.scalar_type() == at::kByte,
+      "channel_statistics: expected uint8 images [N, C, H, W], got ",
+      images.scalar_type(),
+      images.sizes());
+  const at::Tensor dense = images.contiguous();
+  const int64_t n = dense.size(0);
+  const int64_t channels = dense.size(1);
+  const int64_t plane = dense.size(2) * dense.size(3);
+  const uint8_t* data = dense.data_ptr<uint8_t>();
+  std::vector<double> mean, std;
+  for (int64_t c = 0; c < channels; ++c) {
+    std::array<int64_t, 256> counts{};
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = data + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        ++counts[p[j]];
+      }
+    }
+    double sum = 0, squares = 0;
+    for (int v = 0; v < 256; ++v) {
+      sum += static_cast<double>(counts[v]) * v;
+      squares += static_cast<double>(counts[v]) * v * v;
+    }
+    const double count = static_cast<double>(std::max<int64_t>(n * plane, 1));
+    const double m = sum / count;
+    mean.push_back(m / 255.0);
+    std.push_back(std::sqrt(std::max(0.0, squares / count - m * m)) / 255.0);
+  }
+  return {mean, std};
 }
 
 } // namespace hotloop::data

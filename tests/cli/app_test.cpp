@@ -20,6 +20,7 @@
 #include <chrono>
 #include <csignal>
 #include <thread>
+#include <tuple>
 
 #include <algorithm>
 #include <cstdlib>
@@ -747,6 +748,73 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
       r.err,
       HasSubstr("data.image_size must be [height, width] or [side], "
                 "positive, got [16, 16, 3]"));
+}
+
+// An EMNIST-style folder: two sets side by side, "test" for the test
+// split, labels 1..4 (EMNIST letters count from 1), 20 x 20 images.
+void write_emnist_like(const std::string& root) {
+  using hotloop::testing::idx_bytes;
+  using hotloop::testing::quadrant_images;
+  using hotloop::testing::write_bytes;
+  fs::create_directories(root);
+  for (const std::string set : {"emnist-letters-", "emnist-digits-"}) {
+    for (const auto& [split, n, seed] :
+         {std::tuple<std::string, int64_t, uint64_t>{"train", 160, 1},
+          {"test", 40, 2}}) {
+      const auto [images, labels] = quadrant_images(n, 20, seed);
+      write_bytes(
+          root + "/" + set + split + "-images-idx3-ubyte", idx_bytes(images));
+      write_bytes(
+          root + "/" + set + split + "-labels-idx1-ubyte.gz",
+          idx_bytes((labels + 1).to(at::kByte)),
+          true);
+    }
+  }
+}
+
+TEST(Cli, AnyMnistFamilyFolderTakesItsShapeClassesAndStatisticsFromTheFiles) {
+  TempDir dir;
+  write_emnist_like(dir.file("emnist"));
+  std::vector<std::string> args = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--data.dataset=idx",
+      "--data.root=" + dir.file("emnist"),
+      "--data.batch_size=16",
+      // A flip would swap the quadrants that tell the classes apart.
+      "--data.horizontal_flip=false",
+      "--model.channels=[8]",
+      "--model.hidden=16",
+      "--model.top_k=2",
+      "--optimizer.lr=0.01",
+      "--trainer.max_epochs=3",
+      "--trainer.name=idx",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  // Two sets in one folder: which one is the user's to say.
+  Result r = run_cli(args);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(dir.file("emnist") +
+                ": several MNIST-format sets (emnist-digits-test-images-idx3-"
+                "ubyte, emnist-letters-test-images-idx3-ubyte); choose one "
+                "with data.idx_prefix"));
+  args.push_back("--data.idx_prefix=emnist-letters-");
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 20 x 20 images; labels up to 4 make 5 classes.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("network +FashionCnn .*\\[1, 5\\]"));
+  EXPECT_THAT(r.out, HasSubstr("[1, 8, 20, 20]"));
+  const fs::path run = fs::path(dir.file("runs")) / "idx" / "version_0";
+  EXPECT_GE(summary_value(run, "val_acc"), 0.9);
+  // The statistics came from the training images, which validation and
+  // test then use too: the same metrics from the saved config.
+  r = run_cli(
+      {"test",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc"));
 }
 
 TEST(Cli, ReportHelpPrintsItsUsage) {

@@ -233,6 +233,25 @@ TEST(FashionMnist, RealFilesHaveTheKnownShapesAndValues) {
   EXPECT_EQ(train->images().sum().item<int64_t>(), 3431114169LL);
   EXPECT_TRUE(
       train->labels().bincount().equal(at::full({10}, 6000, at::kLong)));
+  // The Normalize statistics everyone quotes for the training split.
+  const auto [mean, std] = channel_statistics(train->images());
+  ASSERT_EQ(mean.size(), 1u);
+  EXPECT_NEAR(mean[0], 0.2860, 5e-5);
+  EXPECT_NEAR(std[0], 0.3530, 5e-5);
+}
+
+TEST(ChannelStatistics, AreEachChannelsPopulationMeanAndStd) {
+  const at::Tensor images =
+      at::randint(0, 256, {5, 3, 4, 6}, at::TensorOptions().dtype(at::kByte));
+  const auto [mean, std] = channel_statistics(images);
+  const at::Tensor scaled = images.to(at::kDouble) / 255.0;
+  for (int64_t c = 0; c < 3; ++c) {
+    const at::Tensor plane = scaled.select(1, c);
+    EXPECT_NEAR(mean[c], plane.mean().item<double>(), 1e-12);
+    EXPECT_NEAR(
+        std[c], plane.std(/*unbiased=*/false).item<double>(), 1e-12);
+  }
+  EXPECT_THROW(channel_statistics(scaled), DataError);
 }
 
 } // namespace

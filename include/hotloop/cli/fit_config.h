@@ -19,7 +19,8 @@ namespace hotloop::cli {
 
 /// The `data:` section.
 struct DataConfig {
-  /// fashion_mnist (IDX files in root), image_folder (a folder per class
+  /// fashion_mnist (its IDX files in root), idx (any MNIST-family
+  /// folder), image_folder (a folder per class
   /// in root), text (windows of the file `path`) or synthetic (random
   /// images of image_shape, for speed measurements).
   std::string dataset = "fashion_mnist";
@@ -49,6 +50,12 @@ struct DataConfig {
   std::vector<double> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
   int64_t resize_size = 0;
   bool jpeg_draft = true;
+  /// idx: the files' name prefix (EMNIST's "emnist-letters-"); "": none,
+  /// or the only one in root.
+  std::string idx_prefix;
+  /// idx: transform.mean/std are computed from the training images (they
+  /// were not given).
+  bool stats_from_data = false;
   int64_t batch_size = 256;
   int64_t val_batch_size = 1000;
   int64_t num_workers = 1;

@@ -16,8 +16,11 @@ inline constexpr const char* kFashionMnistDefaultRoot =
 inline constexpr double kFashionMnistMean = 0.2860;
 inline constexpr double kFashionMnistStd = 0.3530;
 
-/// Loads one split of an MNIST-family dataset from `root`:
-/// `{train,t10k}-{images-idx3,labels-idx1}-ubyte` with or without `.gz`.
+/// Loads one split of an MNIST-family dataset (MNIST, Fashion-MNIST,
+/// KMNIST, EMNIST, ...) from `root`: `<prefix>{train,t10k|test}-{images-idx3,
+/// labels-idx1}-ubyte` with or without `.gz`. With no prefix, the files
+/// without one, else the only set whose names end so (EMNIST's
+/// `emnist-letters-`); several such sets are an error naming them.
 ///
 /// images: [N, 1, H, W] uint8; labels: [N] with N images (60000/10000 for
 /// Fashion-MNIST). Throws DataError naming the folder or file when the
@@ -26,6 +29,7 @@ inline constexpr double kFashionMnistStd = 0.3530;
 std::shared_ptr<ImageClassificationDataset> load_mnist_split(
     const std::string& root,
     bool train,
-    std::optional<ImageTransformOptions> transform = std::nullopt);
+    std::optional<ImageTransformOptions> transform = std::nullopt,
+    const std::string& prefix = "");
 
 } // namespace hotloop::data

@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace hotloop::data {
 
@@ -50,5 +52,11 @@ class ImageClassificationDataset : public Dataset {
   int64_t num_classes_ = 0;
   ImageTransform transform_;
 };
+
+/// Per-channel mean and standard deviation (population) of uint8 images
+/// [N, C, H, W] scaled to [0, 1], for Normalize: exact, from each
+/// channel's histogram, with no float copy of the images.
+std::pair<std::vector<double>, std::vector<double>> channel_statistics(
+    const at::Tensor& images);
 
 } // namespace hotloop::data
