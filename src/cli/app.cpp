@@ -10,6 +10,8 @@
 #include "hotloop/dist/ddp_strategy.h"
 #include "hotloop/dist/environment.h"
 #include "hotloop/dist/launcher.h"
+#include "hotloop/log/confusion.h"
+#include "hotloop/log/csv.h"
 #include "hotloop/log/csv_logger.h"
 #include "hotloop/log/report.h"
 #include "hotloop/log/tensorboard_logger.h"
@@ -141,6 +143,19 @@ int fit_in_process(
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out);
 
+// The image model's confusion matrix over `loader` (the session's
+// validation split, in order).
+at::Tensor confusion_of(
+    train::Trainer& trainer,
+    Session& session,
+    data::DataLoader& loader,
+    const std::string& ckpt_path = "") {
+  const std::vector<at::Tensor> scores =
+      trainer.predict(*session.module, loader, ckpt_path);
+  const int64_t classes = scores.empty() ? 0 : scores.front().size(1);
+  return log::confusion_matrix(scores, session.val_labels, classes);
+}
+
 int run_fit(
     const ParsedArgs& args,
     const std::vector<std::string>& command_line,
@@ -247,6 +262,13 @@ int fit_in_process(
     out << "; best checkpoint " << result.best_model_path;
   }
   out << std::defaultfloat << "\n";
+  if (!run_dir.empty() && group == nullptr && session.val_labels.defined()) {
+    // The validation split's confusion, for the report.
+    log::write_confusion_csv(
+        (fs::path(run_dir) / "confusion.csv").string(),
+        confusion_of(trainer, session, val_loader),
+        session.class_names);
+  }
   if (!run_dir.empty()) {
     out << "report: hotloop report " << run_dir << "\n";
   }
@@ -303,20 +325,13 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
            : trainer.validate(*session.module, loader, ckpt_path);
   out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
   print_metrics(out, metrics);
+  if (test && session.val_labels.defined()) {
+    data::DataLoader again(
+        session.val_set, loader_options(config, session, false));
+    log::print_confusion(
+        out, confusion_of(trainer, session, again, ckpt_path), session.class_names);
+  }
   return 0;
-}
-
-// `text` as one CSV field: quoted (quotes doubled) when it holds a comma,
-// a quote or a line break.
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) {
-    return text;
-  }
-  std::string quoted = "\"";
-  for (const char c : text) {
-    quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-  }
-  return quoted + "\"";
 }
 
 // Writes one row per test image: index, predicted class, its probability,
@@ -373,15 +388,15 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
         const int64_t target = targets[index].item<int64_t>();
         csv << index << ",";
         if (named) {
-          csv << csv_field(session.val_names.at(index)) << ",";
+          csv << log::csv_field(session.val_names.at(index)) << ",";
         }
         csv << prediction << ",";
         if (named) {
-          csv << csv_field(names.at(prediction)) << ",";
+          csv << log::csv_field(names.at(prediction)) << ",";
         }
         csv << best[i].item<double>() << "," << target;
         if (named) {
-          csv << "," << csv_field(names.at(target)) << ",";
+          csv << "," << log::csv_field(names.at(target)) << ",";
           std::string pairs;
           for (int64_t j = 0; j < k; ++j) {
             std::ostringstream pair;
@@ -389,7 +404,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
                  << std::setprecision(4) << top[i][j].item<double>();
             pairs += (j > 0 ? " " : "") + pair.str();
           }
-          csv << csv_field(pairs);
+          csv << log::csv_field(pairs);
         }
         csv << "\n";
       }

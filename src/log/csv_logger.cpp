@@ -1,5 +1,7 @@
 #include "hotloop/log/csv_logger.h"
 
+#include "hotloop/log/csv.h"
+
 #include "hotloop/core/error.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/train/checkpoint.h"
@@ -28,22 +30,6 @@ std::string format_cell(double value) {
   char buffer[32];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);
-}
-
-// A CSV field as RFC 4180 writes it: quoted when it holds a comma, a
-// quote or a line break, quotes doubled.
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) {
-    return text;
-  }
-  std::string quoted = "\"";
-  for (const char c : text) {
-    quoted += c;
-    if (c == '"') {
-      quoted += '"';
-    }
-  }
-  return quoted + "\"";
 }
 
 } // namespace

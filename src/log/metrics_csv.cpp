@@ -1,5 +1,7 @@
 #include "hotloop/log/metrics_csv.h"
 
+#include "hotloop/log/csv.h"
+
 #include "hotloop/core/error.h"
 
 #include <algorithm>
@@ -22,34 +24,6 @@ std::string trim(const std::string& text) {
   }
   const size_t end = text.find_last_not_of(" \t");
   return text.substr(begin, end - begin + 1);
-}
-
-// Splits one line into cells. A cell may be double-quoted so that it can
-// hold commas, with "" standing for a quote: Python's csv module writes
-// metric names that way. Returns false on an unterminated quote.
-bool split_cells(const std::string& line, std::vector<std::string>* cells) {
-  cells->assign(1, "");
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c != '"') {
-        cells->back() += c;
-      } else if (i + 1 < line.size() && line[i + 1] == '"') {
-        cells->back() += '"';
-        ++i;
-      } else {
-        quoted = false;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      cells->emplace_back();
-    } else {
-      cells->back() += c;
-    }
-  }
-  return !quoted;
 }
 
 std::string lower(std::string text) {
@@ -92,7 +66,7 @@ std::vector<std::string> read_header(
     const std::string& path, int64_t line_number, const std::string& line) {
   std::vector<std::string> names;
   HOTLOOP_CHECK(
-      split_cells(line, &names),
+      split_csv_line(line, &names),
       path,
       ":",
       line_number,
@@ -177,7 +151,7 @@ MetricsTable read_metrics_csv(const std::string& path) {
       continue;
     }
     HOTLOOP_CHECK(
-        split_cells(line, &cells),
+        split_csv_line(line, &cells),
         path,
         ":",
         line_number,

@@ -1,6 +1,7 @@
 #include "hotloop/cli/app.h"
 #include "hotloop/cli/registry.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/log/confusion.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/train/checkpoint.h"
@@ -703,6 +704,29 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   }
   EXPECT_EQ(rows, 20);
   EXPECT_GE(right, 18);
+
+  // The fit left the validation split's confusion for the report, and
+  // test prints each class's accuracy and the matrix.
+  const auto table = log::read_confusion_csv((run / "confusion.csv").string());
+  EXPECT_EQ(table.names, names);
+  int64_t counted = 0;
+  for (const auto& row : table.counts) {
+    for (const int64_t count : row) {
+      counted += count;
+    }
+  }
+  EXPECT_EQ(counted, 20);
+  r = run_cli(
+      {"test",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("per class (accuracy: the share of the class predicted right)"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  north +[01]\\.[0-9]{4} +[0-9]+\n"));
+  EXPECT_THAT(
+      r.out, HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
 }
 
 TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {

@@ -1,5 +1,6 @@
 #include "hotloop/log/report.h"
 #include "hotloop/core/error.h"
+#include "hotloop/log/confusion.h"
 #include "hotloop/log/csv_logger.h"
 #include "hotloop/log/detail/svg_chart.h"
 #include "hotloop/log/metrics_csv.h"
@@ -782,6 +783,50 @@ TEST(RunReportInChromium, TheScreenshotShowsTheChartsNotABlankPage) {
   EXPECT_GT(dark, 500u) << "text";
   EXPECT_GT(blue, 500u) << "series lines and bars";
   EXPECT_GT(colors.size(), 100u) << "distinct colours";
+}
+
+} // namespace
+} // namespace hotloop::log
+
+namespace hotloop::log {
+namespace {
+
+TEST(Confusion, CountsEachTrueClassAgainstItsPrediction) {
+  // Three classes; scores pick 0, 2, 2, 1, 0 for targets 0, 2, 1, 1, 0.
+  const std::vector<at::Tensor> scores = {
+      at::tensor({0.7, 0.2, 0.1, 0.1, 0.1, 0.8}).view({2, 3}),
+      at::tensor({0.2, 0.3, 0.5, 0.1, 0.6, 0.3, 0.9, 0.05, 0.05})
+          .view({3, 3})};
+  const at::Tensor targets = at::tensor({0, 2, 1, 1, 0}, at::kLong);
+  const at::Tensor confusion = confusion_matrix(scores, targets, 3);
+  EXPECT_TRUE(confusion.equal(
+      at::tensor({2, 0, 0, 0, 1, 1, 0, 0, 1}, at::kLong).view({3, 3})));
+
+  std::ostringstream text;
+  print_confusion(text, confusion, {"cat", "dog", "bird"});
+  EXPECT_EQ(
+      text.str(),
+      "per class (accuracy: the share of the class predicted right)\n"
+      "  class  accuracy   count\n"
+      "  cat      1.0000       2\n"
+      "  dog      0.5000       2\n"
+      "  bird     1.0000       1\n"
+      "confusion matrix (rows: true class, columns: predicted)\n"
+      "          cat   dog  bird\n"
+      "  cat       2     0     0\n"
+      "  dog       0     1     1\n"
+      "  bird      0     0     1\n");
+
+  TempDir dir;
+  write_confusion_csv(dir.file("confusion.csv"), confusion, {"cat", "d,og", "bird"});
+  const ConfusionTable table = read_confusion_csv(dir.file("confusion.csv"));
+  EXPECT_EQ(table.names, (std::vector<std::string>{"cat", "d,og", "bird"}));
+  EXPECT_EQ(table.counts[1], (std::vector<int64_t>{0, 1, 1}));
+  // The report draws it, one shaded cell per pair.
+  std::ofstream(dir.file("summary.json")) << "{}";
+  const std::string html = render_run_report(dir.path());
+  EXPECT_THAT(html, HasSubstr("Confusion matrix (validation)"));
+  EXPECT_THAT(html, HasSubstr("<title>d,og predicted as bird: 1</title>"));
 }
 
 } // namespace
