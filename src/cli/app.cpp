@@ -143,6 +143,31 @@ int fit_in_process(
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out);
 
+// With data.on_bad_sample=skip: how many files could not be read, and the
+// first few, after the command that read them.
+void report_bad_samples(std::ostream& out, const Session& session) {
+  std::set<std::string> bad;
+  for (const auto& folder : session.image_folders) {
+    for (const auto& [index, what] : folder->bad_samples()) {
+      bad.insert(what);
+    }
+  }
+  if (bad.empty()) {
+    return;
+  }
+  out << "data: skipped " << bad.size()
+      << " unreadable file(s), each replaced by the next readable one";
+  int shown = 0;
+  for (const std::string& what : bad) {
+    if (shown++ == 3) {
+      out << "\n  ...";
+      break;
+    }
+    out << "\n  " << what;
+  }
+  out << "\n";
+}
+
 // The image model's confusion matrix over `loader` (the session's
 // validation split, in order).
 at::Tensor confusion_of(
@@ -226,6 +251,7 @@ int fit_in_process(
   train::FitResult result;
   try {
     result = trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+    report_bad_samples(out, session);
   } catch (const ConfigError&) {
     // A setting found wrong by the first step (a monitored metric that step
     // and the sanity check did not log, say) leaves no half-made run folder.
@@ -325,6 +351,7 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
            : trainer.validate(*session.module, loader, ckpt_path);
   out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
   print_metrics(out, metrics);
+  report_bad_samples(out, session);
   if (test && session.val_labels.defined()) {
     data::DataLoader again(
         session.val_set, loader_options(config, session, false));

@@ -702,6 +702,12 @@ ConfigSchema make_schema() {
           "image_folder: center_crop's shorter side before cropping; 0: "
           "image_size / 0.875 (256 for 224)",
           0));
+  s.add(choice(
+      "data.on_bad_sample",
+      "fail",
+      {"fail", "skip"},
+      "image_folder: an unreadable or undecodable file stops the run "
+      "(fail) or is replaced by the next readable one and counted (skip)"));
   s.add(
       opt("data.jpeg_draft",
           T::kBool,
@@ -1221,6 +1227,7 @@ FitConfig to_fit_config(const Config& c) {
   f.data.crop_ratio = c.get_float_list("data.crop_ratio");
   f.data.resize_size = c.get_int("data.resize_size");
   f.data.jpeg_draft = c.get_bool("data.jpeg_draft");
+  f.data.on_bad_sample = c.get_string("data.on_bad_sample");
   f.data.idx_prefix = c.get_string("data.idx_prefix");
   f.data.stats_from_data = f.data.dataset == "idx" &&
       !c.is_set("data.mean") && !c.is_set("data.std");

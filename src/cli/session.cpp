@@ -196,7 +196,8 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
       .crop_scale(d.crop_scale)
       .crop_ratio(d.crop_ratio)
       .resize_size(d.resize_size)
-      .jpeg_draft(d.jpeg_draft);
+      .jpeg_draft(d.jpeg_draft)
+      .on_bad_sample(d.on_bad_sample);
   data::ImageFolderOptions train_options = options;
   train_options.crop(d.train_crop).transform(d.transform);
   data::ImageFolderOptions eval_options = options;
@@ -241,6 +242,7 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   for (const int64_t index : val_indices) {
     session.val_names.push_back(val_folder->samples()[index].path);
   }
+  session.image_folders = {train_folder, val_folder};
   add_image_classifier(
       session,
       config,

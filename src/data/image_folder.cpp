@@ -262,6 +262,12 @@ const ImageFolderOptions& validated(const ImageFolderOptions& options) {
       "data.crop must be resize, center_crop or random_resized_crop, got '",
       crop,
       "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.on_bad_sample() == "fail" || options.on_bad_sample() == "skip",
+      "data.on_bad_sample must be fail or skip, got '",
+      options.on_bad_sample(),
+      "'");
   const std::vector<double>& scale = options.crop_scale();
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -477,9 +483,43 @@ SampleSpec ImageFolder::spec() const {
       at::kLong};
 }
 
-void ImageFolder::load(
+int64_t ImageFolder::load(
     int64_t index, const SampleContext& context, void* out) const {
   check_index(index);
+  if (options_.on_bad_sample() == "fail") {
+    decode_into(index, context, out);
+    return index;
+  }
+  // The sample, else the next readable one after it (wrapping around).
+  const auto n = static_cast<int64_t>(samples_.size());
+  for (int64_t tried = 0; tried < n; ++tried) {
+    const int64_t candidate = (index + tried) % n;
+    {
+      const std::lock_guard<std::mutex> lock(bad_->mutex);
+      if (bad_->files.count(candidate) != 0) {
+        continue;
+      }
+    }
+    try {
+      decode_into(candidate, context, out);
+      return candidate;
+    } catch (const DataError& error) {
+      const std::lock_guard<std::mutex> lock(bad_->mutex);
+      bad_->files.emplace(candidate, error.what());
+    }
+  }
+  throw DataError(hotloop::detail::str_cat(
+      "none of the ", n, " images can be read; the first: ",
+      bad_samples().begin()->second));
+}
+
+std::map<int64_t, std::string> ImageFolder::bad_samples() const {
+  const std::lock_guard<std::mutex> lock(bad_->mutex);
+  return bad_->files;
+}
+
+void ImageFolder::decode_into(
+    int64_t index, const SampleContext& context, void* out) const {
   // Each loader thread keeps its buffers between samples.
   thread_local std::vector<uint8_t> file;
   thread_local Pixels pixels;
@@ -533,8 +573,8 @@ Example ImageFolder::get(int64_t index, const SampleContext& context) const {
           spec().input_shape,
           at::TensorOptions().dtype(transform_.options().dtype)),
       at::empty({}, at::kLong)};
-  load(index, context, example.input.data_ptr());
-  example.target.fill_(samples_[index].target);
+  example.target.fill_(
+      samples_[load(index, context, example.input.data_ptr())].target);
   return example;
 }
 
@@ -568,8 +608,7 @@ void ImageFolder::get_batch(
   const int64_t row_bytes = out.input.nbytes() / std::max<int64_t>(rows, 1);
   auto* target = out.target.data_ptr<int64_t>();
   for (int64_t k = 0; k < rows; ++k) {
-    load(indices[k], context, input + k * row_bytes);
-    target[k] = samples_[indices[k]].target;
+    target[k] = samples_[load(indices[k], context, input + k * row_bytes)].target;
   }
 }
 

@@ -772,6 +772,21 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
       r.err,
       HasSubstr("data.image_size must be [height, width] or [side], "
                 "positive, got [16, 16, 3]"));
+  // A damaged file stops the run by name, or with data.on_bad_sample=skip
+  // is counted and replaced.
+  hotloop::testing::write_bytes(dir.file("images/north/broken.png"), {1, 2});
+  r = run_cli(folder_fit(dir, {"--trainer.max_epochs=1"}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err, HasSubstr(dir.file("images/north/broken.png") + ": not a valid"));
+  r = run_cli(folder_fit(
+      dir, {"--trainer.max_epochs=1", "--data.on_bad_sample=skip"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("data: skipped 1 unreadable file(s), each replaced by the "
+                "next readable one\n  " +
+                dir.file("images/north/broken.png") + ": not a valid"));
 }
 
 // An EMNIST-style folder: two sets side by side, "test" for the test

@@ -591,6 +591,47 @@ TEST(ImageFolder, CorruptImagesAreNamedWhenRead) {
       root + "/cat/0.png: cannot open: ");
 }
 
+TEST(ImageFolder, SkippingBadFilesGivesTheNextReadableSampleAndNamesThem) {
+  TempDir dir;
+  const std::string root = dir.file("root");
+  write_png(root + "/cat/0.png", random_image(4, 4));
+  write_bytes(root + "/cat/1.jpg", {'n', 'o', 't'});
+  write_png(root + "/cat/2.png", random_image(4, 4));
+  write_png(root + "/dog/1.png", random_image(4, 4));
+  write_bytes(root + "/dog/0.png", {});
+  const ImageFolder dataset(
+      root, ImageFolderOptions({4, 4}).on_bad_sample("skip"));
+  // Sample 1 stands in as 2, with 2's class; the empty file as dog/1.
+  const Example one = dataset.get(1, SampleContext{});
+  EXPECT_TRUE(one.input.equal(dataset.get(2, SampleContext{}).input));
+  EXPECT_EQ(one.target.item<int64_t>(), 0);
+  Batch batch = empty_batch(dataset, 2);
+  dataset.get_batch(std::vector<int64_t>{3, 0}, SampleContext{}, batch);
+  EXPECT_TRUE(batch.input[0].equal(dataset.get(4, SampleContext{}).input));
+  EXPECT_EQ(batch.target[0].item<int64_t>(), 1);
+  const auto bad = dataset.bad_samples();
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_THAT(bad.at(1), HasSubstr(root + "/cat/1.jpg: not a valid JPEG"));
+  EXPECT_THAT(bad.at(3), HasSubstr(root + "/dog/0.png: empty file"));
+
+  write_bytes(root + "/cat/0.png", {});
+  write_bytes(root + "/cat/2.png", {});
+  write_bytes(root + "/dog/1.png", {});
+  const ImageFolder broken(
+      root, ImageFolderOptions({4, 4}).on_bad_sample("skip"));
+  EXPECT_THROWS_WITH(
+      DataError,
+      broken.get(0, SampleContext{}),
+      "none of the 5 images can be read; the first: " + root +
+          "/cat/0.png: empty file");
+  EXPECT_THAT(
+      [&] {
+        ImageFolder(root, ImageFolderOptions({4, 4}).on_bad_sample("maybe"));
+      },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "data.on_bad_sample must be fail or skip, got 'maybe'")));
+}
+
 TEST(ImageFolder, BadOptionsNameTheOption) {
   TempDir dir;
   write_png(dir.file("root/a/x.png"), random_image(2, 2));

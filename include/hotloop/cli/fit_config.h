@@ -50,6 +50,9 @@ struct DataConfig {
   std::vector<double> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
   int64_t resize_size = 0;
   bool jpeg_draft = true;
+  /// image_folder: "fail" or "skip" an unreadable file
+  /// (data::ImageFolderOptions::on_bad_sample).
+  std::string on_bad_sample = "fail";
   /// idx: the files' name prefix (EMNIST's "emnist-letters-"); "": none,
   /// or the only one in root.
   std::string idx_prefix;

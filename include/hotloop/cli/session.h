@@ -3,6 +3,7 @@
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/dataset.h"
+#include "hotloop/data/image_folder.h"
 #include "hotloop/data/sampler.h"
 #include "hotloop/train/module.h"
 
@@ -29,6 +30,8 @@ struct Session {
   /// Class k's name (image_folder: its folder); empty where classes are
   /// only numbers.
   std::vector<std::string> class_names;
+  /// image_folder: the folders read, for what they could not decode.
+  std::vector<std::shared_ptr<const data::ImageFolder>> image_folders;
 };
 
 /// Seeds LibTorch with config.seed, loads the data (the training split only

@@ -6,6 +6,9 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,10 @@ struct ImageFolderOptions {
   /// the region to resize stays at least as large as image_size (PIL's
   /// draft mode): on large photos several times less decoding.
   TORCH_ARG(bool, jpeg_draft) = true;
+  /// A file that cannot be read or decoded: "fail" stops with DataError
+  /// naming it; "skip" records it (bad_samples) and gives the next
+  /// readable sample in its place, so batches keep their size.
+  TORCH_ARG(std::string, on_bad_sample) = "fail";
   /// Crop, flip and normalize after the resize; the default scales to
   /// [0, 1].
   TORCH_ARG(ImageTransformOptions, transform);
@@ -107,17 +114,28 @@ class ImageFolder : public Dataset {
   const ImageFolderOptions& options() const {
     return options_;
   }
+  /// With on_bad_sample=skip: the samples whose file could not be read so
+  /// far, by index, with what was wrong.
+  std::map<int64_t, std::string> bad_samples() const;
 
  private:
   void scan(const std::string& root);
   // Decodes, resizes and transforms sample `index` into `out`: [C, H, W] of
-  // the transform's dtype.
-  void load(int64_t index, const SampleContext& context, void* out) const;
+  // the transform's dtype. Returns the sample written: `index`, or with
+  // on_bad_sample=skip the readable one that stands in for it.
+  int64_t load(int64_t index, const SampleContext& context, void* out) const;
+  void decode_into(int64_t index, const SampleContext& context, void* out) const;
+
+  struct BadSamples {
+    std::mutex mutex;
+    std::map<int64_t, std::string> files;
+  };
 
   ImageFolderOptions options_;
   ImageTransform transform_;
   std::vector<std::string> classes_;
   std::vector<Sample> samples_;
+  std::shared_ptr<BadSamples> bad_ = std::make_shared<BadSamples>();
 };
 
 } // namespace hotloop::data
