@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -618,20 +619,61 @@ std::string help_text(const ConfigSchema& schema) {
     width = std::max(width, row.flag.size());
     rows.push_back(std::move(row));
   }
+  // Within a section, options whose help starts with "<kind>: " (and names
+  // no other kind, "; <other>: ") apply to one kind of data or model: they
+  // follow the section's general options under a "<kind>:" subheading.
+  const auto kind_of = [](const std::string& help) -> std::string {
+    const size_t colon = help.find(": ");
+    if (colon == std::string::npos || colon == 0 || !std::islower(static_cast<unsigned char>(help[0])) ||
+        help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
+            colon) {
+      return "";
+    }
+    for (size_t at = help.find("; "); at != std::string::npos;
+         at = help.find("; ", at + 2)) {
+      const size_t next = help.find(": ", at + 2);
+      if (next != std::string::npos && next > at + 2 &&
+          std::islower(static_cast<unsigned char>(help[at + 2])) &&
+          help.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyz0123456789_", at + 2) == next) {
+        return ""; // a second kind: it applies to several
+      }
+    }
+    return help.substr(0, colon);
+  };
   std::ostringstream out;
+  const auto print = [&](const Row& row, const std::string& help) {
+    out << "  " << row.flag;
+    if (!help.empty()) {
+      out << std::string(width - row.flag.size() + 2, ' ') << help;
+    }
+    out << "\n";
+  };
   for (const std::string& section : sections) {
     if (!section.empty()) { // top-level keys have no header
       out << section << ":\n";
     }
+    std::vector<std::string> kinds;
     for (const Row& row : rows) {
+      const std::string kind = kind_of(row.help);
       if (row.section != section) {
         continue;
       }
-      out << "  " << row.flag;
-      if (!row.help.empty()) {
-        out << std::string(width - row.flag.size() + 2, ' ') << row.help;
+      if (kind.empty()) {
+        print(row, row.help);
+      } else if (
+          std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+        kinds.push_back(kind);
       }
-      out << "\n";
+    }
+    for (const std::string& kind : kinds) {
+      out << " " << section << (section.empty() ? "" : " ") << "for " << kind
+          << ":\n";
+      for (const Row& row : rows) {
+        if (row.section == section && kind_of(row.help) == kind) {
+          print(row, row.help.substr(kind.size() + 2));
+        }
+      }
     }
   }
   return out.str();

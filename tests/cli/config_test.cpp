@@ -731,6 +731,32 @@ TEST(HelpText, ListsEveryKeyWithItsDefaultGroupedAndAligned) {
       "adamw)\n");
 }
 
+TEST(HelpText, GroupsASectionsOptionsByTheKindTheyApplyTo) {
+  const auto helped = [](const std::string& key,
+                         OptionType type,
+                         const std::string& value,
+                         const std::string& help) {
+    return OptionSpec{key, type, value, help, std::nullopt, std::nullopt, {}};
+  };
+  ConfigSchema schema;
+  schema.add(helped("data.batch_size", OptionType::kInt, "8", "batch"))
+      .add(helped("data.path", OptionType::kString, "", "text: the file"))
+      .add(helped(
+          "data.root", OptionType::kString, "", "idx: a folder; images: too"))
+      .add(helped("data.size", OptionType::kInt, "2", "images: the side"))
+      .add(helped("data.block", OptionType::kInt, "4", "text: window; 0: all"));
+  EXPECT_EQ(
+      help_text(schema),
+      "data:\n"
+      "  --data.batch_size=8  batch\n"
+      "  --data.root=\"\"       idx: a folder; images: too\n"
+      " data for text:\n"
+      "  --data.path=\"\"       the file\n"
+      "  --data.block=4       window; 0: all\n"
+      " data for images:\n"
+      "  --data.size=2        the side\n");
+}
+
 TEST(HelpText, ShowsEveryOptionOfTheSchema) {
   const std::string help = help_text(make_schema());
   for (const auto& [key, value] :
