@@ -6,6 +6,7 @@
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/regressor.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/fit_result.h"

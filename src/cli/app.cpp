@@ -7,6 +7,7 @@
 #include "hotloop/cli/session.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
+#include "hotloop/data/subset.h"
 #include "hotloop/dist/ddp_strategy.h"
 #include "hotloop/dist/environment.h"
 #include "hotloop/dist/launcher.h"
@@ -24,6 +25,7 @@
 #include "hotloop/version.h"
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #include <filesystem>
@@ -231,8 +233,21 @@ int fit_in_process(
           : "";
   const std::string& run_dir = trainer.log_dir(ckpt_path);
   if (!run_dir.empty()) {
-    const std::string yaml = args.config.to_yaml();
+    // The run's own config, with the model it resolved (csv's mlp).
+    Config resolved = args.config;
+    resolved.set("model.name", config.model_name, "the resolved model");
+    const std::string yaml = resolved.to_yaml();
     std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
+    if (!session.feature_mean.empty()) {
+      // What standardized the table's columns (predict and test take the
+      // same from data.path's training rows).
+      nlohmann::json standardization;
+      standardization["columns"] = session.feature_names;
+      standardization["mean"] = session.feature_mean;
+      standardization["std"] = session.feature_std;
+      std::ofstream(fs::path(run_dir) / "standardization.json")
+          << standardization.dump(2) << "\n";
+    }
     if (!session.class_names.empty()) {
       // Class k's name on line k + 1, for reading predictions elsewhere.
       std::ofstream classes(fs::path(run_dir) / "classes.txt");
@@ -378,7 +393,8 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   HOTLOOP_CHECK_AS(
       ConfigError,
       config.data.dataset != "text",
-      "hotloop predict writes class predictions: it needs an image dataset, "
+      "hotloop predict writes one prediction per sample: it needs an image "
+      "or table dataset, "
       "not data.dataset=",
       config.data.dataset);
   Session session = build_session(config, /*with_train=*/false);
@@ -388,6 +404,28 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
   const std::vector<at::Tensor> batches =
       trainer.predict(*session.module, loader, ckpt_path);
+  if (config.task == "regression") {
+    // One number per row: the prediction and the table's value.
+    const auto* subset =
+        dynamic_cast<const data::Subset*>(session.val_set.get());
+    int64_t rows = 0;
+    train::write_file_atomically(output, [&](std::ostream& csv) {
+      csv << "index,prediction,target\n";
+      for (const at::Tensor& batch : batches) {
+        const at::Tensor values = batch.to(at::kCPU).to(at::kDouble);
+        for (int64_t i = 0; i < values.size(0); ++i, ++rows) {
+          const data::Example example =
+              session.val_set->get(rows, data::SampleContext{});
+          csv << (subset != nullptr ? subset->indices()[rows] : rows) << ","
+              << values[i].item<double>() << ","
+              << example.target.item<double>() << "\n";
+        }
+      }
+    });
+    out << "predict of " << ckpt_path << ": " << rows << " rows written to "
+        << output << "\n";
+    return 0;
+  }
   const at::Tensor targets = session.val_labels;
   const std::vector<std::string>& names = session.class_names;
   const bool named = !names.empty();

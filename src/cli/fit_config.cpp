@@ -476,6 +476,12 @@ ConfigSchema make_schema() {
           "5",
           "also log val/test accuracy within the top k classes; 1: off",
           1));
+  s.add(choice(
+      "model.task",
+      "classification",
+      {"classification", "regression"},
+      "regression (data.dataset=csv): predict the label column's number "
+      "with mean squared error, reported as val_rmse and val_mae"));
   // model_checkpoint, early_stopping, lr_monitor: the callbacks.
   s.add(
       opt("model_checkpoint.dirpath",
@@ -596,7 +602,8 @@ ConfigSchema make_schema() {
       with_registered(built_in_datasets(), registered_datasets()),
       "fashion_mnist: the IDX files in data.root; idx: any MNIST-family "
       "folder (MNIST, KMNIST, EMNIST, ...), its shape, classes and "
-      "statistics from the files; image_folder: JPEG/PNG "
+      "statistics from the files; csv: a table of numbers in data.path "
+      "(data.label_column); image_folder: JPEG/PNG "
       "files in a folder per class under data.root; text: next-token "
       "windows of the file data.path; synthetic: random images "
       "(data.image_shape) and labels, for speed measurements" +
@@ -617,7 +624,8 @@ ConfigSchema make_schema() {
           T::kString,
           "",
           "text: a token file, or any file read byte by byte "
-          "(data.token_bytes=1)"));
+          "(data.token_bytes=1); csv: the table (comma- or tab-separated, "
+          "a header row)"));
   s.add(
       opt("data.token_bytes",
           T::kInt,
@@ -640,7 +648,7 @@ ConfigSchema make_schema() {
           "0.1",
           "text: the file's last fraction of windows kept for validation; "
       "image_folder: the share of data.root validated on without "
-      "data.val_root",
+      "data.val_root; csv: the seeded share of rows validated on",
           0,
           0.9));
   s.add(
@@ -650,6 +658,18 @@ ConfigSchema make_schema() {
           "fashion_mnist: folder with "
           "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; image_folder: "
           "root/<class>/<image>.jpg|.jpeg|.png"));
+  s.add(
+      opt("data.label_column",
+          T::kString,
+          "",
+          "csv: the header name of the column to predict; \"\": the last "
+          "column"));
+  s.add(
+      opt("data.feature_columns",
+          T::kString,
+          "",
+          "csv: the input columns' header names, comma-separated; \"\": "
+          "every other column"));
   s.add(
       opt("data.idx_prefix",
           T::kString,
@@ -1079,6 +1099,51 @@ FitConfig to_fit_config(const Config& c) {
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");
+  if (f.data.dataset == "csv" && !c.is_set("model.name")) {
+    f.model_name = "mlp"; // a table's rows are vectors
+  }
+  f.task = c.get_string("model.task");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.task == "classification" || f.data.dataset == "csv",
+      "model.task=regression needs data.dataset=csv (a table with a "
+      "number to predict), got data.dataset=",
+      f.data.dataset);
+  if (f.data.dataset == "csv") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        f.model_name == "mlp" || find_model(f.model_name) != nullptr,
+        "model.name=",
+        f.model_name,
+        " does not fit data.dataset=csv (a table's rows train mlp, or a "
+        "registered model)");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !c.get_string("data.path").empty(),
+        "data.dataset=csv needs data.path (a CSV file with a header row)");
+  }
+  f.data.label_column = c.get_string("data.label_column");
+  f.data.feature_columns.clear();
+  {
+    const std::string columns = c.get_string("data.feature_columns");
+    size_t start = 0;
+    while (start < columns.size()) {
+      const size_t comma = std::min(columns.find(',', start), columns.size());
+      std::string name = columns.substr(start, comma - start);
+      const size_t first = name.find_first_not_of(' ');
+      name = first == std::string::npos
+          ? ""
+          : name.substr(first, name.find_last_not_of(' ') - first + 1);
+      HOTLOOP_CHECK_AS(
+          ConfigError,
+          !name.empty(),
+          "data.feature_columns: an empty name in '",
+          columns,
+          "' (expected header names separated by commas)");
+      f.data.feature_columns.push_back(name);
+      start = comma + 1;
+    }
+  }
   f.data.image_shape = c.get_int_list("data.image_shape");
   f.data.synthetic_size = c.get_int("data.synthetic_size");
   HOTLOOP_CHECK_AS(

@@ -10,7 +10,7 @@ namespace {
 const std::vector<std::string> kBuiltInModels = {
     "fashion_cnn", "mlp", "resnet18", "resnet34", "gpt"};
 const std::vector<std::string> kBuiltInDatasets = {
-    "fashion_mnist", "idx", "image_folder", "text", "synthetic"};
+    "fashion_mnist", "idx", "image_folder", "csv", "text", "synthetic"};
 
 struct Registry {
   std::vector<ModelRegistration> models;

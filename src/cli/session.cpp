@@ -3,7 +3,9 @@
 #include "hotloop/cli/registry.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/csv_dataset.h"
 #include "hotloop/data/fashion_mnist.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/image_folder.h"
 #include "hotloop/data/subset.h"
 #include "hotloop/data/token_dataset.h"
@@ -13,6 +15,7 @@
 #include "hotloop/models/resnet.h"
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/language_model.h"
+#include "hotloop/train/regressor.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -187,6 +190,85 @@ Session idx_session(const FitConfig& config, bool with_train) {
   return session;
 }
 
+// data.dataset=csv: the table in data.path, a seeded data.val_fraction of
+// its rows validating; features standardized with the training rows' mean
+// and std; an MLP (or a registered model, given [features, 1, 1]).
+Session csv_session(const FitConfig& config, bool with_train) {
+  const DataConfig& d = config.data;
+  const bool regression = config.task == "regression";
+  const data::CsvDataset table(
+      d.path,
+      data::CsvDatasetOptions()
+          .delimiter('\0')
+          .label_column(d.label_column)
+          .feature_columns(d.feature_columns)
+          .regression(regression));
+  auto [train_rows, val_rows] =
+      data::random_split(table.size(), d.val_fraction, config.seed);
+  const at::Tensor inputs = table.inputs();
+  const at::Tensor train_inputs =
+      inputs.index_select(0, at::tensor(train_rows, at::kLong));
+  const at::Tensor mean = train_inputs.mean(0);
+  at::Tensor std = train_inputs.std(0, /*unbiased=*/false);
+  std = at::where(std > 0, std, at::ones_like(std)); // constant columns
+  auto standardized = std::make_shared<data::TensorDataset>(
+      (inputs - mean) / std, table.targets());
+  Session session;
+  session.feature_names = table.feature_names();
+  session.feature_mean = std::vector<double>(
+      mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+  session.feature_std = std::vector<double>(
+      std.data_ptr<float>(), std.data_ptr<float>() + std.numel());
+  const at::Tensor val_index = at::tensor(val_rows, at::kLong);
+  if (with_train) {
+    session.train_set =
+        std::make_shared<data::Subset>(standardized, std::move(train_rows));
+  }
+  session.val_set =
+      std::make_shared<data::Subset>(standardized, std::move(val_rows));
+  const int64_t features = inputs.size(1);
+  int64_t outputs = 1;
+  if (!regression) {
+    session.val_labels = table.targets().index_select(0, val_index);
+    session.class_names = table.class_names();
+    outputs = table.num_classes();
+    HOTLOOP_CHECK_AS(
+        DataError,
+        outputs >= 2,
+        d.path,
+        ": the label column holds one class; classification needs two or "
+        "more (for a number to predict: model.task=regression)");
+  }
+  torch::nn::AnyModule network;
+  double flops = 0;
+  if (const ModelRegistration* own = find_model(config.model_name)) {
+    network = own->builder()(
+        ModelInputs{*config.config, features, 1, 1, outputs});
+  } else {
+    const models::Mlp mlp(models::MlpOptions(features, outputs)
+                              .hidden(config.mlp_hidden)
+                              .dropout(config.model.dropout));
+    int64_t width = features;
+    for (int64_t hidden : config.mlp_hidden) {
+      flops += 2.0 * width * hidden;
+      width = hidden;
+    }
+    flops += 2.0 * width * outputs;
+    network = torch::nn::AnyModule(mlp);
+  }
+  std::shared_ptr<train::NetworkModule> module;
+  if (regression) {
+    module = std::make_shared<train::Regressor>(
+        std::move(network), config.optimizer, config.scheduler);
+  } else {
+    module = std::make_shared<train::ImageClassifier>(
+        std::move(network), config.optimizer, config.scheduler, config.top_k);
+  }
+  module->set_flops_per_sample(flops);
+  session.module = module;
+  return session;
+}
+
 // data.dataset=image_folder: data.root's class folders, validated on
 // data.val_root's or on a seeded data.val_fraction of data.root's images.
 Session image_folder_session(const FitConfig& config, bool with_train) {
@@ -307,6 +389,9 @@ Session build_session(const FitConfig& config, bool with_train) {
   }
   if (config.data.dataset == "image_folder") {
     return image_folder_session(config, with_train);
+  }
+  if (config.data.dataset == "csv") {
+    return csv_session(config, with_train);
   }
   if (config.data.dataset == "idx" || config.data.dataset == "fashion_mnist") {
     return idx_session(config, with_train);

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -145,6 +146,7 @@ struct CsvDataset::Parsed {
   std::vector<std::string> feature_names;
   std::string label_name;
   int64_t num_classes = 0;
+  std::vector<std::string> class_names;
 };
 
 CsvDataset::CsvDataset(const std::string& path, CsvDatasetOptions options)
@@ -154,7 +156,8 @@ CsvDataset::CsvDataset(Parsed parsed)
     : TensorDataset(std::move(parsed.features), std::move(parsed.labels)),
       feature_names_(std::move(parsed.feature_names)),
       label_name_(std::move(parsed.label_name)),
-      num_classes_(parsed.num_classes) {}
+      num_classes_(parsed.num_classes),
+      class_names_(std::move(parsed.class_names)) {}
 
 CsvDataset::Parsed CsvDataset::parse(
     const std::string& path, const CsvDatasetOptions& options) {
@@ -162,6 +165,11 @@ CsvDataset::Parsed CsvDataset::parse(
       ConfigError,
       options.header() || options.label_column().empty(),
       "data.label_column needs data.header (a header row naming the columns)");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.header() || options.feature_columns().empty(),
+      "data.feature_columns needs data.header (a header row naming the "
+      "columns)");
   const std::string text = read_file(path);
   std::string_view rest = text;
   if (rest.substr(0, kByteOrderMark.size()) == kByteOrderMark) {
@@ -172,9 +180,15 @@ CsvDataset::Parsed CsvDataset::parse(
   std::vector<std::string_view> fields;
   int64_t columns = 0; // set by the first row
   int64_t label = 0;
+  char delimiter = options.delimiter();
+  // Per column: its place among the features, or -1 (the label, or a
+  // column not asked for).
+  std::vector<int64_t> feature_slot;
+  int64_t feature_count = 0;
   std::vector<float> features;
-  std::vector<int64_t> classes;
-  std::vector<float> values;
+  std::vector<std::string> label_texts; // classification
+  std::vector<float> values;            // regression
+  std::vector<int64_t> label_lines;
   int64_t line = 0;
   while (!rest.empty()) {
     const size_t end = rest.find('\n');
@@ -187,7 +201,12 @@ CsvDataset::Parsed CsvDataset::parse(
     if (row.find_first_not_of(kBlank) == std::string_view::npos) {
       continue;
     }
-    split(row, options.delimiter(), fields);
+    if (delimiter == '\0') {
+      const auto tabs = std::count(row.begin(), row.end(), '\t');
+      const auto commas = std::count(row.begin(), row.end(), ',');
+      delimiter = tabs > commas ? '\t' : ',';
+    }
+    split(row, delimiter, fields);
     if (columns == 0) {
       columns = static_cast<int64_t>(fields.size());
       HOTLOOP_CHECK_AS(
@@ -204,6 +223,24 @@ CsvDataset::Parsed CsvDataset::parse(
         }
       }
       label = label_column(path, options, names, columns);
+      feature_slot.assign(columns, -1);
+      if (options.feature_columns().empty()) {
+        for (int64_t j = 0; j < columns; ++j) {
+          feature_slot[j] = j == label ? -1 : feature_count++;
+        }
+      } else {
+        for (const std::string& wanted : options.feature_columns()) {
+          const auto at = std::find(names.begin(), names.end(), wanted);
+          HOTLOOP_CHECK_AS(
+              ConfigError,
+              at != names.end() && at - names.begin() != label,
+              "data.feature_columns: '",
+              wanted,
+              at == names.end() ? "' is not a column of " : "' is the label of ",
+              path);
+          feature_slot[at - names.begin()] = feature_count++;
+        }
+      }
       if (options.header()) {
         continue;
       }
@@ -218,12 +255,20 @@ CsvDataset::Parsed CsvDataset::parse(
         columns,
         " columns, got ",
         fields.size());
+    const size_t row_start = features.size();
+    features.resize(row_start + feature_count);
     for (int64_t j = 0; j < columns; ++j) {
       const std::string_view field = unquote(fields[j]);
+      if (j == label && !options.regression()) {
+        label_texts.emplace_back(field);
+        label_lines.push_back(line);
+        continue;
+      }
+      if (j != label && feature_slot[j] < 0) {
+        continue;
+      }
       double value = 0;
-      const bool number = parse_number(field, value);
-      const bool class_label = j == label && !options.regression();
-      if (!number || (class_label && !is_class_index(value))) {
+      if (!parse_number(field, value)) {
         throw DataError(hotloop::detail::str_cat(
             path,
             ":",
@@ -231,38 +276,97 @@ CsvDataset::Parsed CsvDataset::parse(
             ": column ",
             j,
             names.empty() ? "" : " ('" + names[j] + "')",
-            class_label ? ": expected a class index (an integer >= 0), got '"
-                        : ": expected a number, got '",
+            field.empty() ? ": missing value" : ": expected a number, got '",
             field,
-            "'"));
+            field.empty() ? "" : "'"));
       }
-      if (j != label) {
-        features.push_back(static_cast<float>(value));
-      } else if (class_label) {
-        classes.push_back(static_cast<int64_t>(value));
-      } else {
+      if (j == label) {
         values.push_back(static_cast<float>(value));
+      } else {
+        features[row_start + feature_slot[j]] = static_cast<float>(value);
       }
     }
   }
   HOTLOOP_CHECK_AS(DataError, columns > 0, path, ": empty file");
-  const int64_t rows = static_cast<int64_t>(features.size()) / (columns - 1);
+  const auto rows = static_cast<int64_t>(
+      options.regression() ? values.size() : label_texts.size());
   HOTLOOP_CHECK_AS(
       DataError, rows > 0, path, ": no data rows after the header");
 
   Parsed parsed;
   parsed.features =
-      at::from_blob(features.data(), {rows, columns - 1}, at::kFloat).clone();
+      at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
   if (options.regression()) {
     parsed.labels = at::from_blob(values.data(), {rows}, at::kFloat).clone();
   } else {
+    // Integers >= 0 are class indices; any other label makes them all
+    // names, numbered in sorted order.
+    std::vector<int64_t> classes(rows);
+    bool indices = true;
+    bool numbers = true;
+    int64_t first_bad = -1;
+    for (int64_t i = 0; i < rows; ++i) {
+      double value = 0;
+      const bool number = parse_number(label_texts[i], value);
+      numbers = numbers && number;
+      if (number && is_class_index(value)) {
+        classes[i] = static_cast<int64_t>(value);
+      } else if (indices) {
+        indices = false;
+        first_bad = i;
+      }
+    }
+    // Numbers that are not all class indices (2.5, -1) are a regression
+    // target or a mistake, not names.
+    if (!indices && numbers) {
+      throw DataError(hotloop::detail::str_cat(
+          path,
+          ":",
+          label_lines[first_bad],
+          ": column ",
+          label,
+          names.empty() ? "" : " ('" + names[label] + "')",
+          ": expected a class index (an integer >= 0), got '",
+          label_texts[first_bad],
+          "' (for a number to predict: model.task=regression)"));
+    }
+    if (!indices) {
+      for (int64_t i = 0; i < rows; ++i) {
+        HOTLOOP_CHECK_AS(
+            DataError,
+            !label_texts[i].empty(),
+            path,
+            ":",
+            label_lines[i],
+            ": column ",
+            label,
+            names.empty() ? "" : " ('" + names[label] + "')",
+            ": missing label");
+      }
+      parsed.class_names = label_texts;
+      std::sort(parsed.class_names.begin(), parsed.class_names.end());
+      parsed.class_names.erase(
+          std::unique(parsed.class_names.begin(), parsed.class_names.end()),
+          parsed.class_names.end());
+      for (int64_t i = 0; i < rows; ++i) {
+        classes[i] = std::lower_bound(
+                         parsed.class_names.begin(),
+                         parsed.class_names.end(),
+                         label_texts[i]) -
+            parsed.class_names.begin();
+      }
+    }
     parsed.labels = at::from_blob(classes.data(), {rows}, at::kLong).clone();
     parsed.num_classes = parsed.labels.max().item<int64_t>() + 1;
   }
   if (!names.empty()) {
     parsed.label_name = names[label];
-    names.erase(names.begin() + label);
-    parsed.feature_names = std::move(names);
+    parsed.feature_names.resize(feature_count);
+    for (int64_t j = 0; j < columns; ++j) {
+      if (feature_slot[j] >= 0) {
+        parsed.feature_names[feature_slot[j]] = names[j];
+      }
+    }
   }
   return parsed;
 }

@@ -22,8 +22,8 @@ MlpImpl::MlpImpl(MlpOptions options) : options_(std::move(options)) {
       options_.in_features());
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.num_classes() > 1,
-      "model.num_classes must be > 1, got ",
+      options_.num_classes() >= 1,
+      "model.num_classes must be >= 1 (1: one number, a regression), got ",
       options_.num_classes());
   HOTLOOP_CHECK_AS(
       ConfigError,

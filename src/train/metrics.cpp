@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <limits>
+#include <string_view>
 
 namespace hotloop::train {
 
@@ -46,10 +48,23 @@ void MetricCollection::log(
   last_[name] = value.detach();
 }
 
+namespace {
+
+// A root-mean-square metric: logged as mean squares, reported as the root
+// of their mean.
+double reported(const std::string& name, double mean) {
+  constexpr std::string_view kRoot = "_rmse";
+  const bool root = name.size() >= kRoot.size() &&
+      name.compare(name.size() - kRoot.size(), kRoot.size(), kRoot) == 0;
+  return root ? std::sqrt(mean) : mean;
+}
+
+} // namespace
+
 std::map<std::string, double> MetricCollection::last() const {
   std::map<std::string, double> out;
   for (const auto& [name, value] : last_) {
-    out[name] = value.item<double>();
+    out[name] = reported(name, value.item<double>());
   }
   return out;
 }
@@ -57,7 +72,7 @@ std::map<std::string, double> MetricCollection::last() const {
 std::map<std::string, double> MetricCollection::compute() const {
   std::map<std::string, double> out;
   for (const auto& [name, metric] : metrics_) {
-    out[name] = metric.compute();
+    out[name] = reported(name, metric.compute());
   }
   return out;
 }

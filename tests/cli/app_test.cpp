@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <thread>
 #include <tuple>
@@ -207,7 +208,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.strategy=ddp",
       "--trainer.num_nodes=3",
       "--trainer.process_group_backend=gloo",
-      "--trainer.dist_timeout=42"};
+      "--trainer.dist_timeout=42",
+      "--trainer.sync_batchnorm=true"};
 }
 
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
@@ -260,13 +262,15 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(f.num_nodes, 3);
   EXPECT_EQ(f.group.backend(), "gloo");
   EXPECT_EQ(f.group.timeout(), 42);
+  EXPECT_TRUE(f.ddp.sync_batchnorm());
+  EXPECT_TRUE(f.model.sync_batchnorm);
   // Every trainer option was set above: a new option must be added here,
   // and to to_fit_config.
   int64_t trainer_options = 0;
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 45);
+  EXPECT_EQ(trainer_options, 46);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
@@ -854,6 +858,135 @@ TEST(Cli, AnyMnistFamilyFolderTakesItsShapeClassesAndStatisticsFromTheFiles) {
        "--ckpt_path=last"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("test_acc"));
+}
+
+// A table of 300 rows: x1 and x2 (x2 on another scale), an unused id,
+// a named class (which side of a line the point is) and a number to
+// predict (a linear function of the two).
+std::string write_table(const TempDir& dir) {
+  const std::string path = dir.file("table.csv");
+  std::ofstream csv(path);
+  csv << "id,x1,x2,kind,value\n";
+  for (int i = 0; i < 300; ++i) {
+    const double x1 = std::sin(i * 0.37) * 2;
+    const double x2 = std::cos(i * 0.91) * 100;
+    csv << i << "," << x1 << "," << x2 << ","
+        << (x1 + x2 / 50 > 0 ? "above" : "below") << ","
+        << 3 * x1 - x2 / 25 + 1 << "\n";
+  }
+  return path;
+}
+
+std::vector<std::string> table_fit(
+    const TempDir& dir, std::vector<std::string> extra) {
+  std::vector<std::string> args = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--data.dataset=csv",
+      "--data.path=" + write_table(dir),
+      "--data.feature_columns=x1, x2",
+      "--data.batch_size=16",
+      "--model.mlp_hidden=[16]",
+      "--optimizer.lr=0.01",
+      "--trainer.max_epochs=20",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
+  TempDir dir;
+  Result r = run_cli(
+      table_fit(dir, {"--data.label_column=kind", "--trainer.name=kinds"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fit: 270 training samples"));
+  const fs::path run = fs::path(dir.file("runs")) / "kinds" / "version_0";
+  EXPECT_GE(summary_value(run, "val_acc"), 0.9);
+  EXPECT_EQ(read_text((run / "classes.txt").string()), "above\nbelow\n");
+  // The training rows' statistics, kept with the run.
+  const auto standardization = nlohmann::json::parse(
+      read_text((run / "standardization.json").string()));
+  EXPECT_EQ(
+      standardization.at("columns"), nlohmann::json::array({"x1", "x2"}));
+  EXPECT_GT(standardization.at("std")[1].get<double>(), 50);
+  r = run_cli(
+      {"test", "--config=" + (run / "config.yaml").string(), "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
+  // A column the table lacks, a label made of numbers that are not
+  // classes, a cell that is not a number: each named.
+  r = run_cli(table_fit(dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("data.feature_columns: 'x3' is not a column of " +
+                dir.file("table.csv")));
+  r = run_cli(table_fit(dir, {"--data.label_column=value"}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("(for a number to predict: model.task=regression)"));
+  {
+    std::ofstream(dir.file("table.csv"), std::ios::app) << "300,1.5,x,above,2\n";
+  }
+  r = run_cli(
+      {"fit",
+       "--data.dataset=csv",
+       "--data.path=" + dir.file("table.csv"),
+       "--data.label_column=kind",
+       "--data.feature_columns=x1,x2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(dir.file("table.csv") +
+                ":302: column 2 ('x2'): expected a number, got 'x'"));
+}
+
+TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
+  TempDir dir;
+  Result r = run_cli(table_fit(
+      dir,
+      {"--data.label_column=value",
+       "--model.task=regression",
+       "--model_checkpoint.monitor=val_rmse",
+       "--model_checkpoint.mode=min",
+       "--trainer.name=values"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run = fs::path(dir.file("runs")) / "values" / "version_0";
+  // value = 3 x1 - x2 / 25 + 1 spreads over about +-10; the fit gets
+  // well inside that.
+  const double rmse = summary_value(run, "val_rmse");
+  EXPECT_LT(rmse, 0.5);
+  EXPECT_GT(rmse, 0);
+  EXPECT_LE(summary_value(run, "val_mae"), rmse);
+  EXPECT_NEAR(summary_value(run, "val_loss"), rmse * rmse, 1e-6);
+  const std::string csv = dir.file("values.csv");
+  r = run_cli(
+      {"predict",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last",
+       "--output=" + csv});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "index,prediction,target");
+  int64_t rows = 0;
+  while (std::getline(in, line)) {
+    std::vector<double> fields;
+    std::stringstream row(line);
+    for (std::string field; std::getline(row, field, ',');) {
+      fields.push_back(std::stod(field));
+    }
+    ASSERT_EQ(fields.size(), 3u);
+    EXPECT_NEAR(fields[1], fields[2], 2.0) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 30);
+  // Regression is for tables.
+  r = run_cli(small_fit(dir, {"--model.task=regression"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("model.task=regression needs data.dataset=csv"));
 }
 
 TEST(Cli, ReportHelpPrintsItsUsage) {

@@ -200,7 +200,7 @@ TEST(CsvDataset, BadFieldsNameLineColumnAndHeader) {
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(write_csv(dir, "1,,2\n"), CsvDatasetOptions().header(false)),
-      path + ":1: column 1: expected a number, got ''");
+      path + ":1: column 1: missing value");
 }
 
 TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
@@ -216,8 +216,16 @@ TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
       DataError,
       CsvDataset(write_csv(dir, "x,y\n1,-1\n")),
       "column 1 ('y'): expected a class index (an integer >= 0), got '-1'");
+  // Names are classes, numbered in sorted order.
+  const CsvDataset named(write_csv(dir, "x,y\n1,dog\n2,cat\n3,dog\n4,7\n"));
+  EXPECT_EQ(
+      named.class_names(), (std::vector<std::string>{"7", "cat", "dog"}));
+  EXPECT_TRUE(named.targets().equal(at::tensor({2, 1, 2, 0}, at::kLong)));
+  EXPECT_EQ(named.num_classes(), 3);
   EXPECT_THROWS_WITH(
-      DataError, CsvDataset(write_csv(dir, "x,y\n1,cat\n")), "got 'cat'");
+      DataError,
+      CsvDataset(write_csv(dir, "x,y\n1,dog\n2,\n")),
+      ":3: column 1 ('y'): missing label");
   // Integral values written as floats are class indices; regression takes
   // any number.
   EXPECT_TRUE(CsvDataset(write_csv(dir, "x,y\n1,2.0\n"))
@@ -226,6 +234,33 @@ TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
   EXPECT_TRUE(CsvDataset(path, CsvDatasetOptions().regression(true))
                   .targets()
                   .equal(at::tensor({2.f, 2.5f})));
+}
+
+TEST(CsvDataset, PicksFeatureColumnsByNameAndFindsTheDelimiter) {
+  TempDir dir;
+  const std::string path =
+      write_csv(dir, "a\tb\tlabel\tc\n1\t2\t0\t3\n4\t5\t1\t6\n", "t.tsv");
+  const CsvDataset all(
+      path, CsvDatasetOptions().delimiter('\0').label_column("label"));
+  EXPECT_EQ(all.feature_names(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(all.inputs().equal(
+      at::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).view({2, 3})));
+  const CsvDataset some(
+      path,
+      CsvDatasetOptions().delimiter('\0').label_column("label").feature_columns(
+          {"c", "a"}));
+  EXPECT_EQ(some.feature_names(), (std::vector<std::string>{"c", "a"}));
+  EXPECT_TRUE(
+      some.inputs().equal(at::tensor({3.f, 1.f, 6.f, 4.f}).view({2, 2})));
+  EXPECT_THAT(
+      [&] {
+        CsvDataset(
+            path,
+            CsvDatasetOptions().delimiter('\0').label_column("label").feature_columns(
+                {"d"}));
+      },
+      ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
+          "data.feature_columns: 'd' is not a column of " + path)));
 }
 
 TEST(CsvDataset, BadLabelOptionsNameTheOption) {

@@ -53,6 +53,10 @@ struct DataConfig {
   /// image_folder: "fail" or "skip" an unreadable file
   /// (data::ImageFolderOptions::on_bad_sample).
   std::string on_bad_sample = "fail";
+  /// csv: the label column's header name ("": the last column) and the
+  /// feature columns' (empty: every other column).
+  std::string label_column;
+  std::vector<std::string> feature_columns;
   /// idx: the files' name prefix (EMNIST's "emnist-letters-"); "": none,
   /// or the only one in root.
   std::string idx_prefix;
@@ -99,6 +103,8 @@ struct FitConfig {
   models::GptOptions gpt;
   /// model.top_k: the extra top-k accuracy the classifier logs.
   int64_t top_k = 5;
+  /// model.task: classification, or regression (csv: a number per row).
+  std::string task = "classification";
   /// The model_checkpoint section (used when trainer.enable_checkpointing).
   train::ModelCheckpointOptions checkpoint;
   /// The early_stopping section; empty unless early_stopping.enabled.

@@ -30,6 +30,11 @@ struct Session {
   /// Class k's name (image_folder: its folder); empty where classes are
   /// only numbers.
   std::vector<std::string> class_names;
+  /// csv: the feature columns and the training rows' mean and std that
+  /// standardized them.
+  std::vector<std::string> feature_names;
+  std::vector<double> feature_mean;
+  std::vector<double> feature_std;
   /// image_folder: the folders read, for what they could not decode.
   std::vector<std::shared_ptr<const data::ImageFolder>> image_folders;
 };

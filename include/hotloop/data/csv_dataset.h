@@ -21,12 +21,20 @@ struct CsvDatasetOptions {
   TORCH_ARG(int64_t, label_index) = -1;
   /// Labels are float32 regression targets instead of int64 class indices.
   TORCH_ARG(bool, regression) = false;
-  /// Field separator.
+  /// Field separator; '\0': a tab when the first row has more tabs than
+  /// commas, else a comma.
   TORCH_ARG(char, delimiter) = ',';
+  /// The feature columns by header name, in this order (needs `header`);
+  /// empty: every column but the label, in file order.
+  TORCH_ARG(std::vector<std::string>, feature_columns);
 };
 
-/// A CSV file of numbers, parsed once into memory: one label column, every
-/// other column a float32 feature.
+/// A CSV file of numbers, parsed once into memory: one label column, the
+/// feature columns (every other column, or those named) float32.
+///
+/// Class labels are integers >= 0 as they are; when any label is not one
+/// (a name, say "setosa"), every label is a name, and class k is the k-th
+/// of the sorted distinct names (class_names()).
 ///
 /// Fields may be surrounded by spaces and double quotes; blank lines, a
 /// UTF-8 byte order mark and CRLF line ends are accepted. Numbers are read
@@ -59,6 +67,10 @@ class CsvDataset : public TensorDataset {
   int64_t num_classes() const {
     return num_classes_;
   }
+  /// Class k's name when the labels were names; empty otherwise.
+  const std::vector<std::string>& class_names() const {
+    return class_names_;
+  }
 
  private:
   struct Parsed;
@@ -69,6 +81,7 @@ class CsvDataset : public TensorDataset {
   std::vector<std::string> feature_names_;
   std::string label_name_;
   int64_t num_classes_ = 0;
+  std::vector<std::string> class_names_;
 };
 
 } // namespace hotloop::data

@@ -21,6 +21,7 @@ struct MlpOptions {
   /// (784 for [B, 1, 28, 28] images); > 0.
   TORCH_ARG(int64_t, in_features);
   /// Output logits per sample; > 1.
+  /// Outputs per sample: the classes' logits, or 1 for a regression.
   TORCH_ARG(int64_t, num_classes);
   /// Width of each hidden layer, in order (each > 0); empty for a linear
   /// model.

@@ -53,6 +53,8 @@ class MeanMetric {
 class MetricCollection {
  public:
   /// Adds `value` (a batch mean) with `weight` (its sample count) to `name`.
+  /// A name ending in `_rmse` takes batch mean squares and reports the root
+  /// of their mean, so that it is exact over uneven batches and processes.
   void log(const std::string& name, double value, double weight = 1.0);
   /// Logs a 0-dim tensor: detached and read as a double.
   void log(
