@@ -2,6 +2,7 @@
 
 // What every benchmark prints about the machine it ran on.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,5 +32,28 @@ Machine describe_machine();
 void print_machine(
     const Machine& machine,
     const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+/// `s` in single quotes for /bin/sh, inner quotes escaped.
+std::string shell_quote(const std::string& s);
+
+/// Runs `command` through the shell; stdout comes back in `output` (stderr
+/// passes through to ours). Returns the exit status, or -1 when it could not
+/// start or was killed.
+int run_command(const std::string& command, std::string& output);
+
+/// The string value of "key" in a flat JSON text, unescaping \" and \\
+/// only; nullopt when absent.
+std::optional<std::string> json_string(
+    const std::string& text, const std::string& key);
+
+/// The number value of "key" in a flat JSON text; nullopt when absent.
+std::optional<double> json_number(
+    const std::string& text, const std::string& key);
+
+/// `s` escaped for a JSON string (quotes, backslashes, control bytes).
+std::string json_escape(const std::string& s);
+
+/// `s` as a JSON string literal.
+std::string quoted(const std::string& s);
 
 } // namespace hotloop::bench

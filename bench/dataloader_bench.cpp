@@ -48,6 +48,10 @@
 #endif
 
 using hotloop::bench::describe_machine;
+using hotloop::bench::json_number;
+using hotloop::bench::json_string;
+using hotloop::bench::quoted;
+using hotloop::bench::shell_quote;
 using hotloop::bench::load_average;
 using hotloop::bench::Machine;
 
@@ -267,52 +271,6 @@ Measurement bench_copy(int64_t samples, int64_t epochs) {
 }
 
 // --- Python subprocess -----------------------------------------------------
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
-// The string value of "key" in a flat JSON text, unescaping \" and \\ only.
-std::optional<std::string> json_string(
-    const std::string& text, const std::string& key) {
-  const std::string needle = "\"" + key + "\": \"";
-  size_t at = text.find(needle);
-  if (at == std::string::npos) {
-    return std::nullopt;
-  }
-  std::string value;
-  for (at += needle.size(); at < text.size() && text[at] != '"'; ++at) {
-    if (text[at] == '\\' && at + 1 < text.size()) {
-      ++at;
-    }
-    value += text[at];
-  }
-  return value;
-}
-
-std::optional<double> json_number(
-    const std::string& text, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const size_t at = text.find(needle);
-  if (at == std::string::npos) {
-    return std::nullopt;
-  }
-  const char* begin = text.c_str() + at + needle.size();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  if (end == begin) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 struct PythonResult {
   std::vector<Row> rows; // one per worker count, or one skipped row
@@ -570,27 +528,6 @@ void print_table(
         t.against.empty() ? "" : " ",
         t.against.empty() ? "" : ("(" + t.against + ")").c_str());
   }
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof(code), "\\u%04x", c);
-      out += code;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string quoted(const std::string& s) {
-  return "\"" + json_escape(s) + "\"";
 }
 
 void print_json(

@@ -67,7 +67,7 @@ set(flags --model.name=tiny_net --model.width=32 --model.num_classes=2
   --data.horizontal_flip=false --data.mean=[0.5] --data.std=[0.5]
   --trainer.name=own --trainer.enable_progress_bar=false)
 run_step(COMMAND ${own} fit --help
-  MATCHES "--model.width=64 +tiny_net: hidden units"
+  MATCHES " model for tiny_net:\n  --model.width=64 +hidden units"
           "tiny_net: a one-hidden-layer perceptron"
           "stripes: horizontal or vertical stripes"
           "--data.stripes_seed=1")
