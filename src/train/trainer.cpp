@@ -65,6 +65,7 @@ Trainer::Trainer(TrainerOptions options, std::ostream& out)
     : options_(resolve_trainer_options(std::move(options))),
       out_(out),
       device_(resolve_device(options_.accelerator(), options_.devices())),
+      input_device_(device_),
       strategy_(std::make_shared<Strategy>()) {}
 
 Trainer::~Trainer() = default;
@@ -252,7 +253,12 @@ void Trainer::prepare_callbacks(const std::string& run_dir) {
 }
 
 void Trainer::prepare_module(Module& module) {
-  module.to(device_);
+  if (const std::optional<c10::Device> placed = module.input_device()) {
+    input_device_ = *placed; // it keeps the devices it chose
+  } else {
+    module.to(device_);
+    input_device_ = device_;
+  }
   if (options_.channels_last()) {
     at::NoGradGuard no_grad;
     for (at::Tensor parameter : module.parameters()) {
@@ -268,12 +274,12 @@ data::Batch Trainer::prepare_batch(
     const Precision& precision, const data::Batch& batch) const {
   at::Tensor input = batch.input;
   at::Tensor target = batch.target;
-  if (input.defined() && input.device() != device_) {
+  if (input.defined() && input.device() != input_device_) {
     // Pinned host memory makes these copies asynchronous.
-    input = input.to(device_, /*non_blocking=*/true);
+    input = input.to(input_device_, /*non_blocking=*/true);
   }
-  if (target.defined() && target.device() != device_) {
-    target = target.to(device_, /*non_blocking=*/true);
+  if (target.defined() && target.device() != input_device_) {
+    target = target.to(input_device_, /*non_blocking=*/true);
   }
   if (options_.channels_last() && input.dim() == 4) {
     input = input.contiguous(at::MemoryFormat::ChannelsLast);

@@ -19,6 +19,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
+#include <set>
+#include <string>
 #include <limits>
 #include <sstream>
 
@@ -1029,6 +1032,56 @@ TEST_F(TrainerTest, AShortFitGivesThePinnedLossMetricsAndWeights) {
     EXPECT_EQ(summary.at(key).get<double>(), result.metrics.at(key)) << key;
   }
   EXPECT_EQ(summary.at("steps"), 8);
+}
+
+} // namespace
+} // namespace hotloop::train
+
+namespace hotloop::train {
+namespace {
+
+// A classifier that places itself: a buffer stays on the meta device,
+// which no whole-module move could take (a copy out of meta fails), as a
+// decoder on a second GPU would stay there.
+class SelfPlaced : public ImageClassifier {
+ public:
+  explicit SelfPlaced(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {
+    register_buffer("elsewhere", at::empty({4}, at::Device(at::kMeta)));
+  }
+  std::optional<c10::Device> input_device() const override {
+    return placed_;
+  }
+  void set_input_device(std::optional<c10::Device> device) {
+    placed_ = device;
+  }
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    devices_seen.insert(batch.input.device().str());
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+  std::set<std::string> devices_seen;
+
+ private:
+  std::optional<c10::Device> placed_ = c10::Device(at::kCPU);
+};
+
+TEST_F(TrainerTest, AModuleThatPlacesItselfKeepsItsDevices) {
+  SelfPlaced module(std::move(*make_module(3)));
+  auto train = train_loader();
+  Trainer trainer(
+      options().max_epochs(1).enable_checkpointing(false).logger(false));
+  const FitResult result = trainer.fit(module, train, &val_loader_);
+  EXPECT_EQ(result.epochs, 1);
+  EXPECT_TRUE(module.named_buffers()["elsewhere"].is_meta());
+  EXPECT_EQ(module.devices_seen, (std::set<std::string>{"cpu"}));
+  // Without the hook the Trainer moves the whole module, which this one's
+  // meta buffer cannot survive.
+  module.set_input_device(std::nullopt);
+  EXPECT_ANY_THROW(Trainer(options().max_epochs(1).logger(false))
+                       .fit(module, train, &val_loader_));
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,15 @@ class Module : public torch::nn::Module {
 
   /// Builds the optimizers and schedules for a fit as long as `plan`.
   virtual OptimizerSetup configure_optimizers(const FitPlan& plan) = 0;
+
+  /// For a module that places its own submodules (an encoder on one GPU, a
+  /// decoder on another): the device its batches go to. The Trainer then
+  /// keeps that placement, and DistributedDataParallel wraps the module
+  /// as it is, without device ids. nullopt (the default): the Trainer
+  /// moves the whole module to its device.
+  virtual std::optional<c10::Device> input_device() const {
+    return std::nullopt;
+  }
 };
 
 } // namespace hotloop::train

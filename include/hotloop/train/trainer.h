@@ -241,6 +241,8 @@ class Trainer {
   std::ostream& out_;
   std::ostream discard_{nullptr};
   c10::Device device_;
+  // Where batches go: device_, or the device a self-placed module names.
+  c10::Device input_device_;
   std::string log_dir_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Callback>> active_callbacks_;
