@@ -429,6 +429,9 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   const at::Tensor targets = session.val_labels;
   const std::vector<std::string>& names = session.class_names;
   const bool named = !names.empty();
+  // Images without labels (data.predict_root): no target columns.
+  const bool labeled = targets.defined();
+  const bool files = !session.val_names.empty();
   int64_t rows = 0;
   train::write_file_atomically(output, [&](std::ostream& csv) {
     // With class names (image folders), also the file, the classes' names
@@ -438,10 +441,12 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
               std::max<int64_t>(config.top_k, 1),
               static_cast<int64_t>(names.size()))
         : 0;
-    csv << (named ? "index,file,prediction,class,probability,target,"
-                    "target_class,top" +
-                        std::to_string(k) + "\n"
-                  : "index,prediction,probability,target\n");
+    if (named) {
+      csv << "index," << (files ? "file," : "") << "prediction,class,probability,"
+          << (labeled ? "target,target_class," : "") << "top" << k << "\n";
+    } else {
+      csv << "index,prediction,probability,target\n";
+    }
     int64_t index = 0;
     for (const at::Tensor& batch : batches) {
       const at::Tensor probabilities = batch.to(at::kCPU).to(at::kDouble);
@@ -450,18 +455,22 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
           named ? probabilities.topk(k, 1) : std::tuple<at::Tensor, at::Tensor>();
       for (int64_t i = 0; i < probabilities.size(0); ++i, ++index) {
         const int64_t prediction = predicted[i].item<int64_t>();
-        const int64_t target = targets[index].item<int64_t>();
+        const int64_t target = labeled ? targets[index].item<int64_t>() : -1;
         csv << index << ",";
-        if (named) {
+        if (files) {
           csv << log::csv_field(session.val_names.at(index)) << ",";
         }
         csv << prediction << ",";
         if (named) {
           csv << log::csv_field(names.at(prediction)) << ",";
         }
-        csv << best[i].item<double>() << "," << target;
+        csv << best[i].item<double>();
+        if (labeled) {
+          csv << "," << target;
+        }
         if (named) {
-          csv << "," << log::csv_field(names.at(target)) << ",";
+          csv << (labeled ? "," + log::csv_field(names.at(target)) : "")
+              << ",";
           std::string pairs;
           for (int64_t j = 0; j < k; ++j) {
             std::ostringstream pair;

@@ -477,6 +477,42 @@ ConfigSchema make_schema() {
           "also log val/test accuracy within the top k classes; 1: off",
           1));
   s.add(choice(
+      "model.init",
+      "default",
+      {"default",
+       "xavier_uniform",
+       "xavier_normal",
+       "kaiming_uniform",
+       "kaiming_normal",
+       "orthogonal",
+       "trunc_normal"},
+      "re-draw every Linear, Conv and Embedding weight with torch.nn.init's "
+      "scheme of this name (biases 0, norm layers 1 and 0); default: "
+      "PyTorch's own"));
+  s.add(
+      opt("model.init_gain",
+          T::kFloat,
+          "1.0",
+          "xavier_* and orthogonal init: the gain",
+          0));
+  s.add(choice(
+      "model.init_mode",
+      "fan_in",
+      {"fan_in", "fan_out"},
+      "kaiming_* init: keep the forward (fan_in) or backward (fan_out) "
+      "variance"));
+  s.add(choice(
+      "model.init_nonlinearity",
+      "relu",
+      {"relu", "leaky_relu", "tanh", "sigmoid", "linear"},
+      "kaiming_* init: the activation after the layer"));
+  s.add(
+      opt("model.init_std",
+          T::kFloat,
+          "0.02",
+          "trunc_normal init: the standard deviation (cut at two)",
+          0));
+  s.add(choice(
       "model.task",
       "classification",
       {"classification", "regression"},
@@ -682,6 +718,12 @@ ConfigSchema make_schema() {
           "",
           "image_folder: validation images, a folder per class; \"\": a "
           "seeded data.val_fraction of data.root"));
+  s.add(
+      opt("data.predict_root",
+          T::kString,
+          "",
+          "image_folder: hotloop predict reads every image under this folder "
+          "(no class folders needed) instead of the validation split"));
   s.add(
       opt("data.image_size",
           T::kIntList,
@@ -1103,6 +1145,11 @@ FitConfig to_fit_config(const Config& c) {
     f.model_name = "mlp"; // a table's rows are vectors
   }
   f.task = c.get_string("model.task");
+  f.init.scheme(c.get_string("model.init"))
+      .gain(c.get_float("model.init_gain"))
+      .mode(c.get_string("model.init_mode"))
+      .nonlinearity(c.get_string("model.init_nonlinearity"))
+      .std(c.get_float("model.init_std"));
   HOTLOOP_CHECK_AS(
       ConfigError,
       f.task == "classification" || f.data.dataset == "csv",
@@ -1267,6 +1314,7 @@ FitConfig to_fit_config(const Config& c) {
   f.data.transform.mean = c.get_float_list("data.mean");
   f.data.transform.std = c.get_float_list("data.std");
   f.data.val_root = c.get_string("data.val_root");
+  f.data.predict_root = c.get_string("data.predict_root");
   f.data.image_size = c.get_int_list("data.image_size");
   HOTLOOP_CHECK_AS(
       ConfigError,

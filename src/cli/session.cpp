@@ -11,6 +11,7 @@
 #include "hotloop/data/token_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
+#include "hotloop/models/init.h"
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
 #include "hotloop/train/classifier.h"
@@ -295,6 +296,23 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   session.class_names = train_folder->classes();
   std::shared_ptr<data::ImageFolder> val_folder;
   std::vector<int64_t> val_indices;
+  if (!with_train && !d.predict_root.empty()) {
+    // Images to predict: no labels, the training folder's class names.
+    eval_options.classes(train_folder->classes()).unlabeled(true);
+    val_folder =
+        std::make_shared<data::ImageFolder>(d.predict_root, eval_options);
+    session.val_set = val_folder;
+    for (const auto& sample : val_folder->samples()) {
+      session.val_names.push_back(sample.path);
+    }
+    session.image_folders = {train_folder, val_folder};
+    add_image_classifier(
+        session,
+        config,
+        {d.channels, d.image_size[0], d.image_size[1]},
+        static_cast<int64_t>(session.class_names.size()));
+    return session;
+  }
   if (d.val_root.empty()) {
     val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
     auto [train_indices, held_out] = data::random_split(
@@ -380,10 +398,8 @@ Session text_session(const FitConfig& config) {
   return session;
 }
 
-} // namespace
-
-Session build_session(const FitConfig& config, bool with_train) {
-  train::seed_everything(config.seed);
+// The datasets and model data.dataset names.
+Session data_and_model(const FitConfig& config, bool with_train) {
   if (config.data.dataset == "text") {
     return text_session(config);
   }
@@ -397,6 +413,16 @@ Session build_session(const FitConfig& config, bool with_train) {
     return idx_session(config, with_train);
   }
   return image_session(config, with_train);
+}
+
+} // namespace
+
+Session build_session(const FitConfig& config, bool with_train) {
+  train::seed_everything(config.seed);
+  Session session = data_and_model(config, with_train);
+  // After the seed and the model's own init: the same weights every run.
+  models::init_weights(*session.module, config.init);
+  return session;
 }
 
 data::DataLoaderOptions loader_options(

@@ -441,6 +441,26 @@ void ImageFolder::scan(const std::string& root) {
   std::error_code ec;
   HOTLOOP_CHECK_AS(
       DataError, fs::is_directory(root, ec), root, ": no such folder");
+  if (options_.unlabeled()) {
+    classes_ = options_.classes();
+    std::vector<std::string> files;
+    for (const fs::directory_entry& entry : fs::recursive_directory_iterator(
+             root, fs::directory_options::follow_directory_symlink)) {
+      if (entry.is_regular_file() && is_image_file(entry.path())) {
+        files.push_back(entry.path().string());
+      }
+    }
+    HOTLOOP_CHECK_AS(
+        DataError,
+        !files.empty(),
+        root,
+        ": no images (expected .jpg, .jpeg or .png files)");
+    std::sort(files.begin(), files.end());
+    for (std::string& file : files) {
+      samples_.push_back(Sample{std::move(file), -1});
+    }
+    return;
+  }
   std::vector<std::string> folders;
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();

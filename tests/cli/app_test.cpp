@@ -709,6 +709,25 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   EXPECT_EQ(rows, 20);
   EXPECT_GE(right, 18);
 
+  // Images without classes: every file under a folder, predicted.
+  hotloop::testing::write_image_folder(dir.file("new"), 8, 16, 5);
+  const std::string fresh = dir.file("fresh.csv");
+  r = run_cli(
+      {"predict",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last",
+       "--data.predict_root=" + dir.file("new"),
+       "--output=" + fresh});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("8 rows written"));
+  {
+    std::ifstream unlabeled(fresh);
+    std::getline(unlabeled, line);
+    EXPECT_EQ(line, "index,file,prediction,class,probability,top2");
+    std::getline(unlabeled, line);
+    EXPECT_THAT(line, HasSubstr(dir.file("new") + "/"));
+  }
+
   // The fit left the validation split's confusion for the report, and
   // test prints each class's accuracy and the matrix.
   const auto table = log::read_confusion_csv((run / "confusion.csv").string());
@@ -913,6 +932,20 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
       {"test", "--config=" + (run / "config.yaml").string(), "--ckpt_path=last"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
+  r = run_cli(
+      {"predict",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last",
+       "--output=" + dir.file("kinds.csv")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  {
+    std::ifstream in(dir.file("kinds.csv"));
+    std::string header, first;
+    std::getline(in, header);
+    std::getline(in, first);
+    EXPECT_EQ(header, "index,prediction,class,probability,target,target_class,top2");
+    EXPECT_THAT(first, ::testing::ContainsRegex("^0,[01],(above|below),"));
+  }
   // A column the table lacks, a label made of numbers that are not
   // classes, a cell that is not a number: each named.
   r = run_cli(table_fit(dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
@@ -987,6 +1020,27 @@ TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
   EXPECT_THAT(
       r.err,
       HasSubstr("model.task=regression needs data.dataset=csv"));
+}
+
+TEST(Cli, ModelInitRedrawsTheWeightsTheSameWayEveryRun) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 32);
+  const auto loss = [&](const std::string& init, const std::string& name) {
+    const Result r = run_cli(small_fit(
+        dir,
+        {"--trainer.max_epochs=1",
+         "--model.init=" + init,
+         "--trainer.name=" + name}));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return summary_value(
+        fs::path(dir.file("runs")) / name / "version_0", "train_loss");
+  };
+  const double orthogonal = loss("orthogonal", "a");
+  EXPECT_EQ(loss("orthogonal", "b"), orthogonal);
+  EXPECT_NE(loss("default", "c"), orthogonal);
+  const Result bad = run_cli(small_fit(dir, {"--model.init=he"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("model.init"));
 }
 
 TEST(Cli, ReportHelpPrintsItsUsage) {

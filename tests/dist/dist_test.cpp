@@ -1088,11 +1088,10 @@ bool has_torchrun() {
              ">/dev/null 2>&1") == 0;
 }
 
-TEST(Torchrun, StartsTheSameProgramOnOneNode) {
-  if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
-  }
-  TempDir dir;
+// python3's arguments for torchrun starting 2 processes of hotloop on this
+// node, with `flags` for torchrun and `fit` for hotloop.
+std::vector<std::string> torchrun_two(
+    const std::vector<std::string>& flags, const std::vector<std::string>& fit) {
   std::vector<std::string> args{
       "-m",
       "torch.distributed.run",
@@ -1100,10 +1099,20 @@ TEST(Torchrun, StartsTheSameProgramOnOneNode) {
       "--redirects=1",
       "--tee=1",
       "--nproc_per_node=2",
-      "--master_port=" + std::to_string(free_port()),
-      HOTLOOP_CLI_PATH};
-  const auto fit = cli_fit(dir.file("runs"), {"--trainer.max_epochs=2"});
+      "--master_port=" + std::to_string(free_port())};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.push_back(HOTLOOP_CLI_PATH);
   args.insert(args.end(), fit.begin(), fit.end());
+  return args;
+}
+
+TEST(Torchrun, StartsTheSameProgramOnOneNode) {
+  if (!has_torchrun()) {
+    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
+  }
+  TempDir dir;
+  const auto args = torchrun_two(
+      {}, cli_fit(dir.file("runs"), {"--trainer.max_epochs=2"}));
   const pid_t pid = start("/usr/bin/python3", args, dir.file("fit.log"));
   ASSERT_EQ(finish(pid, kWorkerLimit), 0) << read_text(dir.file("fit.log"));
   const auto summary = nlohmann::json::parse(
@@ -1117,20 +1126,10 @@ TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
     GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
   }
   TempDir dir;
-  std::vector<std::string> args{
-      "-m",
-      "torch.distributed.run",
-      "--no_python",
-      "--redirects=1",
-      "--tee=1",
-      "--nproc_per_node=2",
-      "--max_restarts=1",
-      "--monitor_interval=1",
-      "--master_port=" + std::to_string(free_port()),
-      HOTLOOP_CLI_PATH};
-  const auto fit = cli_fit(
-      dir.file("runs"), {"--trainer.max_epochs=60", "--ckpt_path", "auto"});
-  args.insert(args.end(), fit.begin(), fit.end());
+  const auto args = torchrun_two(
+      {"--max_restarts=1", "--monitor_interval=1"},
+      cli_fit(
+          dir.file("runs"), {"--trainer.max_epochs=60", "--ckpt_path", "auto"}));
   const pid_t pid = start("/usr/bin/python3", args, dir.file("fit.log"));
   std::map<int64_t, pid_t> ranks;
   for (int i = 0; i < 600; ++i) {

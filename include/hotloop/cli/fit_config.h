@@ -4,6 +4,7 @@
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/init.h"
 #include "hotloop/models/gpt.h"
 #include "hotloop/optim/optimizer_factory.h"
 #include "hotloop/train/early_stopping.h"
@@ -38,6 +39,9 @@ struct DataConfig {
   /// image_folder: validation images in the same class folders; empty: a
   /// seeded val_fraction of root.
   std::string val_root;
+  /// image_folder: predict on every image under this folder (no classes)
+  /// instead of the validation split.
+  std::string predict_root;
   /// image_folder: [height, width] of every image after its crop.
   std::vector<int64_t> image_size = {224, 224};
   /// image_folder: 3 (RGB) or 1 (grayscale).
@@ -103,6 +107,8 @@ struct FitConfig {
   models::GptOptions gpt;
   /// model.top_k: the extra top-k accuracy the classifier logs.
   int64_t top_k = 5;
+  /// model.init and its options: how the network's weights are drawn.
+  models::InitOptions init;
   /// model.task: classification, or regression (csv: a number per row).
   std::string task = "classification";
   /// The model_checkpoint section (used when trainer.enable_checkpointing).

@@ -25,6 +25,9 @@ struct ImageFolderOptions {
   TORCH_ARG(std::vector<int64_t>, image_size);
   /// 3: RGB; 1: grayscale, with PIL's `convert("L")` weights.
   TORCH_ARG(int64_t, channels) = 3;
+  /// Every image under root, in any folder, sorted by path, with target -1:
+  /// images to predict (class names, if wanted, from `classes`).
+  TORCH_ARG(bool, unlabeled) = false;
   /// Class names in class order; empty: the sorted subfolders of root.
   /// Given (a validation folder takes the training folder's), a subfolder
   /// outside the list is an error and a class may have no folder.
