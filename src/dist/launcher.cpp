@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <map>
 #include <thread>
 
@@ -240,16 +241,24 @@ int launch(
     if (status != 0 && !expected_stop) {
       failed = true;
       result = exit_code(status);
-      err << "hotloop: rank " << rank << " " << describe(status);
+      // One write of the whole line: the other ranks share this stream,
+      // and their own errors must not land inside it.
+      std::string line = hotloop::detail::str_cat(
+          "hotloop: rank ", rank, " ", describe(status));
       if (!ranks.empty()) {
-        err << "; stopping the other " << ranks.size() << " process"
-            << (ranks.size() == 1 ? "" : "es");
+        line += hotloop::detail::str_cat(
+            "; stopping the other ",
+            ranks.size(),
+            " process",
+            ranks.size() == 1 ? "" : "es");
+      }
+      err << line + "\n";
+      err.flush();
+      if (!ranks.empty()) {
         signal_all(SIGTERM);
         kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
                                      options.grace_seconds * 1000));
       }
-      err << "\n";
-      err.flush();
     } else if (status != 0 && forwarded != 0 && result == 0) {
       result = exit_code(status);
     }
