@@ -91,6 +91,17 @@ std::shared_ptr<data::ImageClassificationDataset> synthetic_split(
       std::move(images), std::move(labels), transform);
 }
 
+// The transform of validation, test and predict images: the training one's
+// normalization and output type, without augmentation.
+data::ImageTransformOptions evaluation(
+    const data::ImageTransformOptions& training) {
+  data::ImageTransformOptions eval;
+  eval.mean = training.mean;
+  eval.std = training.std;
+  eval.dtype = training.dtype;
+  return eval;
+}
+
 // The model named by model.name for [C, H, W] images of `classes` classes,
 // in an ImageClassifier.
 void add_image_classifier(
@@ -109,10 +120,8 @@ void add_image_classifier(
 
 Session image_session(const FitConfig& config, bool with_train) {
   Session session;
-  data::ImageTransformOptions eval_transform;
-  eval_transform.mean = config.data.transform.mean;
-  eval_transform.std = config.data.transform.std;
-  eval_transform.dtype = config.data.transform.dtype;
+  const data::ImageTransformOptions eval_transform =
+      evaluation(config.data.transform);
   const auto split = [&](bool train) {
     const auto& transform = train ? config.data.transform : eval_transform;
     if (const DatasetRegistration* own = find_dataset(config.data.dataset)) {
@@ -166,10 +175,7 @@ Session idx_session(const FitConfig& config, bool with_train) {
     std::tie(train_transform.mean, train_transform.std) =
         data::channel_statistics(train->images());
   }
-  data::ImageTransformOptions eval_transform;
-  eval_transform.mean = train_transform.mean;
-  eval_transform.std = train_transform.std;
-  eval_transform.dtype = train_transform.dtype;
+  const data::ImageTransformOptions eval_transform = evaluation(train_transform);
   Session session;
   if (with_train) {
     session.train_set = std::make_shared<data::ImageClassificationDataset>(
@@ -284,11 +290,7 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   data::ImageFolderOptions train_options = options;
   train_options.crop(d.train_crop).transform(d.transform);
   data::ImageFolderOptions eval_options = options;
-  data::ImageTransformOptions eval_transform;
-  eval_transform.mean = d.transform.mean;
-  eval_transform.std = d.transform.std;
-  eval_transform.dtype = d.transform.dtype;
-  eval_options.crop(d.val_crop).transform(eval_transform);
+  eval_options.crop(d.val_crop).transform(evaluation(d.transform));
 
   Session session;
   const auto train_folder =
