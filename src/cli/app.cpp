@@ -173,12 +173,9 @@ void report_bad_samples(std::ostream& out, const Session& session) {
 // The image model's confusion matrix over `loader` (the session's
 // validation split, in order).
 at::Tensor confusion_of(
-    train::Trainer& trainer,
-    Session& session,
-    data::DataLoader& loader,
-    const std::string& ckpt_path = "") {
+    train::Trainer& trainer, Session& session, data::DataLoader& loader) {
   const std::vector<at::Tensor> scores =
-      trainer.predict(*session.module, loader, ckpt_path);
+      trainer.predict(*session.module, loader);
   const int64_t classes = scores.empty() ? 0 : scores.front().size(1);
   return log::confusion_matrix(scores, session.val_labels, classes);
 }
@@ -368,10 +365,10 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   print_metrics(out, metrics);
   report_bad_samples(out, session);
   if (test && session.val_labels.defined()) {
-    data::DataLoader again(
-        session.val_set, loader_options(config, session, false));
+    // The module holds the checkpoint's weights now: one more pass for
+    // the predictions, no second load.
     log::print_confusion(
-        out, confusion_of(trainer, session, again, ckpt_path), session.class_names);
+        out, confusion_of(trainer, session, loader), session.class_names);
   }
   return 0;
 }

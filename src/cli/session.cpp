@@ -31,7 +31,7 @@ namespace hotloop::cli {
 namespace {
 
 // The image model named by model.name, with its forward FLOPs per image
-// where known (0 otherwise).
+// where known (0 otherwise). A table's rows come as [features, 1, 1].
 std::pair<torch::nn::AnyModule, double> image_network(
     const FitConfig& config, int64_t channels, int64_t height, int64_t width) {
   const int64_t classes = config.model.num_classes;
@@ -246,23 +246,10 @@ Session csv_session(const FitConfig& config, bool with_train) {
         ": the label column holds one class; classification needs two or "
         "more (for a number to predict: model.task=regression)");
   }
-  torch::nn::AnyModule network;
-  double flops = 0;
-  if (const ModelRegistration* own = find_model(config.model_name)) {
-    network = own->builder()(
-        ModelInputs{*config.config, features, 1, 1, outputs});
-  } else {
-    const models::Mlp mlp(models::MlpOptions(features, outputs)
-                              .hidden(config.mlp_hidden)
-                              .dropout(config.model.dropout));
-    int64_t width = features;
-    for (int64_t hidden : config.mlp_hidden) {
-      flops += 2.0 * width * hidden;
-      width = hidden;
-    }
-    flops += 2.0 * width * outputs;
-    network = torch::nn::AnyModule(mlp);
-  }
+  // A row is a [features, 1, 1] "image" to the MLP or a registered model.
+  FitConfig sized = config;
+  sized.model.num_classes = outputs;
+  auto [network, flops] = image_network(sized, features, 1, 1);
   std::shared_ptr<train::NetworkModule> module;
   if (regression) {
     module = std::make_shared<train::Regressor>(
@@ -298,24 +285,14 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   session.class_names = train_folder->classes();
   std::shared_ptr<data::ImageFolder> val_folder;
   std::vector<int64_t> val_indices;
-  if (!with_train && !d.predict_root.empty()) {
+  const bool predict = !with_train && !d.predict_root.empty();
+  if (predict) {
     // Images to predict: no labels, the training folder's class names.
     eval_options.classes(train_folder->classes()).unlabeled(true);
     val_folder =
         std::make_shared<data::ImageFolder>(d.predict_root, eval_options);
     session.val_set = val_folder;
-    for (const auto& sample : val_folder->samples()) {
-      session.val_names.push_back(sample.path);
-    }
-    session.image_folders = {train_folder, val_folder};
-    add_image_classifier(
-        session,
-        config,
-        {d.channels, d.image_size[0], d.image_size[1]},
-        static_cast<int64_t>(session.class_names.size()));
-    return session;
-  }
-  if (d.val_root.empty()) {
+  } else if (d.val_root.empty()) {
     val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
     auto [train_indices, held_out] = data::random_split(
         train_folder->size(), d.val_fraction, config.seed);
@@ -328,21 +305,22 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   } else {
     eval_options.classes(train_folder->classes());
     val_folder = std::make_shared<data::ImageFolder>(d.val_root, eval_options);
-    val_indices.resize(val_folder->size());
-    std::iota(val_indices.begin(), val_indices.end(), 0);
     if (with_train) {
       session.train_set = train_folder;
     }
     session.val_set = val_folder;
   }
+  if (val_indices.empty()) { // the whole folder, in order
+    val_indices.resize(val_folder->size());
+    std::iota(val_indices.begin(), val_indices.end(), 0);
+  }
   std::vector<int64_t> labels;
   for (const int64_t index : val_indices) {
     labels.push_back(val_folder->samples()[index].target);
-  }
-  session.val_labels = at::tensor(labels, at::kLong);
-  session.val_names.reserve(val_indices.size());
-  for (const int64_t index : val_indices) {
     session.val_names.push_back(val_folder->samples()[index].path);
+  }
+  if (!predict) {
+    session.val_labels = at::tensor(labels, at::kLong);
   }
   session.image_folders = {train_folder, val_folder};
   add_image_classifier(
