@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -309,8 +310,13 @@ void set_rng_states(const RngStates& states) {
 
 namespace {
 
-// When this process started, near enough: when the library was loaded.
-const fs::file_time_type kProcessStart = fs::file_time_type::clock::now();
+// A temporary is a leftover when written before this process started (near
+// enough: when the library was loaded). File times come from the kernel's
+// coarse clock, a tick behind `now()`, and some filesystems keep whole or
+// even seconds, so a file written just after the start can carry an earlier
+// stamp: only what is older than two seconds before the start counts.
+const fs::file_time_type kLeftoverBefore =
+    fs::file_time_type::clock::now() - std::chrono::seconds(2);
 
 void remove_stale_temporaries(const fs::path& folder) {
   static std::mutex mutex;
@@ -334,7 +340,7 @@ void remove_stale_temporaries(const fs::path& folder) {
         });
     std::error_code file_ec;
     if (ours && entry.is_regular_file(file_ec) &&
-        entry.last_write_time(file_ec) < kProcessStart && !file_ec) {
+        entry.last_write_time(file_ec) < kLeftoverBefore && !file_ec) {
       fs::remove(entry.path(), file_ec);
     }
   }
@@ -585,8 +591,9 @@ CheckpointSummary describe_checkpoint(const std::string& path) {
     summary.grad_scaler = archive.try_read("grad_scaler", scaler);
     c10::IValue callbacks;
     if (archive.try_read("callbacks", callbacks)) {
+      summary.callback_states = callbacks.toStringRef();
       const nlohmann::json states =
-          nlohmann::json::parse(callbacks.toStringRef());
+          nlohmann::json::parse(summary.callback_states);
       for (const auto& item : states.items()) {
         summary.callbacks.push_back(item.key());
       }

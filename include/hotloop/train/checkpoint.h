@@ -144,6 +144,8 @@ struct CheckpointSummary {
   bool grad_scaler = false;
   /// The state keys of the callbacks whose state it carries.
   std::vector<std::string> callbacks;
+  /// Their states as JSON text, `{state_key: state}`; empty: none.
+  std::string callback_states;
   /// The Trainer's callback_metrics when it was written.
   std::map<std::string, double> metrics;
 };
