@@ -205,8 +205,9 @@ Reference::Reference(const std::string& path) {
     std::string case_name, field;
     ReferenceEntry entry;
     fields >> case_name >> field >> entry.name >> entry.shape;
-    for (double value = 0; fields >> value;) {
-      entry.values.push_back(value);
+    // std::stod, unlike operator>>, reads "nan" and "inf".
+    for (std::string value; fields >> value;) {
+      entry.values.push_back(std::stod(value));
     }
     rows_.emplace_back(case_name + " " + field, std::move(entry));
   }

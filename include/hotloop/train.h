@@ -3,6 +3,7 @@
 // Every public header of hotloop::train.
 
 #include "hotloop/train/activation_checkpoint.h"
+#include "hotloop/train/batch_size_finder.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
@@ -12,6 +13,7 @@
 #include "hotloop/train/fit_result.h"
 #include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/language_model.h"
+#include "hotloop/train/lr_finder.h"
 #include "hotloop/train/lr_monitor.h"
 #include "hotloop/train/metrics.h"
 #include "hotloop/train/model_checkpoint.h"

@@ -5,6 +5,7 @@
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/session.h"
+#include "hotloop/cli/trained_data.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/data/subset.h"
@@ -21,6 +22,7 @@
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/lr_monitor.h"
+#include "hotloop/train/network_module.h"
 #include "hotloop/train/trainer.h"
 #include "hotloop/version.h"
 
@@ -32,6 +34,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -49,13 +52,16 @@ constexpr const char* kUsage =
     "  fit        train a model (resume with --ckpt_path PATH|last|auto)\n"
     "  validate   evaluate a checkpoint on the validation split (--ckpt_path)\n"
     "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
-    "  predict    write the test split's predicted classes to a CSV file\n"
-    "             (--ckpt_path, --output FILE.csv)\n"
+    "  predict    write predicted classes (or values) to a CSV file: the\n"
+    "             validation split, data.predict_root's images or\n"
+    "             data.predict_path's rows (--ckpt_path, --output FILE.csv)\n"
     "  report     write RUN_DIR/report.html: loss, accuracy, learning rate\n"
     "             and step-time plots of a run (hotloop report RUN_DIR)\n"
     "  generate   sample text from a GPT checkpoint (--ckpt_path, --prompt,\n"
     "             --max_new_tokens, --temperature, --top_k, --seed,\n"
     "             --num_samples, --kv_cache=false)\n"
+    "  tune       measure the run's speed-ups on this machine in short\n"
+    "             windows and write tuned.yaml (--budget 5m, --output)\n"
     "  checkpoint what a checkpoint holds and whether its checksum verifies\n"
     "             (hotloop checkpoint PATH)\n"
     "\n"
@@ -141,7 +147,7 @@ void print_metrics(
 
 int fit_in_process(
     const ParsedArgs& args,
-    const FitConfig& config,
+    FitConfig config,
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out);
 
@@ -208,13 +214,92 @@ int run_fit(
   }
 }
 
+// tuner.batch_size and tuner.lr_find, before a fresh fit: they set
+// data.batch_size (with the train loader) and optimizer.lr in `config`,
+// and in `resolved`, the run's config.yaml, which then runs the same fit
+// without searching again. The range test's curve goes to the run folder.
+void tune_before_fit(
+    FitConfig& config,
+    Session& session,
+    std::unique_ptr<data::DataLoader>& train_loader,
+    const std::string& run_dir,
+    Config& resolved,
+    std::ostream& out) {
+  const TunerConfig& tuner = config.tuner;
+  if (tuner.batch_size.empty() && !tuner.lr_find) {
+    return;
+  }
+  if (config.trainer.fast_dev_run() > 0) {
+    out << "tuner: skipped under trainer.fast_dev_run\n"; // as Lightning
+    return;
+  }
+  auto* network = dynamic_cast<train::NetworkModule*>(session.module.get());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      network != nullptr,
+      "tuner.batch_size and tuner.lr_find need a model whose optimizer "
+      "hotloop builds (model.name=",
+      config.model_name,
+      " builds its own)");
+  const auto set_lr = [&](double lr, const char* why) {
+    network->set_learning_rate(lr);
+    config.optimizer.lr = lr;
+    std::ostringstream text;
+    text << std::setprecision(17) << lr;
+    resolved.set("optimizer.lr", text.str(), why);
+  };
+  if (!tuner.batch_size.empty()) {
+    const train::BatchSizeSearch search = train::scale_batch_size(
+        *session.module,
+        [&](int64_t size) {
+          FitConfig sized = config;
+          sized.data.batch_size = size;
+          return std::make_unique<data::DataLoader>(
+              session.train_set, loader_options(sized, session, true));
+        },
+        config.trainer,
+        tuner.batch_size_finder,
+        &out);
+    if (search.batch_size != config.data.batch_size) {
+      const double lr = train::scale_learning_rate(
+          network->learning_rate(),
+          config.data.batch_size,
+          search.batch_size,
+          tuner.scale_lr);
+      if (lr != network->learning_rate()) {
+        out << "tuner: optimizer.lr " << network->learning_rate() << " -> "
+            << lr << " (tuner.scale_lr=" << tuner.scale_lr << ")\n";
+        set_lr(lr, "tuner.scale_lr");
+      }
+      config.data.batch_size = search.batch_size;
+      resolved.set(
+          "data.batch_size", std::to_string(search.batch_size), "tuner");
+      train_loader = std::make_unique<data::DataLoader>(
+          session.train_set, loader_options(config, session, true));
+    }
+  }
+  if (tuner.lr_find) {
+    const train::LrFinder finder = train::lr_find(
+        *session.module, *train_loader, config.trainer, tuner.lr_finder, &out);
+    if (!run_dir.empty()) {
+      finder.write_csv((fs::path(run_dir) / "lr_find.csv").string());
+    }
+    if (const std::optional<double> lr = finder.suggestion()) {
+      set_lr(*lr, "tuner.lr_find");
+    }
+  }
+  // What was found is in the config now: it trains as is.
+  resolved.set("tuner.batch_size", "", "tuner");
+  resolved.set("tuner.lr_find", "false", "tuner");
+}
+
 int fit_in_process(
     const ParsedArgs& args,
-    const FitConfig& config,
+    FitConfig config,
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
-  data::DataLoader train_loader(
+  auto train_loader = std::make_unique<data::DataLoader>(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
@@ -224,31 +309,40 @@ int fit_in_process(
         std::make_shared<dist::DDPStrategy>(group, config.ddp));
   }
   add_callbacks(trainer, config);
+  if (!session.data.empty()) {
+    // Predict and test read the classes and the table's statistics back.
+    trainer.add_callback(std::make_shared<TrainedDataCallback>(session.data));
+  }
   const std::string ckpt_path =
       args.extra.count("ckpt_path")
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
           : "";
   const std::string& run_dir = trainer.log_dir(ckpt_path);
+  // The run's own config, with the model it resolved (csv's mlp) and what
+  // the tuners found.
+  Config resolved = args.config;
+  resolved.set("model.name", config.model_name, "the resolved model");
+  if (ckpt_path.empty()) {
+    tune_before_fit(config, session, train_loader, run_dir, resolved, out);
+  }
   if (!run_dir.empty()) {
-    // The run's own config, with the model it resolved (csv's mlp).
-    Config resolved = args.config;
-    resolved.set("model.name", config.model_name, "the resolved model");
     const std::string yaml = resolved.to_yaml();
     std::ofstream(fs::path(run_dir) / "config.yaml") << yaml;
-    if (!session.feature_mean.empty()) {
-      // What standardized the table's columns (predict and test take the
-      // same from data.path's training rows).
+    const TrainedData& data = session.data;
+    if (!data.feature_names.empty()) {
+      // What standardized the table's columns, for reading the model
+      // elsewhere (the checkpoints keep the same).
       nlohmann::json standardization;
-      standardization["columns"] = session.feature_names;
-      standardization["mean"] = session.feature_mean;
-      standardization["std"] = session.feature_std;
+      standardization["columns"] = data.feature_names;
+      standardization["mean"] = data.feature_mean;
+      standardization["std"] = data.feature_std;
       std::ofstream(fs::path(run_dir) / "standardization.json")
           << standardization.dump(2) << "\n";
     }
-    if (!session.class_names.empty()) {
+    if (!data.class_names.empty()) {
       // Class k's name on line k + 1, for reading predictions elsewhere.
       std::ofstream classes(fs::path(run_dir) / "classes.txt");
-      for (const std::string& name : session.class_names) {
+      for (const std::string& name : data.class_names) {
         classes << name << "\n";
       }
     }
@@ -262,7 +356,8 @@ int fit_in_process(
   }
   train::FitResult result;
   try {
-    result = trainer.fit(*session.module, train_loader, &val_loader, ckpt_path);
+    result =
+        trainer.fit(*session.module, *train_loader, &val_loader, ckpt_path);
     report_bad_samples(out, session);
   } catch (const ConfigError&) {
     // A setting found wrong by the first step (a monitored metric that step
@@ -305,7 +400,7 @@ int fit_in_process(
     log::write_confusion_csv(
         (fs::path(run_dir) / "confusion.csv").string(),
         confusion_of(trainer, session, val_loader),
-        session.class_names);
+        session.data.class_names);
   }
   if (!run_dir.empty()) {
     out << "report: hotloop report " << run_dir << "\n";
@@ -352,7 +447,9 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   FitConfig config = to_fit_config(args.config);
   const std::string ckpt_path =
       resolve_ckpt_path(args.extra.at("ckpt_path"), config);
-  Session session = build_session(config, /*with_train=*/false);
+  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+  Session session = build_session(
+      config, /*with_train=*/false, trained ? &*trained : nullptr);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
@@ -368,14 +465,15 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
     // The module holds the checkpoint's weights now: one more pass for
     // the predictions, no second load.
     log::print_confusion(
-        out, confusion_of(trainer, session, loader), session.class_names);
+        out, confusion_of(trainer, session, loader), session.data.class_names);
   }
   return 0;
 }
 
-// Writes one row per test image: index, predicted class, its probability,
-// the true class; for an image folder also the file, the class names and
-// the top-k.
+// Writes one row per sample of the validation split (or of
+// data.predict_root's images, data.predict_path's rows): index, predicted
+// class, its probability, the true class where known; with class names
+// also the names and the top-k; for image files the file.
 int run_predict(const ParsedArgs& args, std::ostream& out) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -394,7 +492,9 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       "or table dataset, "
       "not data.dataset=",
       config.data.dataset);
-  Session session = build_session(config, /*with_train=*/false);
+  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+  Session session = build_session(
+      config, /*with_train=*/false, trained ? &*trained : nullptr);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
@@ -407,15 +507,18 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
         dynamic_cast<const data::Subset*>(session.val_set.get());
     int64_t rows = 0;
     train::write_file_atomically(output, [&](std::ostream& csv) {
-      csv << "index,prediction,target\n";
+      csv << "index,prediction" << (session.labeled ? ",target" : "") << "\n";
       for (const at::Tensor& batch : batches) {
         const at::Tensor values = batch.to(at::kCPU).to(at::kDouble);
         for (int64_t i = 0; i < values.size(0); ++i, ++rows) {
-          const data::Example example =
-              session.val_set->get(rows, data::SampleContext{});
           csv << (subset != nullptr ? subset->indices()[rows] : rows) << ","
-              << values[i].item<double>() << ","
-              << example.target.item<double>() << "\n";
+              << values[i].item<double>();
+          if (session.labeled) {
+            csv << ","
+                << session.val_set->get(rows, data::SampleContext{})
+                       .target.item<double>();
+          }
+          csv << "\n";
         }
       }
     });
@@ -424,10 +527,11 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     return 0;
   }
   const at::Tensor targets = session.val_labels;
-  const std::vector<std::string>& names = session.class_names;
+  const std::vector<std::string>& names = session.data.class_names;
   const bool named = !names.empty();
-  // Images without labels (data.predict_root): no target columns.
-  const bool labeled = targets.defined();
+  // Samples without labels (data.predict_root, data.predict_path): no
+  // target columns.
+  const bool labeled = session.labeled;
   const bool files = !session.val_names.empty();
   int64_t rows = 0;
   train::write_file_atomically(output, [&](std::ostream& csv) {
@@ -550,10 +654,10 @@ int run(
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
-            command == "predict" || command == "generate",
+            command == "predict" || command == "generate" || command == "tune",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict, generate, report or "
+        "' (expected fit, validate, test, predict, generate, tune, report or "
         "checkpoint)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -564,13 +668,24 @@ int run(
         flags.insert(*flag);
       }
     }
+    if (command == "tune") {
+      flags.erase("ckpt_path");
+      for (const char* const* flag = kTuneFlags; *flag != nullptr; ++flag) {
+        flags.insert(*flag);
+      }
+    }
     ParsedArgs parsed = parse_args(schema, rest, flags);
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
           << (command == "fit" ? " [--ckpt_path PATH|last]"
-                               : " --ckpt_path PATH|last")
+              : command == "tune" ? ""
+                                  : " --ckpt_path PATH|last")
           << (command == "predict" ? " [--output FILE.csv]" : "")
+          << (command == "tune"
+                  ? " [--budget 5m] [--output tuned.yaml] [--repeats 3] "
+                    "[--loss_tolerance 0.02] [--keep_windows]"
+                  : "")
           << (command == "generate"
                   ? " [--prompt TEXT] [--max_new_tokens 500] [--temperature "
                     "0.8] [--top_k 200] [--seed 1337] [--num_samples 1] "
@@ -593,6 +708,9 @@ int run(
     }
     if (command == "generate") {
       return run_generate(parsed, out, err);
+    }
+    if (command == "tune") {
+      return run_tune(parsed, out);
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {

@@ -23,6 +23,13 @@ std::string resolve_ckpt_path(const std::string& path, const FitConfig& config);
 extern const char* const kGenerateFlags[];
 int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err);
 
+/// `hotloop tune`: the config's run measured in short windows with one
+/// setting varied at a time, then the winners together; prints a table and
+/// a verdict per strategy and writes tuned.yaml. The flags it reads besides
+/// the config's keys.
+extern const char* const kTuneFlags[];
+int run_tune(const ParsedArgs& args, std::ostream& out);
+
 /// `hotloop checkpoint PATH`: what a checkpoint holds and whether its
 /// checksum verifies (exit status 1 when it does not).
 int run_checkpoint(const std::vector<std::string>& args, std::ostream& out);

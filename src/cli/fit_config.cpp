@@ -707,6 +707,12 @@ ConfigSchema make_schema() {
           "csv: the input columns' header names, comma-separated; \"\": "
           "every other column"));
   s.add(
+      opt("data.predict_path",
+          T::kString,
+          "",
+          "csv: hotloop predict reads this table (the trained columns by "
+          "name, the label column optional) instead of the validation rows"));
+  s.add(
       opt("data.idx_prefix",
           T::kString,
           "",
@@ -1043,7 +1049,110 @@ ConfigSchema make_schema() {
           T::kString,
           "val_loss",
           "plateau: the logged metric to watch"));
+  // tuner: searches run before the fit (Lightning's Tuner)
+  s.add(choice(
+      "tuner.batch_size",
+      "",
+      {"", "power", "binsearch"},
+      "before the fit, find the largest data.batch_size that trains within "
+      "tuner.max_memory: power (doubling) or binsearch (then bisecting); "
+      "\"\": off"));
+  s.add(
+      opt("tuner.steps_per_trial",
+          T::kInt,
+          "3",
+          "batch_size: optimizer steps per batch size tried",
+          1));
+  s.add(
+      opt("tuner.init_val", T::kInt, "2", "batch_size: the first size tried", 1));
+  s.add(
+      opt("tuner.max_trials",
+          T::kInt,
+          "25",
+          "batch_size: the most increases of the batch",
+          1));
+  s.add(
+      opt("tuner.max_memory",
+          T::kString,
+          "",
+          "batch_size: the peak memory a batch may use on the CPU, as 6GiB, "
+          "500MB or bytes; \"\": what the process holds plus 70% of the "
+          "available memory"));
+  s.add(choice(
+      "tuner.scale_lr",
+      "none",
+      {"none", "linear", "sqrt"},
+      "batch_size: scale optimizer.lr with the found batch (linear) or its "
+      "square root (sqrt)"));
+  s.add(
+      opt("tuner.lr_find",
+          T::kBool,
+          "false",
+          "before the fit, run a learning-rate range test and train with its "
+          "suggestion (lr_find.csv in the run folder, drawn by the report)"));
+  s.add(
+      opt("tuner.lr_find_min_lr",
+          T::kFloat,
+          "1e-08",
+          "lr_find: the lowest rate tried",
+          0));
+  s.add(
+      opt("tuner.lr_find_max_lr",
+          T::kFloat,
+          "1",
+          "lr_find: the highest rate tried",
+          0));
+  s.add(
+      opt("tuner.lr_find_num_training",
+          T::kInt,
+          "100",
+          "lr_find: optimizer steps, one rate each",
+          2));
+  s.add(choice(
+      "tuner.lr_find_mode",
+      "exponential",
+      {"exponential", "linear"},
+      "lr_find: how the rate rises"));
+  s.add(
+      opt("tuner.lr_find_early_stop_threshold",
+          T::kFloat,
+          "4",
+          "lr_find: stop once the loss passes this many times its best; 0: "
+          "never",
+          0));
   return s;
+}
+
+// "6GiB", "500MB", "1e9" or "" (0: none) as bytes.
+int64_t parse_bytes(const Config& c, const std::string& key) {
+  const std::string text = c.get_string(key);
+  if (text.empty()) {
+    return 0;
+  }
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  std::string unit(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"TB", 1e12},
+      {"KiB", 1024.0},
+      {"MiB", 1024.0 * 1024},
+      {"GiB", 1024.0 * 1024 * 1024},
+      {"TiB", 1024.0 * 1024 * 1024 * 1024}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit == name && end != text.c_str() && std::isfinite(number) &&
+        number > 0) {
+      return static_cast<int64_t>(number * scale);
+    }
+  }
+  throw ConfigError(
+      key + ": expected a size such as 6GiB, 500MB or a number of bytes, got '" +
+      text + "'");
 }
 
 } // namespace
@@ -1166,7 +1275,8 @@ FitConfig to_fit_config(const Config& c) {
         "registered model)");
     HOTLOOP_CHECK_AS(
         ConfigError,
-        !c.get_string("data.path").empty(),
+        !c.get_string("data.path").empty() ||
+            !c.get_string("data.predict_path").empty(),
         "data.dataset=csv needs data.path (a CSV file with a header row)");
   }
   f.data.label_column = c.get_string("data.label_column");
@@ -1315,6 +1425,7 @@ FitConfig to_fit_config(const Config& c) {
   f.data.transform.std = c.get_float_list("data.std");
   f.data.val_root = c.get_string("data.val_root");
   f.data.predict_root = c.get_string("data.predict_root");
+  f.data.predict_path = c.get_string("data.predict_path");
   f.data.image_size = c.get_int_list("data.image_size");
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -1410,6 +1521,29 @@ FitConfig to_fit_config(const Config& c) {
   s.cooldown = c.get_int("lr_scheduler.cooldown");
   s.min_lr = c.get_float("lr_scheduler.min_lr");
   s.monitor = c.get_string("lr_scheduler.monitor");
+  TunerConfig& t = f.tuner;
+  t.batch_size = c.get_string("tuner.batch_size");
+  t.batch_size_finder.mode(t.batch_size.empty() ? "power" : t.batch_size)
+      .steps_per_trial(c.get_int("tuner.steps_per_trial"))
+      .init_val(c.get_int("tuner.init_val"))
+      .max_trials(c.get_int("tuner.max_trials"))
+      .max_memory(parse_bytes(c, "tuner.max_memory"));
+  t.scale_lr = c.get_string("tuner.scale_lr");
+  t.lr_find = c.get_bool("tuner.lr_find");
+  t.lr_finder.min_lr(c.get_float("tuner.lr_find_min_lr"))
+      .max_lr(c.get_float("tuner.lr_find_max_lr"))
+      .num_training(c.get_int("tuner.lr_find_num_training"))
+      .mode(c.get_string("tuner.lr_find_mode"))
+      .early_stop_threshold(c.get_float("tuner.lr_find_early_stop_threshold"));
+  if (t.lr_find) {
+    train::LrFinder check(t.lr_finder); // min_lr < max_lr, named
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.strategy != "ddp" || (t.batch_size.empty() && !t.lr_find),
+      "tuner.batch_size and tuner.lr_find search in one process: run them "
+      "without trainer.strategy=ddp, then set data.batch_size and "
+      "optimizer.lr");
   return f;
 }
 

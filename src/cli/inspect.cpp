@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include "hotloop/cli/trained_data.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
 
@@ -92,6 +93,31 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
     out << "  callbacks:";
     for (const std::string& key : s.callbacks) {
       out << " " << key;
+    }
+    out << "\n";
+  }
+  const nlohmann::json states =
+      nlohmann::json::parse(s.callback_states, nullptr, false);
+  if (states.is_object() && states.contains("data")) {
+    const TrainedData data = TrainedData::from_json(states.at("data"), path);
+    out << "  trained on:";
+    if (data.num_classes > 0) {
+      out << " " << data.num_classes << " classes";
+      for (size_t k = 0; k < data.class_names.size(); ++k) {
+        out << (k == 0 ? " (" : ", ") << data.class_names[k];
+        if (k == 7 && data.class_names.size() > 9) {
+          out << ", ... " << data.class_names.back();
+          break;
+        }
+      }
+      out << (data.class_names.empty() ? "" : ")");
+    }
+    if (!data.feature_names.empty()) {
+      out << (data.num_classes > 0 ? ";" : "") << " columns";
+      for (size_t j = 0; j < data.feature_names.size(); ++j) {
+        out << (j == 0 ? " " : ", ") << data.feature_names[j];
+      }
+      out << " (standardized), label " << data.label_name;
     }
     out << "\n";
   }

@@ -1,6 +1,7 @@
 #include "hotloop/cli/session.h"
 
 #include "hotloop/cli/registry.h"
+#include "hotloop/cli/trained_data.h"
 
 #include "hotloop/core/error.h"
 #include "hotloop/data/csv_dataset.h"
@@ -116,6 +117,7 @@ void add_image_classifier(
       std::move(network), config.optimizer, config.scheduler, config.top_k);
   module->set_flops_per_sample(flops);
   session.module = module;
+  session.data.num_classes = classes;
 }
 
 Session image_session(const FitConfig& config, bool with_train) {
@@ -197,48 +199,109 @@ Session idx_session(const FitConfig& config, bool with_train) {
   return session;
 }
 
+// data.path's table: the label column, the feature columns and the class
+// names given (a checkpoint's) or as the config names them.
+std::shared_ptr<data::CsvDataset> read_table(
+    const FitConfig& config,
+    const std::string& path,
+    const TrainedData* trained,
+    bool label_optional = false) {
+  const DataConfig& d = config.data;
+  data::CsvDatasetOptions options;
+  options.delimiter('\0')
+      .label_column(d.label_column)
+      .feature_columns(d.feature_columns)
+      .regression(config.task == "regression")
+      .label_optional(label_optional);
+  if (trained != nullptr) {
+    options.label_column(trained->label_name)
+        .feature_columns(trained->feature_names)
+        .classes(trained->class_names);
+  }
+  return std::make_shared<data::CsvDataset>(path, options);
+}
+
 // data.dataset=csv: the table in data.path, a seeded data.val_fraction of
 // its rows validating; features standardized with the training rows' mean
-// and std; an MLP (or a registered model, given [features, 1, 1]).
-Session csv_session(const FitConfig& config, bool with_train) {
+// and std; an MLP (or a registered model, given [features, 1, 1]). With a
+// checkpoint's description (`trained`), the columns, classes and
+// statistics are the trained ones, and data.predict_path can be predicted
+// on without data.path.
+Session csv_session(
+    const FitConfig& config, bool with_train, const TrainedData* trained) {
   const DataConfig& d = config.data;
   const bool regression = config.task == "regression";
-  const data::CsvDataset table(
-      d.path,
-      data::CsvDatasetOptions()
-          .delimiter('\0')
-          .label_column(d.label_column)
-          .feature_columns(d.feature_columns)
-          .regression(regression));
-  auto [train_rows, val_rows] =
-      data::random_split(table.size(), d.val_fraction, config.seed);
-  const at::Tensor inputs = table.inputs();
-  const at::Tensor train_inputs =
-      inputs.index_select(0, at::tensor(train_rows, at::kLong));
-  const at::Tensor mean = train_inputs.mean(0);
-  at::Tensor std = train_inputs.std(0, /*unbiased=*/false);
-  std = at::where(std > 0, std, at::ones_like(std)); // constant columns
-  auto standardized = std::make_shared<data::TensorDataset>(
-      (inputs - mean) / std, table.targets());
+  const bool predict = !with_train && !d.predict_path.empty();
+  const bool described = trained != nullptr && !trained->feature_names.empty();
   Session session;
-  session.feature_names = table.feature_names();
-  session.feature_mean = std::vector<double>(
-      mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
-  session.feature_std = std::vector<double>(
-      std.data_ptr<float>(), std.data_ptr<float>() + std.numel());
+  std::shared_ptr<data::CsvDataset> table;
+  std::vector<int64_t> train_rows;
+  std::vector<int64_t> val_rows;
+  const auto split = [&] {
+    std::tie(train_rows, val_rows) =
+        data::random_split(table->size(), d.val_fraction, config.seed);
+  };
+  if (described) {
+    session.data = *trained;
+  } else {
+    // The training rows' columns, classes and statistics.
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !d.path.empty(),
+        "data.path: the checkpoint keeps no table statistics (an older "
+        "one), so data.path must name the table it was trained on");
+    table = read_table(config, d.path, nullptr);
+    split();
+    const at::Tensor train_inputs =
+        table->inputs().index_select(0, at::tensor(train_rows, at::kLong));
+    const at::Tensor mean = train_inputs.mean(0);
+    at::Tensor std = train_inputs.std(0, /*unbiased=*/false);
+    std = at::where(std > 0, std, at::ones_like(std)); // constant columns
+    TrainedData& data = session.data;
+    data.num_classes = table->num_classes();
+    data.class_names = table->class_names();
+    data.label_name = table->label_name();
+    data.feature_names = table->feature_names();
+    data.feature_mean = std::vector<double>(
+        mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+    data.feature_std = std::vector<double>(
+        std.data_ptr<float>(), std.data_ptr<float>() + std.numel());
+  }
+  if (predict) {
+    table = read_table(config, d.predict_path, &session.data, true);
+    train_rows.clear();
+    val_rows.resize(table->size());
+    std::iota(val_rows.begin(), val_rows.end(), 0);
+    session.labeled = table->labeled();
+  } else if (described) {
+    table = read_table(config, d.path, &session.data);
+    split();
+  }
+  const TrainedData& data = session.data;
+  const auto stats = [](const std::vector<double>& values) {
+    return at::tensor(values, at::kDouble).to(at::kFloat);
+  };
+  auto standardized = std::make_shared<data::TensorDataset>(
+      (table->inputs() - stats(data.feature_mean)) / stats(data.feature_std),
+      table->targets());
   const at::Tensor val_index = at::tensor(val_rows, at::kLong);
   if (with_train) {
     session.train_set =
         std::make_shared<data::Subset>(standardized, std::move(train_rows));
   }
-  session.val_set =
-      std::make_shared<data::Subset>(standardized, std::move(val_rows));
-  const int64_t features = inputs.size(1);
+  if (predict) {
+    session.val_set = standardized; // every row, in file order
+  } else {
+    session.val_set =
+        std::make_shared<data::Subset>(standardized, std::move(val_rows));
+  }
+  const auto features = static_cast<int64_t>(data.feature_names.size());
   int64_t outputs = 1;
   if (!regression) {
-    session.val_labels = table.targets().index_select(0, val_index);
-    session.class_names = table.class_names();
-    outputs = table.num_classes();
+    if (session.labeled) {
+      session.val_labels = table->targets().index_select(0, val_index);
+    }
+    outputs = data.num_classes;
     HOTLOOP_CHECK_AS(
         DataError,
         outputs >= 2,
@@ -265,7 +328,8 @@ Session csv_session(const FitConfig& config, bool with_train) {
 
 // data.dataset=image_folder: data.root's class folders, validated on
 // data.val_root's or on a seeded data.val_fraction of data.root's images.
-Session image_folder_session(const FitConfig& config, bool with_train) {
+Session image_folder_session(
+    const FitConfig& config, bool with_train, const TrainedData* trained) {
   const DataConfig& d = config.data;
   data::ImageFolderOptions options(d.image_size);
   options.channels(d.channels)
@@ -280,18 +344,27 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   eval_options.crop(d.val_crop).transform(evaluation(d.transform));
 
   Session session;
-  const auto train_folder =
-      std::make_shared<data::ImageFolder>(d.root, train_options);
-  session.class_names = train_folder->classes();
+  const bool predict = !with_train && !d.predict_root.empty();
+  const bool described = trained != nullptr && !trained->class_names.empty();
+  std::shared_ptr<data::ImageFolder> train_folder;
+  if (!(predict && described)) {
+    train_folder = std::make_shared<data::ImageFolder>(d.root, train_options);
+    session.data.class_names = train_folder->classes();
+    if (described) {
+      require_same_data(*trained, session.data);
+    }
+  } else {
+    session.data.class_names = trained->class_names;
+  }
   std::shared_ptr<data::ImageFolder> val_folder;
   std::vector<int64_t> val_indices;
-  const bool predict = !with_train && !d.predict_root.empty();
   if (predict) {
-    // Images to predict: no labels, the training folder's class names.
-    eval_options.classes(train_folder->classes()).unlabeled(true);
+    // Images to predict: no labels, the trained classes' names.
+    eval_options.classes(session.data.class_names).unlabeled(true);
     val_folder =
         std::make_shared<data::ImageFolder>(d.predict_root, eval_options);
     session.val_set = val_folder;
+    session.labeled = false;
   } else if (d.val_root.empty()) {
     val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
     auto [train_indices, held_out] = data::random_split(
@@ -322,12 +395,16 @@ Session image_folder_session(const FitConfig& config, bool with_train) {
   if (!predict) {
     session.val_labels = at::tensor(labels, at::kLong);
   }
-  session.image_folders = {train_folder, val_folder};
+  for (const auto& folder : {train_folder, val_folder}) {
+    if (folder != nullptr) {
+      session.image_folders.push_back(folder);
+    }
+  }
   add_image_classifier(
       session,
       config,
       {d.channels, d.image_size[0], d.image_size[1]},
-      static_cast<int64_t>(session.class_names.size()));
+      static_cast<int64_t>(session.data.class_names.size()));
   return session;
 }
 
@@ -379,15 +456,16 @@ Session text_session(const FitConfig& config) {
 }
 
 // The datasets and model data.dataset names.
-Session data_and_model(const FitConfig& config, bool with_train) {
+Session data_and_model(
+    const FitConfig& config, bool with_train, const TrainedData* trained) {
   if (config.data.dataset == "text") {
     return text_session(config);
   }
   if (config.data.dataset == "image_folder") {
-    return image_folder_session(config, with_train);
+    return image_folder_session(config, with_train, trained);
   }
   if (config.data.dataset == "csv") {
-    return csv_session(config, with_train);
+    return csv_session(config, with_train, trained);
   }
   if (config.data.dataset == "idx" || config.data.dataset == "fashion_mnist") {
     return idx_session(config, with_train);
@@ -397,9 +475,10 @@ Session data_and_model(const FitConfig& config, bool with_train) {
 
 } // namespace
 
-Session build_session(const FitConfig& config, bool with_train) {
+Session build_session(
+    const FitConfig& config, bool with_train, const TrainedData* trained) {
   train::seed_everything(config.seed);
-  Session session = data_and_model(config, with_train);
+  Session session = data_and_model(config, with_train, trained);
   // After the seed and the model's own init: the same weights every run.
   models::init_weights(*session.module, config.init);
   return session;

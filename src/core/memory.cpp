@@ -5,8 +5,25 @@
 #endif
 
 #include <cstdint>
+#include <fstream>
+#include <string>
 
 namespace hotloop {
+namespace {
+
+// The "<key>: <n> kB" line of a /proc file, in bytes; 0 when absent.
+int64_t proc_kilobytes(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, key.size(), key) == 0 && line.size() > key.size() &&
+        line[key.size()] == ':') {
+      return std::stoll(line.substr(key.size() + 1)) * 1024;
+    }
+  }
+  return 0;
+}
+
+} // namespace
 
 bool retain_freed_host_memory() {
 #if defined(__GLIBC__)
@@ -20,6 +37,31 @@ bool retain_freed_host_memory() {
 #else
   return false;
 #endif
+}
+
+void release_freed_host_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+int64_t resident_bytes() {
+  return proc_kilobytes("/proc/self/status", "VmRSS");
+}
+
+int64_t peak_resident_bytes() {
+  return proc_kilobytes("/proc/self/status", "VmHWM");
+}
+
+bool reset_peak_resident_bytes() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+int64_t available_host_bytes() {
+  return proc_kilobytes("/proc/meminfo", "MemAvailable");
 }
 
 } // namespace hotloop

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string_view>
 
 namespace hotloop::data {
@@ -110,6 +111,9 @@ int64_t label_column(
         return static_cast<int64_t>(j);
       }
     }
+    if (options.label_optional()) {
+      return -1; // a table to predict on
+    }
     std::string listed;
     for (const std::string& name : names) {
       listed += (listed.empty() ? "'" : ", '") + name + "'";
@@ -147,6 +151,7 @@ struct CsvDataset::Parsed {
   std::string label_name;
   int64_t num_classes = 0;
   std::vector<std::string> class_names;
+  bool labeled = true;
 };
 
 CsvDataset::CsvDataset(const std::string& path, CsvDatasetOptions options)
@@ -157,7 +162,8 @@ CsvDataset::CsvDataset(Parsed parsed)
       feature_names_(std::move(parsed.feature_names)),
       label_name_(std::move(parsed.label_name)),
       num_classes_(parsed.num_classes),
-      class_names_(std::move(parsed.class_names)) {}
+      class_names_(std::move(parsed.class_names)),
+      labeled_(parsed.labeled) {}
 
 CsvDataset::Parsed CsvDataset::parse(
     const std::string& path, const CsvDatasetOptions& options) {
@@ -165,6 +171,10 @@ CsvDataset::Parsed CsvDataset::parse(
       ConfigError,
       options.header() || options.label_column().empty(),
       "data.label_column needs data.header (a header row naming the columns)");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !options.label_optional() || !options.label_column().empty(),
+      "an optional label column needs its name (data.label_column)");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options.header() || options.feature_columns().empty(),
@@ -189,6 +199,7 @@ CsvDataset::Parsed CsvDataset::parse(
   std::vector<std::string> label_texts; // classification
   std::vector<float> values;            // regression
   std::vector<int64_t> label_lines;
+  int64_t rows = 0;
   int64_t line = 0;
   while (!rest.empty()) {
     const size_t end = rest.find('\n');
@@ -209,20 +220,20 @@ CsvDataset::Parsed CsvDataset::parse(
     split(row, delimiter, fields);
     if (columns == 0) {
       columns = static_cast<int64_t>(fields.size());
-      HOTLOOP_CHECK_AS(
-          DataError,
-          columns >= 2,
-          path,
-          ":",
-          line,
-          ": expected at least 2 columns (features and a label), got ",
-          columns);
       if (options.header()) {
         for (std::string_view field : fields) {
           names.push_back(column_name(field));
         }
       }
       label = label_column(path, options, names, columns);
+      HOTLOOP_CHECK_AS(
+          DataError,
+          columns >= (label < 0 ? 1 : 2),
+          path,
+          ":",
+          line,
+          ": expected at least 2 columns (features and a label), got ",
+          columns);
       feature_slot.assign(columns, -1);
       if (options.feature_columns().empty()) {
         for (int64_t j = 0; j < columns; ++j) {
@@ -255,6 +266,7 @@ CsvDataset::Parsed CsvDataset::parse(
         columns,
         " columns, got ",
         fields.size());
+    ++rows;
     const size_t row_start = features.size();
     features.resize(row_start + feature_count);
     for (int64_t j = 0; j < columns; ++j) {
@@ -288,16 +300,50 @@ CsvDataset::Parsed CsvDataset::parse(
     }
   }
   HOTLOOP_CHECK_AS(DataError, columns > 0, path, ": empty file");
-  const auto rows = static_cast<int64_t>(
-      options.regression() ? values.size() : label_texts.size());
   HOTLOOP_CHECK_AS(
       DataError, rows > 0, path, ": no data rows after the header");
 
   Parsed parsed;
   parsed.features =
       at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
-  if (options.regression()) {
+  if (label < 0) {
+    parsed.labeled = false;
+    parsed.labels = options.regression()
+        ? at::full({rows}, std::numeric_limits<float>::quiet_NaN(), at::kFloat)
+        : at::full({rows}, -1, at::kLong);
+    parsed.class_names = options.classes();
+    parsed.num_classes = static_cast<int64_t>(parsed.class_names.size());
+  } else if (options.regression()) {
     parsed.labels = at::from_blob(values.data(), {rows}, at::kFloat).clone();
+  } else if (!options.classes().empty()) {
+    // The model's classes, in its order, whatever this file holds.
+    parsed.class_names = options.classes();
+    std::vector<int64_t> classes(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      const auto at = std::find(
+          parsed.class_names.begin(), parsed.class_names.end(), label_texts[i]);
+      if (at == parsed.class_names.end()) {
+        std::string listed;
+        for (const std::string& name : parsed.class_names) {
+          listed += (listed.empty() ? "'" : ", '") + name + "'";
+        }
+        throw DataError(hotloop::detail::str_cat(
+            path,
+            ":",
+            label_lines[i],
+            ": column ",
+            label,
+            names.empty() ? "" : " ('" + names[label] + "')",
+            ": '",
+            label_texts[i],
+            "' is not one of the model's classes (",
+            listed,
+            ")"));
+      }
+      classes[i] = at - parsed.class_names.begin();
+    }
+    parsed.labels = at::from_blob(classes.data(), {rows}, at::kLong).clone();
+    parsed.num_classes = static_cast<int64_t>(parsed.class_names.size());
   } else {
     // Integers >= 0 are class indices; any other label makes them all
     // names, numbered in sorted order.
@@ -360,7 +406,7 @@ CsvDataset::Parsed CsvDataset::parse(
     parsed.num_classes = parsed.labels.max().item<int64_t>() + 1;
   }
   if (!names.empty()) {
-    parsed.label_name = names[label];
+    parsed.label_name = label < 0 ? options.label_column() : names[label];
     parsed.feature_names.resize(feature_count);
     for (int64_t j = 0; j < columns; ++j) {
       if (feature_slot[j] >= 0) {

@@ -146,7 +146,8 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test, predict, generate, report or checkpoint)"));
+                "validate, test, predict, generate, tune, report or "
+                "checkpoint)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -717,6 +718,8 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
        "--config=" + (run / "config.yaml").string(),
        "--ckpt_path=last",
        "--data.predict_root=" + dir.file("new"),
+       // The classes come from the checkpoint: no training folder needed.
+       "--data.root=" + dir.file("gone"),
        "--output=" + fresh});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("8 rows written"));
@@ -971,6 +974,115 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
       r.err,
       HasSubstr(dir.file("table.csv") +
                 ":302: column 2 ('x2'): expected a number, got 'x'"));
+}
+
+TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
+  TempDir dir;
+  Result r = run_cli(
+      table_fit(dir, {"--data.label_column=kind", "--trainer.name=kinds"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run = fs::path(dir.file("runs")) / "kinds" / "version_0";
+  const std::string ckpt = (run / "checkpoints" / "last.ckpt").string();
+  r = run_cli({"checkpoint", ckpt});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("  trained on: 2 classes (above, below); columns x1, x2 "
+                "(standardized), label kind\n"));
+
+  // New rows: the columns in another order, an extra one, no label; no
+  // data.path. The run's config gives the model, the checkpoint the
+  // columns, their statistics and the classes.
+  const std::string config = "--config=" + (run / "config.yaml").string();
+  {
+    std::ofstream(dir.file("new.csv")) << "x2,note,x1\n"
+                                       << "0,1,2\n"     // above
+                                       << "0,2,-2\n"    // below
+                                       << "100,3,0.5\n" // above
+                                       << "-100,4,-0.5\n"; // below
+  }
+  const std::string out = dir.file("new_predictions.csv");
+  r = run_cli(
+      {"predict",
+       config,
+       "--data.path=",
+       "--data.predict_path=" + dir.file("new.csv"),
+       "--ckpt_path=" + ckpt,
+       "--output=" + out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("4 rows written"));
+  {
+    std::ifstream in(out);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "index,prediction,class,probability,top2");
+    for (const char* expected :
+         {"0,0,above,", "1,1,below,", "2,0,above,", "3,1,below,"}) {
+      std::getline(in, line);
+      EXPECT_EQ(line.rfind(expected, 0), 0u) << line;
+    }
+  }
+  // A test table holding one class only keeps the model's numbering.
+  {
+    std::ofstream below(dir.file("below.csv"));
+    below << "x1,x2,kind\n";
+    for (int i = 0; i < 20; ++i) {
+      below << -1 - i * 0.05 << "," << -20 + i << ",below\n";
+    }
+  }
+  r = run_cli(
+      {"test",
+       config,
+       "--data.path=" + dir.file("below.csv"),
+       "--data.val_fraction=0.5",
+       "--ckpt_path=" + ckpt});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc 1.0000\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  below +1\\.0000 +10\n"));
+  // A label outside the model's classes is named.
+  {
+    std::ofstream(dir.file("other.csv")) << "x1,x2,kind\n1,2,above\n1,2,sideways\n";
+  }
+  r = run_cli(
+      {"test",
+       config,
+       "--data.path=" + dir.file("other.csv"),
+       "--ckpt_path=" + ckpt});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(dir.file("other.csv") +
+                ":3: column 2 ('kind'): 'sideways' is not one of the model's "
+                "classes ('above', 'below')"));
+  // Resuming on a table with other classes is refused before training.
+  {
+    std::ifstream in(dir.file("table.csv"));
+    std::ofstream renamed(dir.file("renamed.csv"));
+    for (std::string line; std::getline(in, line);) {
+      for (const auto& [from, to] :
+           {std::pair<std::string, std::string>{"above", "up"},
+            {"below", "down"}}) {
+        const size_t at = line.find(from);
+        if (at != std::string::npos) {
+          line.replace(at, from.size(), to);
+        }
+      }
+      renamed << line << "\n";
+    }
+  }
+  std::vector<std::string> resume = table_fit(
+      dir,
+      {"--data.label_column=kind",
+       "--trainer.name=kinds",
+       "--trainer.max_epochs=25",
+       "--ckpt_path=" + ckpt});
+  resume.push_back("--data.path=" + dir.file("renamed.csv"));
+  r = run_cli(resume);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("the checkpoint was trained on the classes 'above', 'below', "
+                "but the data gives 'down', 'up'"));
 }
 
 TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
@@ -1442,6 +1554,138 @@ TEST(Cli, TheRunsFilesWriteValuesAsTheyWereGiven) {
             .config))
         << precision;
   }
+}
+
+TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  Result r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--tuner.batch_size=power",
+       "--tuner.scale_lr=linear",
+       "--tuner.lr_find=true",
+       "--tuner.lr_find_num_training=24",
+       "--tuner.lr_find_max_lr=0.05"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 64 training images: a batch of 64 holds them all and ends the search;
+  // the rate follows the batch (32 -> 64), then the range test sets it.
+  EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch 64: fits"));
+  EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch size 64\n"));
+  EXPECT_THAT(
+      r.out, HasSubstr("tuner: optimizer.lr 0.01 -> 0.02 (tuner.scale_lr=linear)"));
+  EXPECT_THAT(r.out, HasSubstr("lr_find: 24 steps; suggested learning rate "));
+  const fs::path run =
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  EXPECT_EQ(summary_value(run, "steps"), 1); // one batch of 64
+  // The curve, its suggestion marked, which config.yaml now holds.
+  std::ifstream csv(run / "lr_find.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "step,lr,loss,suggested");
+  std::string suggested;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    if (line.substr(line.size() - 2) == ",1") {
+      suggested = line.substr(line.find(',') + 1);
+      suggested = suggested.substr(0, suggested.find(','));
+    }
+  }
+  EXPECT_EQ(rows, 24);
+  ASSERT_FALSE(suggested.empty());
+  const std::string config = read_text((run / "config.yaml").string());
+  EXPECT_THAT(config, HasSubstr("  batch_size: 64\n"));
+  EXPECT_THAT(config, HasSubstr("  lr_find: false\n"));
+  const double lr = std::stod(suggested);
+  const auto at = config.find("\n  lr: ");
+  ASSERT_NE(at, std::string::npos) << config;
+  EXPECT_DOUBLE_EQ(std::stod(config.substr(at + 7)), lr);
+  // That config runs the same fit without searching again.
+  r = run_cli(
+      {"fit",
+       "--config=" + (run / "config.yaml").string(),
+       "--trainer.default_root_dir=" + dir.file("again")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("lr_find:")));
+  EXPECT_THAT(r.out, Not(HasSubstr("scale_batch_size:")));
+  // One process searches: not under ddp; and a size must be a size.
+  r = run_cli(small_fit(
+      dir, {"--tuner.lr_find=true", "--trainer.strategy=ddp", "--trainer.devices=2"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("tuner.batch_size and tuner.lr_find search in one process"));
+  r = run_cli(small_fit(dir, {"--tuner.batch_size=power", "--tuner.max_memory=lots"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("tuner.max_memory: expected a size such as 6GiB, 500MB or a "
+                "number of bytes, got 'lots'"));
+}
+
+TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 64);
+  std::vector<std::string> args = small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--budget=60s",
+       "--repeats=2",
+       "--output=" + dir.file("tuned.yaml")});
+  args[0] = "tune";
+  // In a process of its own: the windows run the program itself.
+  Result r;
+  r.code = run_process(args, dir.file("tune.log"));
+  r.out = read_text(dir.file("tune.log"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("tune: measuring the given config"));
+  EXPECT_THAT(r.out, HasSubstr("tune: sizing the windows on the given config (run 1/1"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  strategy +setting +samples/s"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  given +\\(the given config\\) +[0-9]+ +1\\.00x"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  num_threads +trainer.num_threads=1 +[0-9]+ "));
+  // One verdict per strategy, each saying what it kept or picked.
+  for (const char* verdict :
+       {"  trainer.num_threads: ",
+        "  data.num_workers: ",
+        "  trainer.precision: ",
+        "  trainer.channels_last: ",
+        "  data.pin_memory: no effect on the CPU (no copies to a device): not "
+        "tried\n",
+        "  data.val_batch_size: "}) {
+    EXPECT_THAT(r.out, HasSubstr(verdict));
+  }
+  EXPECT_THAT(r.out, HasSubstr("wrote " + dir.file("tuned.yaml")));
+  const std::string tuned = read_text(dir.file("tuned.yaml"));
+  EXPECT_EQ(tuned.rfind("# Written by hotloop tune on ", 0), 0u) << tuned;
+  EXPECT_THAT(tuned, HasSubstr("# trainer.precision: "));
+  // As it is, it trains.
+  r = run_cli(
+      {"fit",
+       "--config=" + dir.file("tuned.yaml"),
+       "--trainer.default_root_dir=" + dir.file("tuned_runs")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("done: 1 epochs"));
+  // Bad flags and a config that does not train are named.
+  args.push_back("--budget=soon");
+  r = run_cli(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("--budget: expected a duration such as 5m, 90s or 300, got "
+                "'soon'"));
+  r = run_cli({"tune", "--data.root=" + dir.file("nowhere"), "--repeats=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--repeats: expected a number from 2 to 20, got '1'"));
+  r.code = run_process(
+      {"tune", "--data.root=" + dir.file("nowhere"), "--budget=30s"},
+      dir.file("nowhere.log"));
+  r.err = read_text(dir.file("nowhere.log"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("hotloop tune: the given config does not train: exit status "));
+  EXPECT_THAT(r.err, HasSubstr(dir.file("nowhere")));
 }
 
 } // namespace

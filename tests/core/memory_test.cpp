@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -32,6 +33,29 @@ TEST(RetainFreedHostMemory, LargeBlocksComeFromTheHeapAndStayMappedAfterFree) {
   const struct mallinfo2 after = mallinfo2();
   EXPECT_EQ(after.arena, held.arena); // the heap was not trimmed
   EXPECT_GE(after.fordblks, kSize);   // and the block is free for reuse
+}
+
+TEST(HostMemory, ThePeakFollowsWhatWasTouchedAndStartsAgainOnReset) {
+  ASSERT_TRUE(retain_freed_host_memory());
+  release_freed_host_memory();
+  ASSERT_TRUE(reset_peak_resident_bytes());
+  const int64_t start = resident_bytes();
+  EXPECT_GT(start, 0);
+  EXPECT_LE(peak_resident_bytes(), start + (4 << 20));
+  constexpr size_t kSize = 64 << 20;
+  char* block = static_cast<char*>(std::malloc(kSize));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, kSize); // resident once touched
+  EXPECT_GE(resident_bytes(), start + static_cast<int64_t>(kSize) / 2);
+  std::free(block);
+  const int64_t peak = peak_resident_bytes();
+  EXPECT_GE(peak, start + static_cast<int64_t>(kSize) * 9 / 10);
+  // Kept by the allocator until released; then the peak starts again.
+  release_freed_host_memory();
+  EXPECT_LT(resident_bytes(), start + static_cast<int64_t>(kSize) / 2);
+  ASSERT_TRUE(reset_peak_resident_bytes());
+  EXPECT_LT(peak_resident_bytes(), peak);
+  EXPECT_GT(available_host_bytes(), 0);
 }
 #endif
 

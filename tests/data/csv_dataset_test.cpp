@@ -285,5 +285,57 @@ TEST(CsvDataset, BadLabelOptionsNameTheOption) {
       "data.label_index -4 is out of range");
 }
 
+TEST(CsvDataset, GivenClassesNumberTheLabelsWhateverTheFileHolds) {
+  TempDir dir;
+  // A file with only some of the model's classes, in another order.
+  const std::string path =
+      write_csv(dir, "x,kind\n1,dog\n2,bird\n3,dog\n", "some.csv");
+  const CsvDataset some(
+      path, CsvDatasetOptions().classes({"bird", "cat", "dog"}));
+  EXPECT_TRUE(some.targets().equal(at::tensor({2, 0, 2}, at::kLong)));
+  EXPECT_EQ(some.num_classes(), 3);
+  EXPECT_EQ(
+      some.class_names(), (std::vector<std::string>{"bird", "cat", "dog"}));
+  // Sorted names alone would have numbered them 1, 0, 1.
+  EXPECT_TRUE(CsvDataset(path).targets().equal(at::tensor({1, 0, 1}, at::kLong)));
+  EXPECT_THROWS_WITH(
+      DataError,
+      CsvDataset(path, CsvDatasetOptions().classes({"cat", "dog"})),
+      path + ":3: column 1 ('kind'): 'bird' is not one of the model's classes "
+             "('cat', 'dog')");
+}
+
+TEST(CsvDataset, AnOptionalLabelColumnMayBeAbsent) {
+  TempDir dir;
+  const auto options =
+      CsvDatasetOptions().label_column("kind").label_optional(true).classes(
+          {"cat", "dog"});
+  // Without it: every column is a feature and every target -1.
+  const CsvDataset unlabeled(write_csv(dir, "x,y\n1,2\n3,4\n5,6\n"), options);
+  EXPECT_FALSE(unlabeled.labeled());
+  EXPECT_TRUE(unlabeled.inputs().equal(
+      at::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}).view({3, 2})));
+  EXPECT_TRUE(unlabeled.targets().equal(at::full({3}, -1, at::kLong)));
+  EXPECT_EQ(unlabeled.num_classes(), 2);
+  EXPECT_EQ(unlabeled.label_name(), "kind");
+  const CsvDataset values(
+      write_csv(dir, "x\n1\n2\n"),
+      CsvDatasetOptions().label_column("v").label_optional(true).regression(
+          true));
+  EXPECT_FALSE(values.labeled());
+  EXPECT_TRUE(values.targets().isnan().all().item<bool>());
+  // With it: read as usual.
+  const CsvDataset labeled(
+      write_csv(dir, "x,kind,y\n1,dog,2\n3,cat,4\n"), options);
+  EXPECT_TRUE(labeled.labeled());
+  EXPECT_TRUE(labeled.targets().equal(at::tensor({1, 0}, at::kLong)));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      CsvDataset(
+          write_csv(dir, "x,y\n1,2\n"),
+          CsvDatasetOptions().label_optional(true)),
+      "an optional label column needs its name (data.label_column)");
+}
+
 } // namespace
 } // namespace hotloop::data

@@ -405,6 +405,26 @@ TEST(RunReport, DrawsAccuracyAndLearningRateColumns) {
   EXPECT_THAT(html, HasSubstr("<td>train_samples_per_s</td>"));
 }
 
+TEST(RunReport, DrawsTheLearningRateRangeTestAndItsSuggestion) {
+  TempDir dir;
+  const std::string run = full_run(dir);
+  EXPECT_THAT(
+      render_run_report(run), Not(HasSubstr("id=\"chart-lr-find\"")));
+  std::ofstream(fs::path(run) / "lr_find.csv")
+      << "step,lr,loss,suggested\n0,1e-05,2.3,0\n1,0.0001,2.2,0\n"
+         "2,0.001,1.5,1\n3,0.01,nan,0\n4,0.1,3.5,0\n";
+  const std::string html = render_run_report(run);
+  const std::string svg = svg_of(html, "chart-lr-find");
+  ASSERT_FALSE(svg.empty());
+  EXPECT_THAT(series_in(svg), ElementsAre("smoothed loss"));
+  EXPECT_EQ(point_count(svg, "smoothed loss"), 4u); // the nan left out
+  EXPECT_THAT(svg, HasSubstr("log10 learning rate"));
+  EXPECT_THAT(
+      html,
+      HasSubstr("Suggested (the steepest descent): 0.001, the rate the fit "
+                "used."));
+}
+
 TEST(RunReport, SkipsNanAndInfPointsInsteadOfDrawingThem) {
   TempDir dir;
   const std::string run = write_run(

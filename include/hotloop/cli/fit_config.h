@@ -7,7 +7,9 @@
 #include "hotloop/models/init.h"
 #include "hotloop/models/gpt.h"
 #include "hotloop/optim/optimizer_factory.h"
+#include "hotloop/train/batch_size_finder.h"
 #include "hotloop/train/early_stopping.h"
+#include "hotloop/train/lr_finder.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/trainer.h"
 
@@ -61,6 +63,9 @@ struct DataConfig {
   /// feature columns' (empty: every other column).
   std::string label_column;
   std::vector<std::string> feature_columns;
+  /// csv: predict on this table (its label column optional) instead of
+  /// the validation rows.
+  std::string predict_path;
   /// idx: the files' name prefix (EMNIST's "emnist-letters-"); "": none,
   /// or the only one in root.
   std::string idx_prefix;
@@ -79,6 +84,18 @@ struct DataConfig {
   /// Training-split augmentation and normalization; validation and test
   /// use the same mean/std without augmentation.
   data::ImageTransformOptions transform;
+};
+
+/// The `tuner:` section: searches run before a fit.
+struct TunerConfig {
+  /// "power" or "binsearch": find the largest batch size first; "": off.
+  std::string batch_size;
+  train::BatchSizeFinderOptions batch_size_finder;
+  /// How optimizer.lr follows a found batch size: none, linear or sqrt.
+  std::string scale_lr = "none";
+  /// Run the learning-rate range test first and train at its suggestion.
+  bool lr_find = false;
+  train::LrFinderOptions lr_finder;
 };
 
 /// Everything `hotloop fit|validate|test` needs, resolved from a Config.
@@ -124,6 +141,7 @@ struct FitConfig {
   DataConfig data;
   optim::OptimizerOptions optimizer;
   optim::SchedulerOptions scheduler;
+  TunerConfig tuner;
 };
 
 /// Every key of the fit/validate/test config with its default, type, range

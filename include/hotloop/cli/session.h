@@ -1,6 +1,7 @@
 #pragma once
 
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/trained_data.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/dataset.h"
 #include "hotloop/data/image_folder.h"
@@ -23,18 +24,16 @@ struct Session {
   std::shared_ptr<const data::Sampler> train_sampler;
   std::shared_ptr<const data::Sampler> val_sampler;
   std::shared_ptr<train::Module> module;
-  /// The validation split's class labels [N] (image datasets only).
+  /// The validation split's class labels [N] (classifiers only).
   at::Tensor val_labels;
+  /// false for samples to predict that carry no labels (data.predict_root,
+  /// a data.predict_path without its label column).
+  bool labeled = true;
   /// image_folder: the validation split's files, in loader order.
   std::vector<std::string> val_names;
-  /// Class k's name (image_folder: its folder); empty where classes are
-  /// only numbers.
-  std::vector<std::string> class_names;
-  /// csv: the feature columns and the training rows' mean and std that
-  /// standardized them.
-  std::vector<std::string> feature_names;
-  std::vector<double> feature_mean;
-  std::vector<double> feature_std;
+  /// Class names (image_folder: its folders; csv: named labels), a
+  /// table's columns and standardization: what checkpoints keep.
+  TrainedData data;
   /// image_folder: the folders read, for what they could not decode.
   std::vector<std::shared_ptr<const data::ImageFolder>> image_folders;
 };
@@ -42,8 +41,15 @@ struct Session {
 /// Seeds LibTorch with config.seed, loads the data (the training split only
 /// when `with_train`) and builds the model named by model.name inside its
 /// task module: ImageClassifier for the image models, LanguageModel for gpt.
-/// Throws ConfigError or DataError naming the key or file.
-Session build_session(const FitConfig& config, bool with_train);
+/// `trained` (a checkpoint's, for validate, test and predict) gives the
+/// classes' names and order, a table's columns and standardization, instead
+/// of taking them from the training data again; with it, data.predict_root
+/// and data.predict_path need nothing else. Throws ConfigError or DataError
+/// naming the key or file.
+Session build_session(
+    const FitConfig& config,
+    bool with_train,
+    const TrainedData* trained = nullptr);
 
 /// The DataLoader options for the session's training or validation loader.
 data::DataLoaderOptions loader_options(

@@ -27,6 +27,15 @@ struct CsvDatasetOptions {
   /// The feature columns by header name, in this order (needs `header`);
   /// empty: every column but the label, in file order.
   TORCH_ARG(std::vector<std::string>, feature_columns);
+  /// Class names in class order (a model's, from its checkpoint): every
+  /// label must be one of them, and class k is `classes[k]` whichever
+  /// labels the file holds. Empty: integer labels as they are, or the
+  /// sorted distinct names.
+  TORCH_ARG(std::vector<std::string>, classes);
+  /// A table to predict on may lack the label column (named by
+  /// `label_column`, which then must be set): every target is then -1
+  /// (NaN with `regression`) and labeled() is false.
+  TORCH_ARG(bool, label_optional) = false;
 };
 
 /// A CSV file of numbers, parsed once into memory: one label column, the
@@ -51,8 +60,8 @@ class CsvDataset : public TensorDataset {
   /// `label_index`; DataError naming the file for a missing or empty file, a
   /// file with no data rows or fewer than 2 columns, and naming
   /// `file:line` (and the column, counted from 0) for a row with another
-  /// number of columns, a field that is not a number, or a label that is not
-  /// a class index.
+  /// number of columns, a field that is not a number, a label that is not
+  /// a class index, or one outside the given `classes`.
   explicit CsvDataset(const std::string& path, CsvDatasetOptions options = {});
 
   /// Header names of the feature columns, in order; empty without a header.
@@ -67,9 +76,14 @@ class CsvDataset : public TensorDataset {
   int64_t num_classes() const {
     return num_classes_;
   }
-  /// Class k's name when the labels were names; empty otherwise.
+  /// Class k's name when the labels were names (or `classes` was given);
+  /// empty otherwise.
   const std::vector<std::string>& class_names() const {
     return class_names_;
+  }
+  /// false when the label column was absent (`label_optional`).
+  bool labeled() const {
+    return labeled_;
   }
 
  private:
@@ -82,6 +96,7 @@ class CsvDataset : public TensorDataset {
   std::string label_name_;
   int64_t num_classes_ = 0;
   std::vector<std::string> class_names_;
+  bool labeled_ = true;
 };
 
 } // namespace hotloop::data

@@ -32,6 +32,15 @@ class NetworkModule : public Module {
     flops_per_sample_ = flops;
   }
 
+  /// The learning rate the next configure_optimizers builds with (what
+  /// Lightning's tuners update as the module's `lr`).
+  double learning_rate() const {
+    return optimizer_options_.lr;
+  }
+  void set_learning_rate(double lr) {
+    optimizer_options_.lr = lr;
+  }
+
  private:
   torch::nn::AnyModule network_;
   optim::OptimizerOptions optimizer_options_;

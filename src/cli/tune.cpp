@@ -1,0 +1,1101 @@
+// `hotloop tune`: the user's own run, measured in short windows with one
+// setting varied at a time and then the winners together; a table, a
+// verdict per strategy and tuned.yaml.
+
+#include "commands.h"
+
+#include "hotloop/core/error.h"
+#include "hotloop/core/signals.h"
+#include "hotloop/core/threads.h"
+#include "hotloop/train/checkpoint.h"
+#include "hotloop/train/device.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <thread>
+
+namespace hotloop::cli {
+
+const char* const kTuneFlags[] = {
+    "budget", "output", "repeats", "loss_tolerance", "keep_windows", nullptr};
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The step profile's steady rate leaves out this many steps.
+constexpr int64_t kWarmupSteps = 10;
+// A gain smaller than this is never worth a change, however quiet the
+// machine.
+constexpr double kMinimumGain = 0.01;
+
+// What one window measured.
+struct Measurement {
+  bool ok = false;
+  std::string failure;
+  /// Training samples per second after the warm-up, all processes.
+  double samples_per_s = 0;
+  /// The mean training loss over the window.
+  double loss = kNaN;
+  /// Seconds of validation (validation windows).
+  double validation_s = 0;
+  /// The fit process's peak resident set; 0 for several processes.
+  int64_t peak_bytes = 0;
+  /// Seconds the process ran, and the fit within it.
+  double process_s = 0;
+  double fit_s = 0;
+  int64_t steps = 0;
+};
+
+// One setting (or a few that go together) tried against the given config.
+struct Candidate {
+  std::string strategy;
+  Settings settings;
+  /// A bigger batch, other processes: not the same optimization.
+  bool changes_recipe = false;
+  /// Optimizer steps of its windows (0: the plan's).
+  int64_t steps = 0;
+  std::vector<Measurement> runs;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) {
+    return kNaN;
+  }
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Half the range of `values` over their median: the +- the table shows.
+double noise(const std::vector<double>& values) {
+  if (values.size() < 2) {
+    return 0;
+  }
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const double mid = median(values);
+  return mid > 0 ? (*hi - *lo) / (2 * mid) : 0;
+}
+
+// `member` of the windows that ran.
+template <typename T>
+std::vector<double> field(
+    const std::vector<Measurement>& runs, T Measurement::*member) {
+  std::vector<double> values;
+  for (const Measurement& run : runs) {
+    if (run.ok) {
+      values.push_back(static_cast<double>(run.*member));
+    }
+  }
+  return values;
+}
+
+std::string describe(const Settings& settings) {
+  std::string text;
+  for (const auto& [key, value] : settings) {
+    text += (text.empty() ? "" : " ") + key + "=" + value;
+  }
+  return text.empty() ? "(the given config)" : text;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    return "killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+// "5m", "90s", "1h", "300": seconds.
+double parse_duration(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  const double scale = unit.empty() || unit == "s" ? 1
+      : unit == "m"                                ? 60
+      : unit == "h"                                ? 3600
+                                                   : -1;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      end != text.c_str() && scale > 0 && std::isfinite(value) && value > 0,
+      "--budget: expected a duration such as 5m, 90s or 300, got '",
+      text,
+      "'");
+  return value * scale;
+}
+
+template <typename T>
+T number_flag(
+    const ParsedArgs& args, const std::string& flag, T fallback, T lo, T hi) {
+  const auto it = args.extra.find(flag);
+  if (it == args.extra.end()) {
+    return fallback;
+  }
+  std::istringstream in(it->second);
+  T value{};
+  in >> value;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !it->second.empty() && !in.fail() && in.peek() == EOF && value >= lo &&
+          value <= hi,
+      "--",
+      flag,
+      ": expected a number from ",
+      lo,
+      " to ",
+      hi,
+      ", got '",
+      it->second,
+      "'");
+  return value;
+}
+
+// Runs `hotloop fit` windows of the given config in child processes.
+class Windows {
+ public:
+  Windows(std::string config_path, fs::path workdir, double timeout_s)
+      : config_path_(std::move(config_path)),
+        workdir_(std::move(workdir)),
+        timeout_s_(timeout_s) {}
+
+  // A training window: `steps` optimizer steps, no validation, nothing
+  // kept but summary.json.
+  Measurement train(const Settings& settings, int64_t steps) {
+    Settings args = settings;
+    args.insert(
+        args.end(),
+        {{"trainer.max_steps", std::to_string(steps)},
+         {"trainer.max_epochs", "100000"},
+         {"trainer.limit_val_batches", "0"}});
+    return run(args);
+  }
+
+  // A validation window: one training step, then a whole validation.
+  Measurement validate(const Settings& settings) {
+    Settings args = settings;
+    args.insert(
+        args.end(),
+        {{"trainer.max_steps", "1"},
+         {"trainer.max_epochs", "1"},
+         {"trainer.limit_train_batches", "1"},
+         {"trainer.limit_val_batches", "-1"}});
+    return run(args);
+  }
+
+  // The batch-size finder's answer from `from` up to `trials` doublings.
+  int64_t largest_batch(int64_t from, int64_t trials, std::string* log) {
+    const Measurement m = run(
+        {{"tuner.batch_size", "power"},
+         {"tuner.init_val", std::to_string(from)},
+         {"tuner.max_trials", std::to_string(trials)},
+         {"tuner.steps_per_trial", "2"},
+         {"trainer.max_steps", "1"},
+         {"trainer.limit_val_batches", "0"}},
+        log);
+    const std::string tag = "scale_batch_size: batch size ";
+    const size_t at = log->rfind(tag);
+    return m.ok && at != std::string::npos
+        ? std::atoll(log->c_str() + at + tag.size())
+        : 0;
+  }
+
+  bool interrupted() const {
+    return interrupted_;
+  }
+  /// A window running longer is stopped and counts as failed.
+  void set_timeout(double seconds) {
+    timeout_s_ = seconds;
+  }
+
+ private:
+  Measurement run(const Settings& settings, std::string* log_text = nullptr) {
+    const int64_t index = count_++;
+    const fs::path root = workdir_ / ("w" + std::to_string(index));
+    const fs::path log = workdir_ / ("w" + std::to_string(index) + ".log");
+    std::vector<std::string> args = {
+        "hotloop",
+        "fit",
+        "--config=" + config_path_,
+        "--trainer.default_root_dir=" + root.string(),
+        "--trainer.name=window",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.min_epochs=0",
+        "--trainer.max_time=0",
+        "--trainer.fast_dev_run=0",
+        "--trainer.profiler=",
+        "--early_stopping.enabled=false",
+        "--tuner.batch_size=",
+        "--tuner.lr_find=false"};
+    for (const auto& [key, value] : settings) {
+      args.push_back("--" + key + "=" + value);
+    }
+    Measurement m;
+    // Everything the child needs is made before fork: between fork and
+    // exec a child of a threaded process may only make plain system calls.
+    std::vector<char*> argv;
+    for (std::string& arg : args) {
+      argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    HOTLOOP_CHECK(fd >= 0, "hotloop tune: cannot write ", log.string());
+    const auto start = Clock::now();
+    int status = 0;
+    struct rusage usage {};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::close(fd);
+      ::execv("/proc/self/exe", argv.data());
+      ::_exit(127);
+    }
+    ::close(fd);
+    HOTLOOP_CHECK(pid > 0, "hotloop tune: cannot start a window: fork failed");
+    bool timed_out = false;
+    for (;;) {
+      const pid_t done = ::wait4(pid, &status, WNOHANG, &usage);
+      if (done == pid || (done < 0 && errno != EINTR)) {
+        break;
+      }
+      const double elapsed =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (!timed_out && elapsed > timeout_s_) {
+        ::kill(pid, SIGKILL);
+        timed_out = true;
+      }
+      if (StopSignalGuard::received() != 0) {
+        ::kill(pid, SIGTERM);
+        interrupted_ = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    m.process_s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::ifstream in(log);
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    if (log_text != nullptr) {
+      *log_text = text;
+    }
+    if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      // The error line the window printed, or its last line.
+      std::string last = text.substr(0, text.find_last_not_of('\n') + 1);
+      const size_t error = last.rfind("error: ");
+      last = error != std::string::npos
+          ? last.substr(error, last.find('\n', error) - error)
+          : last.substr(last.rfind('\n') + 1);
+      m.failure = timed_out
+          ? "stopped after " + std::to_string(static_cast<int>(timeout_s_)) +
+              " s, four times the given config's window"
+          : describe_status(status) + (last.empty() ? "" : ": " + last);
+      return m;
+    }
+    const fs::path summary_path = root / "window" / "version_0" / "summary.json";
+    std::ifstream summary_file(summary_path);
+    const nlohmann::json summary =
+        nlohmann::json::parse(summary_file, nullptr, false);
+    if (!summary.is_object()) {
+      m.failure = "no summary.json";
+      return m;
+    }
+    const auto& profile = summary.at("profile");
+    const double world = summary.value("world_size", 1.0);
+    m.ok = true;
+    m.samples_per_s = profile.value("steady_samples_per_s", 0.0) * world;
+    m.validation_s = profile.value("validation", 0.0);
+    m.loss = summary.contains("train_loss") &&
+            summary.at("train_loss").is_number()
+        ? summary.at("train_loss").get<double>()
+        : kNaN;
+    m.fit_s = summary.value("wall_s", 0.0);
+    m.steps = summary.value("steps", int64_t{0});
+    m.peak_bytes = world > 1 ? 0 : static_cast<int64_t>(usage.ru_maxrss) * 1024;
+    return m;
+  }
+
+  std::string config_path_;
+  fs::path workdir_;
+  double timeout_s_;
+  int64_t count_ = 0;
+  bool interrupted_ = false;
+};
+
+// Prints the progress line: in place on a terminal, one line per window
+// elsewhere.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::ostream& out)
+      : out_(out), tty_(&out == &std::cout && ::isatty(STDOUT_FILENO) == 1) {}
+  void show(const std::string& text) {
+    if (tty_) {
+      out_ << "\r\033[K" << text << std::flush;
+    } else {
+      out_ << text << "\n";
+    }
+  }
+  void clear() {
+    if (tty_) {
+      out_ << "\r\033[K" << std::flush;
+    }
+  }
+
+ private:
+  std::ostream& out_;
+  bool tty_;
+};
+
+// The whole tuning session.
+class Tuner {
+ public:
+  Tuner(
+      const ParsedArgs& args,
+      Windows& windows,
+      double budget_s,
+      int64_t repeats,
+      double tolerance,
+      std::ostream& out)
+      : config_(to_fit_config(args.config)),
+        windows_(windows),
+        budget_s_(budget_s),
+        repeats_(repeats),
+        tolerance_(tolerance),
+        out_(out),
+        progress_(out),
+        start_(Clock::now()) {
+    cuda_ = train::resolve_device(
+                config_.trainer.accelerator(), config_.trainer.devices())
+                .is_cuda();
+    cores_ = std::max<int64_t>(
+        1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  }
+
+  // Measures everything; returns the settings to write.
+  Settings run() {
+    baseline_.strategy = "given";
+    measure(baseline_, "sizing the windows on the given config", 1, kWarmupSteps + 20);
+    HOTLOOP_CHECK(
+        baseline_.runs.front().ok,
+        "hotloop tune: the given config does not train: ",
+        baseline_.runs.front().failure);
+    plan();
+    measure(baseline_, "the given config", repeats_ - 1, steps_);
+    baseline_.runs.erase(baseline_.runs.begin()); // the shorter first window
+    if (baseline_.runs.size() < 2) {
+      measure(baseline_, "the given config", 1, steps_);
+    }
+    add_candidates();
+    // Each strategy's first candidate, then each one's second, ...: a
+    // short budget still sees every strategy.
+    std::vector<size_t> order;
+    for (size_t round = 0; order.size() < candidates_.size(); ++round) {
+      std::map<std::string, size_t> seen;
+      for (size_t i = 0; i < candidates_.size(); ++i) {
+        if (seen[candidates_[i].strategy]++ == round) {
+          order.push_back(i);
+        }
+      }
+    }
+    int64_t done = 0;
+    for (const size_t i : order) {
+      Candidate& c = candidates_[i];
+      ++done;
+      if (windows_.interrupted()) {
+        break;
+      }
+      if (over_budget(c)) {
+        skipped_.push_back(describe(c.settings));
+        continue;
+      }
+      measure(
+          c,
+          "[" + std::to_string(done) + "/" +
+              std::to_string(candidates_.size()) + "] " + describe(c.settings),
+          repeats_,
+          c.steps > 0 ? c.steps : steps_);
+    }
+    measure_validation();
+    HOTLOOP_CHECK(!windows_.interrupted(), "hotloop tune: interrupted");
+    decide();
+    progress_.clear();
+    return chosen_;
+  }
+
+  void print(std::ostream& out) const;
+  // Comment lines for tuned.yaml.
+  std::string header() const;
+
+ private:
+  double elapsed() const {
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+
+  void measure(
+      Candidate& c, const std::string& what, int64_t times, int64_t steps) {
+    for (int64_t r = 0; r < times && !windows_.interrupted(); ++r) {
+      std::ostringstream line;
+      line << "tune: " << what << " (run " << r + 1 << "/" << times << ", "
+           << static_cast<int>(elapsed()) << " s of "
+           << static_cast<int>(budget_s_) << ")";
+      progress_.show(line.str());
+      c.runs.push_back(windows_.train(c.settings, steps));
+    }
+  }
+
+  // Sizes the windows (and, when the budget is short, the repeats) from
+  // the first one: the given config and about ten candidates, the winners
+  // together and four validation windows, each repeated.
+  void plan() {
+    const Measurement& first = baseline_.runs.front();
+    const double per_step =
+        first.fit_s / std::max<double>(static_cast<double>(first.steps), 1);
+    startup_s_ = std::max(first.process_s - first.fit_s, 0.0);
+    const double left = budget_s_ - elapsed();
+    const auto steps_for = [&](int64_t repeats) {
+      const double windows = static_cast<double>(repeats) * 16.0;
+      return static_cast<int64_t>(
+          (left / windows - startup_s_) / std::max(per_step, 1e-6));
+    };
+    if (repeats_ > 2 && steps_for(repeats_) < kWarmupSteps + 20) {
+      repeats_ = 2; // fewer repeats before shorter windows
+    }
+    steps_ = std::clamp<int64_t>(
+        steps_for(repeats_), kWarmupSteps + 20, kWarmupSteps + 300);
+    window_s_ = startup_s_ + per_step * static_cast<double>(steps_);
+    windows_.set_timeout(4 * window_s_ + 20);
+  }
+
+  bool over_budget(const Candidate& c) const {
+    const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
+    const double window =
+        startup_s_ + (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
+    // A quarter is kept for the winners together and the validation
+    // windows at the end.
+    return elapsed() + window * static_cast<double>(repeats_) >
+        budget_s_ * 0.75;
+  }
+
+  void add(
+      const std::string& strategy,
+      Settings settings,
+      bool changes_recipe = false,
+      int64_t steps = 0) {
+    for (const Candidate& c : candidates_) {
+      if (c.settings == settings) {
+        return;
+      }
+    }
+    candidates_.push_back(
+        Candidate{strategy, std::move(settings), changes_recipe, steps, {}});
+  }
+
+  void add_candidates();
+  void measure_validation();
+  void decide();
+
+  // The best candidate of `strategy`, if any beats the given config beyond
+  // the noise with the loss within tolerance; its verdict in `verdicts_`.
+  const Candidate* winner(const std::string& strategy, const std::string& label);
+
+  FitConfig config_;
+  Windows& windows_;
+  double budget_s_;
+  int64_t repeats_;
+  double tolerance_;
+  std::ostream& out_;
+  ProgressLine progress_;
+  Clock::time_point start_;
+  bool cuda_ = false;
+  int64_t cores_ = 1;
+  int64_t steps_ = kWarmupSteps + 20;
+  double startup_s_ = 0;
+  double window_s_ = 0;
+  Candidate baseline_;
+  std::vector<Candidate> candidates_;
+  Candidate combined_;
+  std::vector<Candidate> val_candidates_;
+  Candidate val_baseline_;
+  std::vector<std::string> verdicts_;
+  std::vector<std::string> skipped_;
+  Settings chosen_;
+  std::string largest_batch_log_;
+  int64_t largest_batch_ = 0;
+  std::string batch_rule_;
+};
+
+void Tuner::add_candidates() {
+  const FitConfig& c = config_;
+  // Compute threads, then loader threads, one at a time (their best pair
+  // is what "together" measures).
+  for (const int64_t t : {int64_t{1}, cores_ / 2, cores_}) {
+    if (t >= 1 && t != c.trainer.num_threads() &&
+        !(t == cores_ && c.trainer.num_threads() == 0)) {
+      add("num_threads", {{"trainer.num_threads", std::to_string(t)}});
+    }
+  }
+  for (const int64_t w : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{4}}) {
+    if (w <= cores_ && w != c.data.num_workers) {
+      add("num_workers", {{"data.num_workers", std::to_string(w)}});
+    }
+  }
+  // A bigger batch, as far as memory allows, with its learning-rate rule.
+  const int64_t batch = c.data.batch_size;
+  const int64_t largest = windows_.largest_batch(batch, 3, &largest_batch_log_);
+  largest_batch_ = largest;
+  const std::string rule =
+      c.tuner.scale_lr == "none" ? std::string("sqrt") : c.tuner.scale_lr;
+  for (const int64_t factor : {2, 4}) {
+    const int64_t size = batch * factor;
+    if (largest >= size) {
+      std::ostringstream lr;
+      lr << std::setprecision(6)
+         << train::scale_learning_rate(c.optimizer.lr, batch, size, rule);
+      // As many samples as the given config's window.
+      const int64_t steps = std::max<int64_t>(
+          kWarmupSteps + 10, steps_ * batch / size);
+      add("batch_size",
+          {{"data.batch_size", std::to_string(size)},
+           {"optimizer.lr", lr.str()}},
+          /*changes_recipe=*/true,
+          steps);
+    }
+  }
+  batch_rule_ = rule;
+  if (c.trainer.precision() != "bf16-mixed") {
+    add("precision", {{"trainer.precision", "bf16-mixed"}});
+  }
+  if (cuda_ && c.trainer.precision() != "16-mixed") {
+    add("precision", {{"trainer.precision", "16-mixed"}});
+  }
+  const bool convolutional = c.model_name == "fashion_cnn" ||
+      c.model_name == "resnet18" || c.model_name == "resnet34";
+  if (convolutional) {
+    add("channels_last",
+        {{"trainer.channels_last", c.trainer.channels_last() ? "false" : "true"}});
+  }
+  if (cuda_ && !c.data.pin_memory) {
+    add("pin_memory", {{"data.pin_memory", "true"}});
+  }
+  // Memory-bound: twice the batch does not fit. Checkpointing the
+  // activations may let it.
+  const bool checkpointable = c.model_name == "gpt" || c.model_name == "resnet18" ||
+      c.model_name == "resnet34";
+  if (checkpointable && largest > 0 && largest < 2 * batch &&
+      !c.activation_checkpointing && !c.gpt.activation_checkpointing()) {
+    std::ostringstream lr;
+    lr << std::setprecision(6)
+       << train::scale_learning_rate(c.optimizer.lr, batch, 2 * batch, rule);
+    add("activation_checkpointing",
+        {{"model.activation_checkpointing", "true"},
+         {"data.batch_size", std::to_string(2 * batch)},
+         {"optimizer.lr", lr.str()}},
+        true,
+        std::max<int64_t>(kWarmupSteps + 10, steps_ / 2));
+  }
+  // Several processes of fewer threads each, the same global batch.
+  if (!cuda_ && c.strategy != "ddp") {
+    for (const int64_t ranks : {int64_t{2}, int64_t{4}}) {
+      if (ranks <= cores_ && batch % ranks == 0) {
+        add("ddp",
+            {{"trainer.strategy", "ddp"},
+             {"trainer.devices", std::to_string(ranks)},
+             {"trainer.num_threads", std::to_string(cores_ / ranks)},
+             {"data.batch_size", std::to_string(batch / ranks)}},
+            true);
+      }
+    }
+  }
+}
+
+void Tuner::measure_validation() {
+  if (windows_.interrupted()) {
+    return;
+  }
+  const int64_t given = config_.data.val_batch_size;
+  std::vector<int64_t> sizes;
+  for (const int64_t size : {int64_t{256}, int64_t{512}, given * 2}) {
+    if (size != given &&
+        std::find(sizes.begin(), sizes.end(), size) == sizes.end()) {
+      sizes.push_back(size);
+    }
+  }
+  const auto validate = [&](Candidate& c) {
+    for (int64_t r = 0; r < repeats_ && !windows_.interrupted(); ++r) {
+      progress_.show(
+          "tune: validation " + describe(c.settings) + " (run " +
+          std::to_string(r + 1) + "/" + std::to_string(repeats_) + ")");
+      c.runs.push_back(windows_.validate(c.settings));
+    }
+  };
+  val_baseline_.strategy = "val_batch_size";
+  validate(val_baseline_);
+  for (const int64_t size : sizes) {
+    if (elapsed() > budget_s_ * 0.9) {
+      skipped_.push_back("data.val_batch_size=" + std::to_string(size));
+      continue;
+    }
+    val_candidates_.push_back(
+        Candidate{"val_batch_size", {{"data.val_batch_size", std::to_string(size)}}, false, 0, {}});
+    validate(val_candidates_.back());
+  }
+}
+
+const Candidate* Tuner::winner(
+    const std::string& strategy, const std::string& label) {
+  const std::vector<double> base = field(baseline_.runs, &Measurement::samples_per_s);
+  const double base_rate = median(base);
+  const double base_loss = median(field(baseline_.runs, &Measurement::loss));
+  const Candidate* best = nullptr;
+  double best_rate = 0;
+  const Candidate* fastest = nullptr; // picked or not
+  double fastest_rate = 0;
+  bool exists = false;
+  bool any = false;
+  std::string rejected;
+  for (const Candidate& c : candidates_) {
+    if (c.strategy != strategy) {
+      continue;
+    }
+    exists = true;
+    if (c.runs.empty()) {
+      continue;
+    }
+    any = true;
+    const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
+    if (rates.empty()) {
+      rejected = describe(c.settings) + " failed: " + c.runs.front().failure;
+      continue;
+    }
+    const double rate = median(rates);
+    if (rate > fastest_rate) {
+      fastest = &c;
+      fastest_rate = rate;
+    }
+    const double gain = rate / base_rate - 1;
+    const double margin =
+        std::max({noise(base), noise(rates), kMinimumGain});
+    const double loss = median(field(c.runs, &Measurement::loss));
+    const double loss_change =
+        std::isfinite(loss) && std::isfinite(base_loss) && base_loss != 0
+        ? (loss - base_loss) / std::abs(base_loss)
+        : 0;
+    // Beyond the noise: a gain larger than either spread, and every run
+    // faster than every run of the given config.
+    const double slowest = *std::min_element(rates.begin(), rates.end());
+    const double fastest_given = *std::max_element(base.begin(), base.end());
+    if (gain <= margin || slowest <= fastest_given) {
+      continue;
+    }
+    if (loss_change > tolerance_ ||
+        (!c.changes_recipe && std::abs(loss_change) > tolerance_)) {
+      std::ostringstream why;
+      why << describe(c.settings) << " is " << std::fixed << std::setprecision(2)
+          << rate / base_rate << "x but changes the loss by " << std::showpos
+          << std::setprecision(1) << 100 * loss_change << std::noshowpos
+          << "% (tolerance " << 100 * tolerance_ << "%)";
+      rejected = why.str();
+      continue;
+    }
+    if (rate > best_rate) {
+      best = &c;
+      best_rate = rate;
+    }
+  }
+  std::ostringstream verdict;
+  verdict << label << ": ";
+  if (!any) {
+    if (exists) {
+      verdicts_.push_back(label + ": not measured within --budget");
+    }
+    return nullptr;
+  }
+  if (best != nullptr) {
+    const std::vector<double> rates = field(best->runs, &Measurement::samples_per_s);
+    verdict << describe(best->settings) << " is " << std::fixed
+            << std::setprecision(2) << best_rate / base_rate << "x (noise +-"
+            << std::setprecision(1)
+            << 100 * std::max(noise(base), noise(rates)) << "%)"
+            << (best->changes_recipe ? ", changes the recipe" : "")
+            << ": picked";
+  } else if (!rejected.empty()) {
+    verdict << rejected << ": kept the given";
+  } else if (fastest != nullptr) {
+    const std::vector<double> rates =
+        field(fastest->runs, &Measurement::samples_per_s);
+    verdict << "the fastest, " << describe(fastest->settings) << ", is "
+            << std::fixed << std::setprecision(2) << fastest_rate / base_rate
+            << "x";
+    if (fastest_rate <= base_rate) {
+      verdict << ", slower";
+    } else {
+      verdict << ", its runs within the noise of the given config's (+-"
+              << std::setprecision(1)
+              << 100 * std::max(noise(base), noise(rates)) << "%)";
+    }
+    verdict << ": kept the given";
+  } else {
+    verdict << "every window failed (" << rejected << "): kept the given";
+  }
+  verdicts_.push_back(verdict.str());
+  return best;
+}
+
+void Tuner::decide() {
+  std::vector<const Candidate*> winners;
+  const auto consider = [&](const std::string& strategy, const std::string& label) {
+    if (const Candidate* c = winner(strategy, label)) {
+      winners.push_back(c);
+    }
+  };
+  consider("num_threads", "trainer.num_threads");
+  consider("num_workers", "data.num_workers");
+  {
+    const size_t before = verdicts_.size();
+    consider("batch_size", "data.batch_size (" + batch_rule_ + " rule for optimizer.lr)");
+    if (verdicts_.size() == before) {
+      verdicts_.push_back(
+          "data.batch_size: " +
+          (largest_batch_ > 0
+               ? "twice the batch does not fit in memory (the finder stopped at " +
+                   std::to_string(largest_batch_) + ")"
+               : std::string("the batch-size finder failed")) +
+          ": kept the given");
+    }
+  }
+  consider("precision", "trainer.precision");
+  {
+    const size_t before = verdicts_.size();
+    consider("channels_last", "trainer.channels_last");
+    if (verdicts_.size() == before) {
+      verdicts_.push_back(
+          "trainer.channels_last: no convolutions in model.name=" +
+          config_.model_name + ": not tried");
+    }
+  }
+  if (cuda_) {
+    consider("pin_memory", "data.pin_memory");
+  } else {
+    verdicts_.push_back(
+        "data.pin_memory: no effect on the CPU (no copies to a device): not "
+        "tried");
+  }
+  {
+    const size_t before = verdicts_.size();
+    consider("activation_checkpointing", "model.activation_checkpointing");
+    if (verdicts_.size() == before) {
+      verdicts_.push_back(
+          "model.activation_checkpointing: not memory-bound (a batch of " +
+          std::to_string(2 * config_.data.batch_size) +
+          " fits) or no checkpointed segments: not tried");
+    }
+  }
+  {
+    const size_t before = verdicts_.size();
+    consider("ddp", "trainer.strategy=ddp (processes x threads)");
+    if (verdicts_.size() == before) {
+      verdicts_.push_back(
+          std::string("trainer.strategy=ddp: ") +
+          (cuda_ ? "one device here" : config_.strategy == "ddp" ? "already on" : "too few cores") +
+          ": not tried");
+    }
+  }
+  // Settings of the winners; DDP's per-process batch follows the chosen
+  // global batch, and its threads replace the single process's.
+  Settings settings;
+  const auto set = [&](const std::string& key, const std::string& value) {
+    for (auto& [k, v] : settings) {
+      if (k == key) {
+        v = value;
+        return;
+      }
+    }
+    settings.emplace_back(key, value);
+  };
+  const Candidate* ddp = nullptr;
+  for (const Candidate* c : winners) {
+    if (c->strategy == "ddp") {
+      ddp = c;
+      continue;
+    }
+    for (const auto& [k, v] : c->settings) {
+      set(k, v);
+    }
+  }
+  if (ddp != nullptr) {
+    int64_t batch = config_.data.batch_size;
+    int64_t ranks = 1;
+    for (const auto& [k, v] : settings) {
+      if (k == "data.batch_size") {
+        batch = std::stoll(v);
+      }
+    }
+    for (const auto& [k, v] : ddp->settings) {
+      if (k == "trainer.devices") {
+        ranks = std::stoll(v);
+      }
+    }
+    for (const auto& [k, v] : ddp->settings) {
+      set(k, k == "data.batch_size" ? std::to_string(batch / ranks) : v);
+    }
+  }
+  // The validation batch.
+  {
+    const std::vector<double> base = field(val_baseline_.runs, &Measurement::validation_s);
+    const Candidate* best = nullptr;
+    double best_s = median(base);
+    for (const Candidate& c : val_candidates_) {
+      const std::vector<double> times = field(c.runs, &Measurement::validation_s);
+      const double t = median(times);
+      const double margin = std::max({noise(base), noise(times), kMinimumGain});
+      if (!times.empty() && t < median(base) * (1 - margin) &&
+          *std::max_element(times.begin(), times.end()) <
+              *std::min_element(base.begin(), base.end()) &&
+          t < best_s) {
+        best = &c;
+        best_s = t;
+      }
+    }
+    std::ostringstream verdict;
+    verdict << "data.val_batch_size: ";
+    if (base.empty()) {
+      verdict << "validation did not run: kept the given";
+    } else if (best != nullptr) {
+      verdict << best->settings.front().second << " validates in " << std::fixed
+              << std::setprecision(2) << best_s << " s instead of "
+              << median(base) << " s: picked";
+      set("data.val_batch_size", best->settings.front().second);
+    } else {
+      verdict << "nothing validates faster than " << config_.data.val_batch_size
+              << " beyond the noise: kept the given";
+    }
+    verdicts_.push_back(verdict.str());
+  }
+  // The winners together, when more than one speeds training.
+  combined_.strategy = "combined";
+  Settings training;
+  for (const auto& kv : settings) {
+    if (kv.first != "data.val_batch_size") {
+      training.push_back(kv);
+    }
+  }
+  if (winners.size() >= 2 && !windows_.interrupted()) {
+    combined_.settings = training;
+    measure(combined_, "the winners together", repeats_, steps_);
+    const std::vector<double> together = field(combined_.runs, &Measurement::samples_per_s);
+    double best_single = 0;
+    const Candidate* single = nullptr;
+    for (const Candidate* c : winners) {
+      const double rate = median(field(c->runs, &Measurement::samples_per_s));
+      if (rate > best_single) {
+        best_single = rate;
+        single = c;
+      }
+    }
+    if (together.empty() || median(together) < best_single) {
+      // Together they do worse than the best alone: keep that one.
+      Settings alone;
+      for (const auto& kv : settings) {
+        const bool in_single = std::any_of(
+            single->settings.begin(), single->settings.end(),
+            [&](const auto& s) { return s.first == kv.first; });
+        if (in_single || kv.first == "data.val_batch_size") {
+          alone.push_back(kv);
+        }
+      }
+      verdicts_.push_back(
+          "together: slower than " + describe(single->settings) +
+          " alone: kept that one");
+      settings = alone;
+    } else {
+      std::ostringstream verdict;
+      verdict << "together: " << std::fixed << std::setprecision(2)
+              << median(together) /
+                     median(field(baseline_.runs, &Measurement::samples_per_s))
+              << "x the given config: picked";
+      verdicts_.push_back(verdict.str());
+    }
+  }
+  chosen_ = settings;
+}
+
+void Tuner::print(std::ostream& out) const {
+  const double base_rate =
+      median(field(baseline_.runs, &Measurement::samples_per_s));
+  const auto row = [&](const Candidate& c, const std::string& label) {
+    const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
+    out << "  " << std::left << std::setw(16) << label << std::setw(58)
+        << describe(c.settings).substr(0, 57) << std::right;
+    if (rates.empty()) {
+      out << "  failed: "
+          << (c.runs.empty() ? std::string("not run") : c.runs.front().failure)
+          << "\n";
+      return;
+    }
+    const std::vector<double> peaks = field(c.runs, &Measurement::peak_bytes);
+    const double peak = median(peaks);
+    out << std::fixed << std::setprecision(0) << std::setw(10) << median(rates)
+        << std::setprecision(2) << std::setw(8) << median(rates) / base_rate
+        << "x" << std::setprecision(1) << std::setw(7) << 100 * noise(rates)
+        << "%" << std::setprecision(0) << std::setw(9)
+        << (peak > 0 ? std::to_string(static_cast<int64_t>(peak / (1 << 20)))
+                     : std::string("-"))
+        << std::setprecision(4) << std::setw(9)
+        << median(field(c.runs, &Measurement::loss))
+        << (c.changes_recipe ? "  recipe" : "") << std::defaultfloat << "\n";
+  };
+  out << "  " << std::left << std::setw(16) << "strategy" << std::setw(58)
+      << "setting" << std::right << std::setw(10) << "samples/s" << std::setw(9)
+      << "vs given" << std::setw(8) << "noise" << std::setw(9) << "peak MiB"
+      << std::setw(9) << "loss" << "\n";
+  row(baseline_, "given");
+  for (const Candidate& c : candidates_) {
+    if (!c.runs.empty()) {
+      row(c, c.strategy);
+    }
+  }
+  if (!combined_.runs.empty()) {
+    row(combined_, "together");
+  }
+  const std::vector<double> base_val = field(val_baseline_.runs, &Measurement::validation_s);
+  if (!base_val.empty()) {
+    out << "\n  validation of the whole split: data.val_batch_size="
+        << config_.data.val_batch_size << " " << std::fixed
+        << std::setprecision(2) << median(base_val) << " s (+-"
+        << std::setprecision(1) << 100 * noise(base_val) << "%)";
+    for (const Candidate& c : val_candidates_) {
+      const std::vector<double> t = field(c.runs, &Measurement::validation_s);
+      if (!t.empty()) {
+        out << ", " << c.settings.front().second << " " << std::setprecision(2)
+            << median(t) << " s";
+      }
+    }
+    out << std::defaultfloat << "\n";
+  }
+  out << "\n";
+  for (const std::string& verdict : verdicts_) {
+    out << "  " << verdict << "\n";
+  }
+  if (!skipped_.empty()) {
+    out << "  not measured (out of --budget):";
+    for (const std::string& s : skipped_) {
+      out << " " << s << ";";
+    }
+    out << "\n";
+  }
+}
+
+std::string Tuner::header() const {
+  std::ostringstream text;
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  text << "# Written by hotloop tune on " << date << ", "
+       << std::thread::hardware_concurrency() << " cores: the given config";
+  if (chosen_.empty()) {
+    text << " unchanged (nothing measured beat it beyond the noise).\n";
+  } else {
+    text << " with:\n";
+    for (const auto& [key, value] : chosen_) {
+      text << "#   " << key << "=" << value << "\n";
+    }
+  }
+  for (const std::string& verdict : verdicts_) {
+    text << "# " << verdict << "\n";
+  }
+  return text.str();
+}
+
+// A temporary folder for the windows, removed when done.
+class WorkDir {
+ public:
+  WorkDir() {
+    std::string pattern =
+        (fs::temp_directory_path() / "hotloop-tune-XXXXXX").string();
+    HOTLOOP_CHECK(
+        ::mkdtemp(pattern.data()) != nullptr,
+        "hotloop tune: cannot create a folder under ",
+        fs::temp_directory_path().string());
+    path_ = pattern;
+  }
+  ~WorkDir() {
+    if (!keep_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const fs::path& path() const {
+    return path_;
+  }
+  void keep() {
+    keep_ = true;
+  }
+
+ private:
+  fs::path path_;
+  bool keep_ = false;
+};
+
+} // namespace
+
+int run_tune(const ParsedArgs& args, std::ostream& out) {
+  const double budget_s = args.extra.count("budget")
+      ? parse_duration(args.extra.at("budget"))
+      : 300;
+  const int64_t repeats =
+      number_flag<int64_t>(args, "repeats", 3, 2, 20);
+  const double tolerance =
+      number_flag<double>(args, "loss_tolerance", 0.02, 0, 1);
+  const std::string output = args.extra.count("output")
+      ? args.extra.at("output")
+      : std::string("tuned.yaml");
+  to_fit_config(args.config); // the config's own errors first
+  WorkDir workdir;
+  if (args.extra.count("keep_windows")) {
+    workdir.keep();
+    out << "tune: windows kept in " << workdir.path().string() << "\n";
+  }
+  const std::string given = (workdir.path() / "given.yaml").string();
+  std::ofstream(given) << args.config.to_yaml();
+  const StopSignalGuard signals;
+  Windows windows(given, workdir.path(), std::max(budget_s, 60.0));
+  Tuner tuner(args, windows, budget_s, repeats, tolerance, out);
+  out << "tune: measuring the given config and its variations in windows of "
+         "training, "
+      << repeats << " runs each, within " << static_cast<int>(budget_s)
+      << " s\n";
+  const Settings chosen = tuner.run();
+  out << "\n";
+  tuner.print(out);
+  Config tuned = args.config;
+  for (const auto& [key, value] : chosen) {
+    tuned.set(key, value, "hotloop tune");
+  }
+  train::write_file_atomically(output, [&](std::ostream& file) {
+    file << tuner.header() << tuned.to_yaml();
+  });
+  out << "\nwrote " << output << ": hotloop fit --config " << output << "\n";
+  return 0;
+}
+
+} // namespace hotloop::cli
