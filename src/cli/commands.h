@@ -5,12 +5,48 @@
 
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/core/error.h"
 
+#include <limits>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace hotloop::cli {
+
+/// The value of the command's `--flag` as a number, or `fallback` when it
+/// was not given; ConfigError naming the flag for text that is not a
+/// number, or not one from `lo` to `hi`.
+template <typename T>
+T number_flag(
+    const ParsedArgs& args,
+    const std::string& flag,
+    T fallback,
+    T lo = std::numeric_limits<T>::lowest(),
+    T hi = std::numeric_limits<T>::max()) {
+  const auto it = args.extra.find(flag);
+  if (it == args.extra.end()) {
+    return fallback;
+  }
+  std::istringstream in(it->second);
+  T value{};
+  in >> value;
+  const bool bounded = lo != std::numeric_limits<T>::lowest() ||
+      hi != std::numeric_limits<T>::max();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !it->second.empty() && !in.fail() && in.peek() == EOF && value >= lo &&
+          value <= hi,
+      "--",
+      flag,
+      ": expected a number",
+      bounded ? hotloop::detail::str_cat(" from ", lo, " to ", hi) : "",
+      ", got '",
+      it->second,
+      "'");
+  return value;
+}
 
 /// `--ckpt_path`: `last` is the newest run's last.ckpt under
 /// default_root_dir/name; `auto` the same when there is one, else "" (a

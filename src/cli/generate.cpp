@@ -30,28 +30,6 @@ const char* const kGenerateFlags[] = {
 
 namespace {
 
-// The value of --flag as a number, or `fallback` when not given; a clear
-// error for text that is not one.
-template <typename T>
-T number_flag(const ParsedArgs& args, const std::string& flag, T fallback) {
-  const auto it = args.extra.find(flag);
-  if (it == args.extra.end()) {
-    return fallback;
-  }
-  std::istringstream in(it->second);
-  T value{};
-  in >> value;
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !it->second.empty() && !in.fail() && in.peek() == EOF,
-      "--",
-      flag,
-      ": expected a number, got '",
-      it->second,
-      "'");
-  return value;
-}
-
 // --flag, --flag=true or --flag=false.
 bool bool_flag(const ParsedArgs& args, const std::string& flag, bool fallback) {
   const auto it = args.extra.find(flag);

@@ -433,16 +433,16 @@ Session text_session(const FitConfig& config) {
       val_windows < 1 ? "validation" : "training",
       " at data.val_fraction=",
       d.val_fraction);
+  // Subsets, not samplers: the loaders shuffle them, and under data
+  // parallelism a DistributedSampler splits them across the processes.
   std::vector<int64_t> train_indices(windows - val_windows);
   std::iota(train_indices.begin(), train_indices.end(), 0);
   std::vector<int64_t> val_indices(val_windows);
   std::iota(val_indices.begin(), val_indices.end(), windows - val_windows);
-  session.train_set = tokens;
-  session.val_set = tokens;
-  session.train_sampler = std::make_shared<data::SubsetRandomSampler>(
-      std::move(train_indices), config.seed);
-  session.val_sampler = std::make_shared<data::SubsetRandomSampler>(
-      std::move(val_indices), config.seed);
+  session.train_set =
+      std::make_shared<data::Subset>(tokens, std::move(train_indices));
+  session.val_set =
+      std::make_shared<data::Subset>(tokens, std::move(val_indices));
   const models::Gpt gpt(config.gpt);
   auto module = std::make_shared<train::LanguageModel>(
       torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
@@ -487,18 +487,14 @@ Session build_session(
 data::DataLoaderOptions loader_options(
     const FitConfig& config, const Session& session, bool train) {
   const auto& d = config.data;
-  const auto& sampler = train ? session.train_sampler : session.val_sampler;
   auto options =
       data::DataLoaderOptions(train ? d.batch_size : d.val_batch_size)
-          .shuffle(train && d.shuffle && sampler == nullptr)
+          .shuffle(train && d.shuffle)
           .drop_last(train && d.drop_last)
           .num_workers(d.num_workers)
           .pin_memory(d.pin_memory)
           .timeout(d.timeout)
           .seed(config.seed);
-  if (sampler != nullptr) {
-    options.sampler(sampler);
-  }
   if (d.num_workers > 0) {
     // Both only mean something with loader threads (PyTorch rejects them
     // otherwise), so the config's values apply only then.

@@ -49,6 +49,8 @@ constexpr int64_t kWarmupSteps = 10;
 // A gain smaller than this is never worth a change, however quiet the
 // machine.
 constexpr double kMinimumGain = 0.01;
+// The given config runs again after this many candidate windows.
+constexpr size_t kBaselineEvery = 3;
 
 // What one window measured.
 struct Measurement {
@@ -66,6 +68,9 @@ struct Measurement {
   double process_s = 0;
   double fit_s = 0;
   int64_t steps = 0;
+  /// The window's place in the session (0, 1, ...), to pair it with the
+  /// given config's windows around it.
+  int64_t sequence = 0;
 };
 
 // One setting (or a few that go together) tried against the given config.
@@ -144,30 +149,17 @@ double parse_duration(const std::string& text) {
   return value * scale;
 }
 
-template <typename T>
-T number_flag(
-    const ParsedArgs& args, const std::string& flag, T fallback, T lo, T hi) {
-  const auto it = args.extra.find(flag);
-  if (it == args.extra.end()) {
-    return fallback;
+// Whether the CPU has bfloat16 instructions, which LibTorch's bf16 kernels
+// need to be faster than float32 ones.
+bool cpu_has_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) == 0) {
+      return line.find(" avx512_bf16") != std::string::npos ||
+          line.find(" amx_bf16") != std::string::npos;
+    }
   }
-  std::istringstream in(it->second);
-  T value{};
-  in >> value;
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !it->second.empty() && !in.fail() && in.peek() == EOF && value >= lo &&
-          value <= hi,
-      "--",
-      flag,
-      ": expected a number from ",
-      lo,
-      " to ",
-      hi,
-      ", got '",
-      it->second,
-      "'");
-  return value;
+  return false;
 }
 
 // Runs `hotloop fit` windows of the given config in child processes.
@@ -230,6 +222,8 @@ class Windows {
  private:
   Measurement run(const Settings& settings, std::string* log_text = nullptr) {
     const int64_t index = count_++;
+    Measurement m;
+    m.sequence = index;
     const fs::path root = workdir_ / ("w" + std::to_string(index));
     const fs::path log = workdir_ / ("w" + std::to_string(index) + ".log");
     std::vector<std::string> args = {
@@ -252,7 +246,6 @@ class Windows {
     for (const auto& [key, value] : settings) {
       args.push_back("--" + key + "=" + value);
     }
-    Measurement m;
     // Everything the child needs is made before fork: between fork and
     // exec a child of a threaded process may only make plain system calls.
     std::vector<char*> argv;
@@ -400,40 +393,44 @@ class Tuner {
         "hotloop tune: the given config does not train: ",
         baseline_.runs.front().failure);
     plan();
-    measure(baseline_, "the given config", repeats_ - 1, steps_);
-    baseline_.runs.erase(baseline_.runs.begin()); // the shorter first window
-    if (baseline_.runs.size() < 2) {
-      measure(baseline_, "the given config", 1, steps_);
-    }
+    baseline_.runs.clear(); // the sizing window was shorter
     add_candidates();
     // Each strategy's first candidate, then each one's second, ...: a
-    // short budget still sees every strategy.
-    std::vector<size_t> order;
-    for (size_t round = 0; order.size() < candidates_.size(); ++round) {
-      std::map<std::string, size_t> seen;
-      for (size_t i = 0; i < candidates_.size(); ++i) {
-        if (seen[candidates_[i].strategy]++ == round) {
-          order.push_back(i);
+    // short budget still sees every strategy, those that pay most often
+    // first.
+    static const std::vector<std::string> kPriority = {
+        "num_threads", "ddp", "num_workers", "batch_size", "channels_last",
+        "pin_memory", "precision", "activation_checkpointing"};
+    std::vector<Candidate*> order;
+    for (size_t round = 0;
+         order.size() < candidates_.size() && round < candidates_.size();
+         ++round) {
+      for (const std::string& strategy : kPriority) {
+        size_t seen = 0;
+        for (Candidate& c : candidates_) {
+          if (c.strategy == strategy && seen++ == round) {
+            order.push_back(&c);
+          }
         }
       }
     }
-    int64_t done = 0;
-    for (const size_t i : order) {
-      Candidate& c = candidates_[i];
-      ++done;
-      if (windows_.interrupted()) {
-        break;
+    // Every candidate once per repeat, and the given config before, after
+    // and between every few of them: each window is compared with the given
+    // config's windows around it, which cancels the machine's drift.
+    std::vector<Candidate*> schedule = {&baseline_};
+    for (int64_t r = 0; r < repeats_; ++r) {
+      for (size_t i = 0; i < order.size(); ++i) {
+        schedule.push_back(order[i]);
+        if ((i + 1) % kBaselineEvery == 0 || i + 1 == order.size()) {
+          schedule.push_back(&baseline_);
+        }
       }
-      if (over_budget(c)) {
+    }
+    run_schedule(schedule, "");
+    for (const Candidate& c : candidates_) {
+      if (c.runs.size() < 2) {
         skipped_.push_back(describe(c.settings));
-        continue;
       }
-      measure(
-          c,
-          "[" + std::to_string(done) + "/" +
-              std::to_string(candidates_.size()) + "] " + describe(c.settings),
-          repeats_,
-          c.steps > 0 ? c.steps : steps_);
     }
     measure_validation();
     HOTLOOP_CHECK(!windows_.interrupted(), "hotloop tune: interrupted");
@@ -454,13 +451,91 @@ class Tuner {
   void measure(
       Candidate& c, const std::string& what, int64_t times, int64_t steps) {
     for (int64_t r = 0; r < times && !windows_.interrupted(); ++r) {
-      std::ostringstream line;
-      line << "tune: " << what << " (run " << r + 1 << "/" << times << ", "
-           << static_cast<int>(elapsed()) << " s of "
-           << static_cast<int>(budget_s_) << ")";
-      progress_.show(line.str());
+      show(what, r + 1, times);
       c.runs.push_back(windows_.train(c.settings, steps));
     }
+  }
+
+  void show(const std::string& what, int64_t run, int64_t of) {
+    std::ostringstream line;
+    line << "tune: " << what << " (run " << run << "/" << of << ", "
+         << static_cast<int>(elapsed()) << " s of "
+         << static_cast<int>(budget_s_) << ")";
+    progress_.show(line.str());
+  }
+
+  // Runs the windows in order while `budget_share` of the budget lasts (by
+  // default a quarter is kept for the validation windows and the winners
+  // together), always ending on one of the given config's.
+  void run_schedule(
+      const std::vector<Candidate*>& schedule,
+      const std::string& tag,
+      double budget_share = 0.75) {
+    const auto total = static_cast<int64_t>(schedule.size());
+    for (int64_t i = 0; i < total && !windows_.interrupted(); ++i) {
+      Candidate& c = *schedule[i];
+      const bool last = i + 1 == total;
+      if (&c != &baseline_ && over_budget(c, budget_share)) {
+        continue;
+      }
+      if (&c == &baseline_ && !last && i > 0 && schedule[i - 1] == &baseline_) {
+        continue; // nothing ran since the last one
+      }
+      show(tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
+           i + 1, total);
+      c.runs.push_back(windows_.train(c.settings, c.steps > 0 ? c.steps : steps_));
+    }
+  }
+
+  // A candidate's windows over the given config's around each: the median
+  // ratio and the ratios' spread; for the given config, each of its
+  // windows over its neighbours'.
+  struct Ratios {
+    std::vector<double> values;
+    double median = kNaN;
+    double noise = 0;
+  };
+  Ratios ratios(const Candidate& c) const {
+    std::vector<const Measurement*> base;
+    for (const Measurement& m : baseline_.runs) {
+      if (m.ok) {
+        base.push_back(&m);
+      }
+    }
+    Ratios out;
+    for (const Measurement& m : c.runs) {
+      if (!m.ok) {
+        continue;
+      }
+      const Measurement* before = nullptr;
+      const Measurement* after = nullptr;
+      for (const Measurement* b : base) {
+        if (b->sequence < m.sequence) {
+          before = b;
+        } else if (b->sequence > m.sequence && after == nullptr) {
+          after = b;
+        }
+      }
+      if (&c == &baseline_) {
+        if (before == nullptr || after == nullptr) {
+          continue; // the first and last have one neighbour
+        }
+      }
+      double reference = 0;
+      int n = 0;
+      for (const Measurement* b : {before, after}) {
+        if (b != nullptr) {
+          reference += b->samples_per_s;
+          ++n;
+        }
+      }
+      if (n > 0 && reference > 0) {
+        out.values.push_back(m.samples_per_s / (reference / n));
+      }
+    }
+    out.median = median(out.values);
+    out.noise = noise(out.values);
+    return out;
   }
 
   // Sizes the windows (and, when the budget is short, the repeats) from
@@ -486,14 +561,13 @@ class Tuner {
     windows_.set_timeout(4 * window_s_ + 20);
   }
 
-  bool over_budget(const Candidate& c) const {
+  // Whether one more window of `c` would take the session past this share
+  // of the budget.
+  bool over_budget(const Candidate& c, double share) const {
     const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
     const double window =
         startup_s_ + (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
-    // A quarter is kept for the winners together and the validation
-    // windows at the end.
-    return elapsed() + window * static_cast<double>(repeats_) >
-        budget_s_ * 0.75;
+    return elapsed() + window > budget_s_ * share;
   }
 
   void add(
@@ -517,6 +591,8 @@ class Tuner {
   // The best candidate of `strategy`, if any beats the given config beyond
   // the noise with the loss within tolerance; its verdict in `verdicts_`.
   const Candidate* winner(const std::string& strategy, const std::string& label);
+  // The spread of the given config's windows against their neighbours.
+  double baseline_noise() const;
 
   FitConfig config_;
   Windows& windows_;
@@ -582,7 +658,7 @@ void Tuner::add_candidates() {
     }
   }
   batch_rule_ = rule;
-  if (c.trainer.precision() != "bf16-mixed") {
+  if (c.trainer.precision() != "bf16-mixed" && (cuda_ || cpu_has_bf16())) {
     add("precision", {{"trainer.precision", "bf16-mixed"}});
   }
   if (cuda_ && c.trainer.precision() != "16-mixed") {
@@ -661,15 +737,21 @@ void Tuner::measure_validation() {
   }
 }
 
+double Tuner::baseline_noise() const {
+  const Ratios own = ratios(baseline_);
+  return own.values.size() >= 2
+      ? own.noise
+      : noise(field(baseline_.runs, &Measurement::samples_per_s));
+}
+
 const Candidate* Tuner::winner(
     const std::string& strategy, const std::string& label) {
-  const std::vector<double> base = field(baseline_.runs, &Measurement::samples_per_s);
-  const double base_rate = median(base);
+  const double base_noise = baseline_noise();
   const double base_loss = median(field(baseline_.runs, &Measurement::loss));
   const Candidate* best = nullptr;
-  double best_rate = 0;
+  double best_ratio = 0;
   const Candidate* fastest = nullptr; // picked or not
-  double fastest_rate = 0;
+  Ratios fastest_ratios;
   bool exists = false;
   bool any = false;
   std::string rejected;
@@ -678,48 +760,44 @@ const Candidate* Tuner::winner(
       continue;
     }
     exists = true;
-    if (c.runs.empty()) {
-      continue;
+    if (c.runs.size() < 2) {
+      continue; // not measured (the budget), or too little to judge
     }
     any = true;
-    const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
-    if (rates.empty()) {
+    const Ratios r = ratios(c);
+    if (r.values.empty()) {
       rejected = describe(c.settings) + " failed: " + c.runs.front().failure;
       continue;
     }
-    const double rate = median(rates);
-    if (rate > fastest_rate) {
+    if (fastest == nullptr || r.median > fastest_ratios.median) {
       fastest = &c;
-      fastest_rate = rate;
+      fastest_ratios = r;
     }
-    const double gain = rate / base_rate - 1;
-    const double margin =
-        std::max({noise(base), noise(rates), kMinimumGain});
     const double loss = median(field(c.runs, &Measurement::loss));
     const double loss_change =
         std::isfinite(loss) && std::isfinite(base_loss) && base_loss != 0
         ? (loss - base_loss) / std::abs(base_loss)
         : 0;
-    // Beyond the noise: a gain larger than either spread, and every run
-    // faster than every run of the given config.
-    const double slowest = *std::min_element(rates.begin(), rates.end());
-    const double fastest_given = *std::max_element(base.begin(), base.end());
-    if (gain <= margin || slowest <= fastest_given) {
+    // Beyond the noise: a gain larger than either spread, and every window
+    // faster than the given config's around it.
+    const double margin = std::max({base_noise, r.noise, kMinimumGain});
+    const double slowest = *std::min_element(r.values.begin(), r.values.end());
+    if (r.median - 1 <= margin || slowest <= 1) {
       continue;
     }
     if (loss_change > tolerance_ ||
         (!c.changes_recipe && std::abs(loss_change) > tolerance_)) {
       std::ostringstream why;
       why << describe(c.settings) << " is " << std::fixed << std::setprecision(2)
-          << rate / base_rate << "x but changes the loss by " << std::showpos
+          << r.median << "x but changes the loss by " << std::showpos
           << std::setprecision(1) << 100 * loss_change << std::noshowpos
           << "% (tolerance " << 100 * tolerance_ << "%)";
       rejected = why.str();
       continue;
     }
-    if (rate > best_rate) {
+    if (r.median > best_ratio) {
       best = &c;
-      best_rate = rate;
+      best_ratio = r.median;
     }
   }
   std::ostringstream verdict;
@@ -731,27 +809,23 @@ const Candidate* Tuner::winner(
     return nullptr;
   }
   if (best != nullptr) {
-    const std::vector<double> rates = field(best->runs, &Measurement::samples_per_s);
     verdict << describe(best->settings) << " is " << std::fixed
-            << std::setprecision(2) << best_rate / base_rate << "x (noise +-"
+            << std::setprecision(2) << best_ratio << "x (noise +-"
             << std::setprecision(1)
-            << 100 * std::max(noise(base), noise(rates)) << "%)"
+            << 100 * std::max(base_noise, ratios(*best).noise) << "%)"
             << (best->changes_recipe ? ", changes the recipe" : "")
             << ": picked";
   } else if (!rejected.empty()) {
     verdict << rejected << ": kept the given";
   } else if (fastest != nullptr) {
-    const std::vector<double> rates =
-        field(fastest->runs, &Measurement::samples_per_s);
     verdict << "the fastest, " << describe(fastest->settings) << ", is "
-            << std::fixed << std::setprecision(2) << fastest_rate / base_rate
+            << std::fixed << std::setprecision(2) << fastest_ratios.median
             << "x";
-    if (fastest_rate <= base_rate) {
+    if (fastest_ratios.median <= 1) {
       verdict << ", slower";
     } else {
-      verdict << ", its runs within the noise of the given config's (+-"
-              << std::setprecision(1)
-              << 100 * std::max(noise(base), noise(rates)) << "%)";
+      verdict << ", within the noise (+-" << std::setprecision(1)
+              << 100 * std::max(base_noise, fastest_ratios.noise) << "%)";
     }
     verdict << ": kept the given";
   } else {
@@ -763,63 +837,55 @@ const Candidate* Tuner::winner(
 
 void Tuner::decide() {
   std::vector<const Candidate*> winners;
-  const auto consider = [&](const std::string& strategy, const std::string& label) {
+  // A strategy's verdict, or why it was not tried when it had no candidate.
+  const auto consider = [&](const std::string& strategy,
+                            const std::string& label,
+                            const std::string& not_tried) {
+    const size_t before = verdicts_.size();
     if (const Candidate* c = winner(strategy, label)) {
       winners.push_back(c);
     }
+    if (verdicts_.size() == before && !not_tried.empty()) {
+      verdicts_.push_back(label + ": " + not_tried);
+    }
   };
-  consider("num_threads", "trainer.num_threads");
-  consider("num_workers", "data.num_workers");
-  {
-    const size_t before = verdicts_.size();
-    consider("batch_size", "data.batch_size (" + batch_rule_ + " rule for optimizer.lr)");
-    if (verdicts_.size() == before) {
-      verdicts_.push_back(
-          "data.batch_size: " +
-          (largest_batch_ > 0
-               ? "twice the batch does not fit in memory (the finder stopped at " +
-                   std::to_string(largest_batch_) + ")"
-               : std::string("the batch-size finder failed")) +
-          ": kept the given");
-    }
-  }
-  consider("precision", "trainer.precision");
-  {
-    const size_t before = verdicts_.size();
-    consider("channels_last", "trainer.channels_last");
-    if (verdicts_.size() == before) {
-      verdicts_.push_back(
-          "trainer.channels_last: no convolutions in model.name=" +
-          config_.model_name + ": not tried");
-    }
-  }
-  if (cuda_) {
-    consider("pin_memory", "data.pin_memory");
-  } else {
-    verdicts_.push_back(
-        "data.pin_memory: no effect on the CPU (no copies to a device): not "
-        "tried");
-  }
-  {
-    const size_t before = verdicts_.size();
-    consider("activation_checkpointing", "model.activation_checkpointing");
-    if (verdicts_.size() == before) {
-      verdicts_.push_back(
-          "model.activation_checkpointing: not memory-bound (a batch of " +
+  consider("num_threads", "trainer.num_threads", "");
+  consider("num_workers", "data.num_workers", "");
+  consider(
+      "batch_size",
+      "data.batch_size (" + batch_rule_ + " rule for optimizer.lr)",
+      largest_batch_ > 0
+          ? "twice the batch does not fit in memory (the finder stopped at " +
+              std::to_string(largest_batch_) + "): kept the given"
+          : std::string("the batch-size finder failed: kept the given"));
+  consider(
+      "precision",
+      "trainer.precision",
+      "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16), "
+      "without which bf16-mixed runs several times slower than float32: not "
+      "tried");
+  consider(
+      "channels_last",
+      "trainer.channels_last",
+      "no convolutions in model.name=" + config_.model_name + ": not tried");
+  consider(
+      "pin_memory",
+      "data.pin_memory",
+      cuda_ ? "already on: not tried"
+            : "no effect on the CPU (no copies to a device): not tried");
+  consider(
+      "activation_checkpointing",
+      "model.activation_checkpointing",
+      "not memory-bound (a batch of " +
           std::to_string(2 * config_.data.batch_size) +
           " fits) or no checkpointed segments: not tried");
-    }
-  }
-  {
-    const size_t before = verdicts_.size();
-    consider("ddp", "trainer.strategy=ddp (processes x threads)");
-    if (verdicts_.size() == before) {
-      verdicts_.push_back(
-          std::string("trainer.strategy=ddp: ") +
-          (cuda_ ? "one device here" : config_.strategy == "ddp" ? "already on" : "too few cores") +
+  consider(
+      "ddp",
+      "trainer.strategy=ddp (processes x threads)",
+      std::string(cuda_ ? "one device here"
+                  : config_.strategy == "ddp" ? "already on"
+                                              : "too few cores") +
           ": not tried");
-    }
-  }
   // Settings of the winners; DDP's per-process batch follows the chosen
   // global batch, and its threads replace the single process's.
   Settings settings;
@@ -901,18 +967,23 @@ void Tuner::decide() {
   }
   if (winners.size() >= 2 && !windows_.interrupted()) {
     combined_.settings = training;
-    measure(combined_, "the winners together", repeats_, steps_);
-    const std::vector<double> together = field(combined_.runs, &Measurement::samples_per_s);
+    std::vector<Candidate*> schedule;
+    for (int64_t r = 0; r < repeats_; ++r) {
+      schedule.push_back(&combined_);
+      schedule.push_back(&baseline_);
+    }
+    run_schedule(schedule, "together: ", 1.0);
+    const double together = ratios(combined_).median;
     double best_single = 0;
     const Candidate* single = nullptr;
     for (const Candidate* c : winners) {
-      const double rate = median(field(c->runs, &Measurement::samples_per_s));
-      if (rate > best_single) {
-        best_single = rate;
+      const double ratio = ratios(*c).median;
+      if (ratio > best_single) {
+        best_single = ratio;
         single = c;
       }
     }
-    if (together.empty() || median(together) < best_single) {
+    if (!(together >= best_single)) {
       // Together they do worse than the best alone: keep that one.
       Settings alone;
       for (const auto& kv : settings) {
@@ -929,9 +1000,7 @@ void Tuner::decide() {
       settings = alone;
     } else {
       std::ostringstream verdict;
-      verdict << "together: " << std::fixed << std::setprecision(2)
-              << median(together) /
-                     median(field(baseline_.runs, &Measurement::samples_per_s))
+      verdict << "together: " << std::fixed << std::setprecision(2) << together
               << "x the given config: picked";
       verdicts_.push_back(verdict.str());
     }
@@ -940,8 +1009,6 @@ void Tuner::decide() {
 }
 
 void Tuner::print(std::ostream& out) const {
-  const double base_rate =
-      median(field(baseline_.runs, &Measurement::samples_per_s));
   const auto row = [&](const Candidate& c, const std::string& label) {
     const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
     out << "  " << std::left << std::setw(16) << label << std::setw(58)
@@ -954,10 +1021,15 @@ void Tuner::print(std::ostream& out) const {
     }
     const std::vector<double> peaks = field(c.runs, &Measurement::peak_bytes);
     const double peak = median(peaks);
+    // Against the given config's windows around each; the given config's
+    // own row: its windows against their neighbours.
+    const Ratios r = ratios(c);
+    const bool given = &c == &baseline_;
     out << std::fixed << std::setprecision(0) << std::setw(10) << median(rates)
-        << std::setprecision(2) << std::setw(8) << median(rates) / base_rate
-        << "x" << std::setprecision(1) << std::setw(7) << 100 * noise(rates)
-        << "%" << std::setprecision(0) << std::setw(9)
+        << std::setprecision(2) << std::setw(8)
+        << (given ? 1.0 : r.median) << "x" << std::setprecision(1)
+        << std::setw(7) << 100 * (given ? baseline_noise() : r.noise) << "%"
+        << std::setprecision(0) << std::setw(9)
         << (peak > 0 ? std::to_string(static_cast<int64_t>(peak / (1 << 20)))
                      : std::string("-"))
         << std::setprecision(4) << std::setw(9)

@@ -99,6 +99,15 @@ bool is_class_index(double value) {
   return value >= 0 && value < kMaxClassIndex && std::floor(value) == value;
 }
 
+// "'a', 'b', 'c'" for an error message.
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string listed;
+  for (const std::string& name : names) {
+    listed += (listed.empty() ? "'" : ", '") + name + "'";
+  }
+  return listed;
+}
+
 // The label column's index, from the header names or the index option.
 int64_t label_column(
     const std::string& path,
@@ -114,17 +123,13 @@ int64_t label_column(
     if (options.label_optional()) {
       return -1; // a table to predict on
     }
-    std::string listed;
-    for (const std::string& name : names) {
-      listed += (listed.empty() ? "'" : ", '") + name + "'";
-    }
     throw ConfigError(hotloop::detail::str_cat(
         "data.label_column '",
         options.label_column(),
         "' is not a column of ",
         path,
         " (columns: ",
-        listed,
+        quoted_list(names),
         ")"));
   }
   const int64_t index = options.label_index() < 0
@@ -323,10 +328,6 @@ CsvDataset::Parsed CsvDataset::parse(
       const auto at = std::find(
           parsed.class_names.begin(), parsed.class_names.end(), label_texts[i]);
       if (at == parsed.class_names.end()) {
-        std::string listed;
-        for (const std::string& name : parsed.class_names) {
-          listed += (listed.empty() ? "'" : ", '") + name + "'";
-        }
         throw DataError(hotloop::detail::str_cat(
             path,
             ":",
@@ -337,7 +338,7 @@ CsvDataset::Parsed CsvDataset::parse(
             ": '",
             label_texts[i],
             "' is not one of the model's classes (",
-            listed,
+            quoted_list(parsed.class_names),
             ")"));
       }
       classes[i] = at - parsed.class_names.begin();

@@ -1002,6 +1002,43 @@ TEST(Launcher, SyncBatchNormFromTheCommandLine) {
       ::testing::ContainsRegex("network.features.1 +SyncBatchNorm"));
 }
 
+TEST(Launcher, AGptOnATextFileTrainsOnTwoRanks) {
+  TempDir dir;
+  {
+    std::ofstream text(dir.file("text.txt"));
+    for (int i = 0; i < 100; ++i) {
+      text << "two ranks read this text. ";
+    }
+  }
+  const std::vector<std::string> args = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--trainer.strategy=ddp",
+      "--trainer.devices=2",
+      "--trainer.max_epochs=1",
+      "--trainer.dist_timeout=60",
+      "--trainer.default_root_dir=" + dir.file("runs"),
+      "--trainer.name=gpt",
+      "--trainer.enable_progress_bar=false",
+      "--model.name=gpt",
+      "--model.n_layer=1",
+      "--model.n_head=2",
+      "--model.n_embd=16",
+      "--data.dataset=text",
+      "--data.path=" + dir.file("text.txt"),
+      "--data.block_size=16",
+      "--data.batch_size=8",
+      "--data.val_batch_size=8"};
+  const pid_t pid = start(HOTLOOP_CLI_PATH, args, dir.file("fit.log"));
+  ASSERT_EQ(finish(pid, kWorkerLimit), 0) << read_text(dir.file("fit.log"));
+  // 2,600 bytes: 162 windows of 16, 16 validating; each process trains on
+  // half of the other 146: 10 batches of 8.
+  const auto summary = nlohmann::json::parse(
+      read_text(dir.file("runs/gpt/version_0/summary.json")));
+  EXPECT_EQ(summary.at("world_size"), 2);
+  EXPECT_EQ(summary.at("steps"), 10);
+}
+
 TEST(Launcher, AKilledRankEndsTheRunAndNamesIt) {
   TempDir dir;
   const pid_t pid = start(

@@ -19,10 +19,6 @@ struct Session {
   /// Null when the command does not train.
   std::shared_ptr<data::Dataset> train_set;
   std::shared_ptr<data::Dataset> val_set;
-  /// For a text file split into training and validation windows; null for
-  /// image datasets (which have their own test split).
-  std::shared_ptr<const data::Sampler> train_sampler;
-  std::shared_ptr<const data::Sampler> val_sampler;
   std::shared_ptr<train::Module> module;
   /// The validation split's class labels [N] (classifiers only).
   at::Tensor val_labels;
