@@ -516,8 +516,12 @@ check_resolved() {
 }
 
 stage_configure() {
+  # The carried libraries lie inside the source tree, whose folders CMake
+  # leaves out of installed programs' RPATH on its own.
   local args=(-S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
-              "-DCMAKE_PREFIX_PATH=$PREFIX_PATH" "-DHOTLOOP_BENCH_PYTHON=$PY_REAL")
+              "-DCMAKE_PREFIX_PATH=$PREFIX_PATH" "-DHOTLOOP_BENCH_PYTHON=$PY_REAL"
+              "-DHOTLOOP_TEST_PYTHON=$PY_REAL"
+              "-DCMAKE_INSTALL_RPATH=$PREFIX/lib/x86_64-linux-gnu")
   if ((!CPU)); then
     args+=("-DCMAKE_CUDA_COMPILER=$CUDACXX" "-DCMAKE_CUDA_ARCHITECTURES=$CUDAARCHS"
            "-DTORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST" "-DCUDAToolkit_ROOT=$CUDAToolkit_ROOT"
@@ -569,8 +573,13 @@ stage_test() {
   rm -f "$ART/ctest-junit.xml"
   # The test programs too, where an earlier build made only the CLI.
   bounded cmake --build "$BUILD" -j "$JOBS" || return
-  echo "\$ ctest --test-dir $BUILD -j $JOBS --output-on-failure --timeout 300 --output-junit $ART/ctest-junit.xml"
-  bounded ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 300 \
+  # Each test process takes every core it may run on unless told otherwise:
+  # $JOBS of them at once would share the cores many times over.
+  local per_test=$(( $(nproc) / JOBS ))
+  ((per_test >= 1)) || per_test=1
+  echo "\$ OMP_NUM_THREADS=$per_test ctest --test-dir $BUILD -j $JOBS --output-on-failure --timeout 300 --output-junit $ART/ctest-junit.xml"
+  bounded env OMP_NUM_THREADS=$per_test \
+    ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 300 \
     --output-junit "$ART/ctest-junit.xml" || rc=$?
   ((rc == 124 || rc == 137)) && return 124
   [[ -f $ART/ctest-junit.xml ]] || { echo "ctest wrote no JUnit file (exit $rc)"; return 1; }

@@ -374,14 +374,12 @@ class Tuner {
         budget_s_(budget_s),
         repeats_(repeats),
         tolerance_(tolerance),
-        out_(out),
         progress_(out),
         start_(Clock::now()) {
     cuda_ = train::resolve_device(
                 config_.trainer.accelerator(), config_.trainer.devices())
                 .is_cuda();
-    cores_ = std::max<int64_t>(
-        1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    cores_ = hardware_threads();
   }
 
   // Measures everything; returns the settings to write.
@@ -599,7 +597,6 @@ class Tuner {
   double budget_s_;
   int64_t repeats_;
   double tolerance_;
-  std::ostream& out_;
   ProgressLine progress_;
   Clock::time_point start_;
   bool cuda_ = false;
@@ -1083,7 +1080,7 @@ std::string Tuner::header() const {
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   text << "# Written by hotloop tune on " << date << ", "
-       << std::thread::hardware_concurrency() << " cores: the given config";
+       << hardware_threads() << " cores: the given config";
   if (chosen_.empty()) {
     text << " unchanged (nothing measured beat it beyond the noise).\n";
   } else {

@@ -1115,14 +1115,15 @@ TEST(Launcher, CtrlCReachesEveryRankOnceAndTheRunResumes) {
       read_text(dir.file("resume.log")), HasSubstr("resumed from " + ckpt));
 }
 
-// torchrun, from Debian's python3-torch (skipped where it is missing).
+// torchrun, from HOTLOOP_TEST_PYTHON's torch (Debian's python3-torch by
+// default; skipped where it is missing).
 // Its 1.13 on Python 3.11 fails at start unless --redirects and --tee name
 // one stream each (Python 3.11 no longer counts a flag's zero or combined
 // values as its members); stdout to a file and the console here.
 bool has_torchrun() {
-  return std::system(
-             "/usr/bin/python3 -c 'import torch.distributed.run' "
-             ">/dev/null 2>&1") == 0;
+  const std::string probe = std::string(HOTLOOP_TEST_PYTHON) +
+      " -c 'import torch.distributed.run' >/dev/null 2>&1";
+  return std::system(probe.c_str()) == 0;
 }
 
 // python3's arguments for torchrun starting 2 processes of hotloop on this
@@ -1145,12 +1146,13 @@ std::vector<std::string> torchrun_two(
 
 TEST(Torchrun, StartsTheSameProgramOnOneNode) {
   if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
+    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
+                 << " -m torch.distributed.run";
   }
   TempDir dir;
   const auto args = torchrun_two(
       {}, cli_fit(dir.file("runs"), {"--trainer.max_epochs=2"}));
-  const pid_t pid = start("/usr/bin/python3", args, dir.file("fit.log"));
+  const pid_t pid = start(HOTLOOP_TEST_PYTHON, args, dir.file("fit.log"));
   ASSERT_EQ(finish(pid, kWorkerLimit), 0) << read_text(dir.file("fit.log"));
   const auto summary = nlohmann::json::parse(
       read_text(dir.file("runs/ddp/version_0/summary.json")));
@@ -1160,14 +1162,15 @@ TEST(Torchrun, StartsTheSameProgramOnOneNode) {
 
 TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
   if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
+    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
+                 << " -m torch.distributed.run";
   }
   TempDir dir;
   const auto args = torchrun_two(
       {"--max_restarts=1", "--monitor_interval=1"},
       cli_fit(
           dir.file("runs"), {"--trainer.max_epochs=60", "--ckpt_path", "auto"}));
-  const pid_t pid = start("/usr/bin/python3", args, dir.file("fit.log"));
+  const pid_t pid = start(HOTLOOP_TEST_PYTHON, args, dir.file("fit.log"));
   std::map<int64_t, pid_t> ranks;
   for (int i = 0; i < 600; ++i) {
     ranks = ranks_of(pid);
@@ -1197,7 +1200,8 @@ TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
 
 TEST(Torchrun, TwoNodesOnOneMachine) {
   if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: Debian's python3-torch";
+    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
+                 << " -m torch.distributed.run";
   }
   TempDir dir;
   const std::string port = std::to_string(free_port());
@@ -1223,7 +1227,7 @@ TEST(Torchrun, TwoNodesOnOneMachine) {
          "--trainer.num_nodes=2"});
     args.insert(args.end(), fit.begin(), fit.end());
     nodes.push_back(start(
-        "/usr/bin/python3",
+        HOTLOOP_TEST_PYTHON,
         args,
         dir.file("node" + std::to_string(node) + ".log")));
   }

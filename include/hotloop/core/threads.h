@@ -4,7 +4,9 @@
 
 namespace hotloop {
 
-/// Number of hardware threads (at least 1).
+/// The CPUs this process may run on (at least 1): its affinity mask, as
+/// `taskset`, a container's cpuset or a batch scheduler's CPU binding set
+/// it; the machine's hardware threads where the mask cannot be read.
 int hardware_threads();
 
 /// The intra-op thread count hotloop uses when the user asks for `requested`
@@ -19,6 +21,10 @@ int hardware_threads();
 /// threads outnumber half the cores (heavy custom pipelines) does auto leave
 /// them `loader_workers - cores / 2` cores. Debian's LibTorch otherwise
 /// starts with one intra-op thread on a 2-core machine.
+///
+/// `OMP_NUM_THREADS`, when it holds a positive count, is auto's answer, as
+/// it is LibTorch's own default (torchrun sets it to 1 for each of several
+/// processes on a node unless the user set it).
 int resolve_intra_op_threads(
     int requested, int loader_workers, int processes = 1);
 
