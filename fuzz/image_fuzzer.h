@@ -25,7 +25,9 @@ inline void decode_image(const uint8_t* data, size_t size, const std::string& na
   static std::map<std::string, std::pair<std::shared_ptr<data::ImageFolder>,
                                          std::shared_ptr<data::ImageFolder>>>
       folders;
-  auto& [colour, gray] = folders[name];
+  auto& folder = folders[name];
+  std::shared_ptr<data::ImageFolder>& colour = folder.first;
+  std::shared_ptr<data::ImageFolder>& gray = folder.second;
   if (colour == nullptr) {
     const std::string root =
         std::filesystem::path(path).parent_path().parent_path().string();

@@ -67,7 +67,9 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
     char computed[9];
     std::snprintf(computed, sizeof(computed), "%08x", s.seal.computed_crc);
     out << "  integrity: CORRUPTED: the checksum says " << crc
-        << ", the content gives " << computed << "\n";
+        << ", the content gives " << computed << "\n"
+        << "  content: not read (the file changed after hotloop wrote it)\n";
+    return 1;
   }
   out << "  progress: " << s.progress.epoch << " epochs completed, step "
       << s.progress.global_step;
@@ -128,7 +130,7 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
     }
     out << std::defaultfloat << "\n";
   }
-  return s.seal.sealed && !s.seal.intact ? 1 : 0;
+  return 0;
 }
 
 } // namespace hotloop::cli

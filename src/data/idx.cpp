@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,11 @@ class Reader {
         std::strerror(errno));
     gzbuffer(file_, 1 << 17);
     gzip_ = gzdirect(file_) == 0;
+    std::error_code error;
+    file_bytes_ = std::filesystem::file_size(path, error);
+    if (error) {
+      file_bytes_ = UINT64_MAX;
+    }
   }
   ~Reader() {
     gzclose(file_);
@@ -82,10 +88,48 @@ class Reader {
     return read(&extra, 1) == 0;
   }
 
+  // Checks, before anything is allocated for them, that `size` more bytes
+  // can be in the file after the `consumed` bytes read so far: a raw file
+  // holds what it holds; deflate expands at most 1032-fold, so a gzip file
+  // of n bytes holds at most 1032 n.
+  void require_room(uint64_t size, uint64_t consumed, const char* what) {
+    if (file_bytes_ == UINT64_MAX) {
+      return;
+    }
+    if (!gzip_) {
+      const uint64_t left = file_bytes_ > consumed ? file_bytes_ - consumed : 0;
+      HOTLOOP_CHECK_AS(
+          DataError,
+          size <= left,
+          path_,
+          ": truncated ",
+          what,
+          ": expected ",
+          size,
+          " bytes, got ",
+          left);
+      return;
+    }
+    constexpr uint64_t kMaxDeflateRatio = 1032;
+    HOTLOOP_CHECK_AS(
+        DataError,
+        file_bytes_ > UINT64_MAX / kMaxDeflateRatio ||
+            size <= file_bytes_ * kMaxDeflateRatio,
+        path_,
+        ": IDX header declares ",
+        size,
+        " bytes of ",
+        what,
+        ", more than a gzip file of ",
+        file_bytes_,
+        " bytes can hold");
+  }
+
  private:
   std::string path_;
   gzFile file_ = nullptr;
   bool gzip_ = false;
+  uint64_t file_bytes_ = UINT64_MAX;
 };
 
 at::ScalarType idx_type(uint8_t code, const std::string& path) {
@@ -167,6 +211,17 @@ at::Tensor read_idx(const std::string& path) {
     sizes[d] = size;
   }
 
+  // The sizes multiplied (8 dimensions of up to 2^31 overflow 64 bits) and
+  // held against what the file can hold, before the tensor is allocated.
+  uint64_t bytes = c10::elementSize(dtype);
+  for (const int64_t size : sizes) {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        !__builtin_mul_overflow(bytes, static_cast<uint64_t>(size), &bytes),
+        path,
+        ": IDX header declares more than 2^64 bytes of data");
+  }
+  reader.require_room(bytes, 4 + 4 * static_cast<uint64_t>(ndim), "data");
   at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(dtype));
   reader.read_exact(tensor.data_ptr(), tensor.nbytes(), "data");
   HOTLOOP_CHECK_AS(

@@ -569,6 +569,10 @@ CheckpointSummary describe_checkpoint(const std::string& path) {
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
   CheckpointSummary summary;
   summary.seal = read_checkpoint_seal(path);
+  if (summary.seal.sealed && !summary.seal.intact) {
+    return summary;
+  }
+  summary.content_read = true;
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path, at::kCPU);
@@ -607,6 +611,13 @@ CheckpointSummary describe_checkpoint(const std::string& path) {
         path,
         ": cannot load checkpoint (corrupted or truncated?): ",
         e.what_without_backtrace()));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // LibTorch's reader also throws the standard library's errors on a
+    // damaged archive (std::out_of_range from a map lookup, seen).
+    throw Error(hotloop::detail::str_cat(
+        path, ": cannot load checkpoint (corrupted or truncated?): ", e.what()));
   }
   return summary;
 }
@@ -750,6 +761,13 @@ TrainingProgress load_checkpoint(
         path,
         ": cannot load checkpoint (corrupted or truncated?): ",
         e.what_without_backtrace()));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // LibTorch's reader also throws the standard library's errors on a
+    // damaged archive (std::out_of_range from a map lookup, seen).
+    throw Error(hotloop::detail::str_cat(
+        path, ": cannot load checkpoint (corrupted or truncated?): ", e.what()));
   }
   return progress;
 }

@@ -547,6 +547,9 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
   r = run_cli({"checkpoint", ckpt});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: the checksum says "));
+  EXPECT_THAT(r.out, HasSubstr("content: not read (the file changed after "
+                               "hotloop wrote it)\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("progress:")));
   r = run_cli(small_fit(dir, {"--ckpt_path=" + ckpt}));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr(ckpt + ": corrupted checkpoint"));

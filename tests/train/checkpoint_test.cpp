@@ -338,6 +338,7 @@ TEST(Checkpoint, AChecksumSealsEveryCheckpointAndLoadingVerifiesIt) {
   EXPECT_EQ(seal.hotloop_version, HOTLOOP_VERSION);
   EXPECT_FALSE(seal.libtorch_version.empty());
   EXPECT_EQ(seal.stored_crc, seal.computed_crc);
+  EXPECT_TRUE(describe_checkpoint(path).content_read);
   Net other;
   load_checkpoint(path, other); // LibTorch's zip reader takes the seal
   EXPECT_TRUE(other.linear->weight.equal(net.linear->weight));
@@ -350,6 +351,14 @@ TEST(Checkpoint, AChecksumSealsEveryCheckpointAndLoadingVerifiesIt) {
   }
   write_string(path, damaged);
   EXPECT_FALSE(read_checkpoint_seal(path).intact);
+  // Described from its seal alone: LibTorch's reader ended the process on a
+  // damaged archive (fuzz/regressions/checkpoint).
+  const CheckpointSummary summary = describe_checkpoint(path);
+  EXPECT_TRUE(summary.seal.sealed);
+  EXPECT_FALSE(summary.seal.intact);
+  EXPECT_FALSE(summary.content_read);
+  EXPECT_EQ(summary.format, 0);
+  EXPECT_TRUE(summary.model.empty());
   EXPECT_THAT(
       [&] { load_checkpoint(path, other); },
       ::testing::ThrowsMessage<Error>(::testing::AllOf(

@@ -134,6 +134,11 @@ void verify_checkpoint(const std::string& path, std::ostream* notes);
 /// What a checkpoint holds, for `hotloop checkpoint`.
 struct CheckpointSummary {
   CheckpointSeal seal;
+  /// Whether the archive was read. A sealed file whose checksum fails is
+  /// not: LibTorch's reader is not safe on damaged archives (one changed
+  /// byte ended the process in LibTorch's unpickler), and the rest of this
+  /// summary then stays empty.
+  bool content_read = false;
   /// The format written inside the archive.
   int64_t format = 0;
   TrainingProgress progress;
@@ -153,7 +158,7 @@ struct CheckpointSummary {
 /// Reads `path` (onto the CPU) without a model: its seal and content.
 /// Throws Error naming the file when it is missing, unreadable or not a
 /// hotloop checkpoint; a checksum that does not match is reported in
-/// `seal`, not thrown.
+/// `seal`, not thrown, and the content is then left unread.
 CheckpointSummary describe_checkpoint(const std::string& path);
 
 /// Restores the model from what save_checkpoint wrote and returns the saved
