@@ -250,7 +250,9 @@ YAML::Node to_node(const Value& value) {
       value);
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
+// Levenshtein distance, or `limit` once it is sure to be at least that
+// (a row's smallest entry never decreases further down).
+size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) {
     row[j] = j;
@@ -258,24 +260,46 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diagonal = row[0];
     row[0] = i;
+    size_t smallest = row[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t substitute = diagonal + (a[i - 1] != b[j - 1] ? 1 : 0);
       diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+      row[j] = std::min(std::min(row[j], row[j - 1]) + 1, substitute);
+      smallest = std::min(smallest, row[j]);
+    }
+    if (smallest >= limit) {
+      return limit;
     }
   }
-  return row[b.size()];
+  return std::min(row[b.size()], limit);
 }
 
-// The candidate nearest to `key`, also matching candidates' last segment.
+// The candidate nearest to `key`, also matching candidates' last segment,
+// within edits of fewer than half the key's length plus one (further is
+// not a typo of it); none for a key longer than any option could be
+// mistyped from (the cost grows with the key's length times each
+// candidate's).
 std::string closest(
     const std::string& key, const std::vector<std::string>& candidates) {
+  constexpr size_t kLongestMistypedKey = 128;
+  if (key.size() > kLongestMistypedKey) {
+    return {};
+  }
   std::string best;
-  size_t best_distance = std::string::npos;
+  size_t best_distance = key.size() / 2 + 1;
+  const auto gap = [&](const std::string& other) {
+    return key.size() > other.size() ? key.size() - other.size()
+                                     : other.size() - key.size();
+  };
   for (const std::string& candidate : candidates) {
     const std::string leaf = candidate.substr(candidate.rfind('.') + 1);
-    const size_t distance =
-        std::min(edit_distance(key, candidate), edit_distance(key, leaf));
+    // The lengths' difference is a lower bound of the distance.
+    if (std::min(gap(candidate), gap(leaf)) >= best_distance) {
+      continue;
+    }
+    const size_t distance = std::min(
+        edit_distance(key, candidate, best_distance),
+        edit_distance(key, leaf, best_distance));
     if (distance < best_distance) {
       best = candidate;
       best_distance = distance;

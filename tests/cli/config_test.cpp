@@ -297,6 +297,18 @@ TEST(Config, UnknownKeySuggestsClosestValidKey) {
       ConfigError,
       "command line: unknown key 'data.batchsize'; did you mean "
       "'data.batch_size'?");
+  // A key more than half its length away from every option, or too long
+  // to be a mistyped one, gets no suggestion (long keys made the search
+  // slow: fuzz/overrides_fuzzer).
+  EXPECT_THROW_MESSAGE(
+      config.set("zzzzzz", "3", "command line"),
+      ConfigError,
+      "command line: unknown key 'zzzzzz'");
+  const std::string long_key = "data.batch_size" + std::string(120, '_');
+  EXPECT_THROW_MESSAGE(
+      config.set(long_key, "3", "command line"),
+      ConfigError,
+      "command line: unknown key '" + long_key + "'");
 }
 
 TEST(Config, WrongTypeNamesFileLineKeyAndValue) {
