@@ -135,9 +135,9 @@ void verify_checkpoint(const std::string& path, std::ostream* notes);
 struct CheckpointSummary {
   CheckpointSeal seal;
   /// Whether the archive was read. A sealed file whose checksum fails is
-  /// not: LibTorch's reader is not safe on damaged archives (one changed
-  /// byte ended the process in LibTorch's unpickler), and the rest of this
-  /// summary then stays empty.
+  /// not: LibTorch's reader makes no promise about damaged archives (one
+  /// changed byte made its unpickler throw std::out_of_range), and the rest
+  /// of this summary then stays empty.
   bool content_read = false;
   /// The format written inside the archive.
   int64_t format = 0;
