@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -69,18 +70,7 @@ class Reader {
   }
 
   void read_exact(void* dst, size_t size, const char* what) {
-    const size_t got = read(dst, size);
-    HOTLOOP_CHECK_AS(
-        DataError,
-        got == size,
-        path_,
-        ": truncated ",
-        what,
-        ": expected ",
-        size,
-        " bytes, got ",
-        got,
-        gzip_ ? " (after decompression)" : "");
+    require_whole(size, read(dst, size), what);
   }
 
   bool at_end() {
@@ -98,16 +88,7 @@ class Reader {
     }
     if (!gzip_) {
       const uint64_t left = file_bytes_ > consumed ? file_bytes_ - consumed : 0;
-      HOTLOOP_CHECK_AS(
-          DataError,
-          size <= left,
-          path_,
-          ": truncated ",
-          what,
-          ": expected ",
-          size,
-          " bytes, got ",
-          left);
+      require_whole(size, std::min(size, left), what);
       return;
     }
     constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -126,6 +107,20 @@ class Reader {
   }
 
  private:
+  void require_whole(uint64_t expected, uint64_t got, const char* what) const {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        got == expected,
+        path_,
+        ": truncated ",
+        what,
+        ": expected ",
+        expected,
+        " bytes, got ",
+        got,
+        gzip_ ? " (after decompression)" : "");
+  }
+
   std::string path_;
   gzFile file_ = nullptr;
   bool gzip_ = false;
