@@ -346,6 +346,23 @@ void remove_stale_temporaries(const fs::path& folder) {
   }
 }
 
+// In a catch block around reading `path`'s archive: hotloop's own errors go
+// on; LibTorch's, and the standard library's that its reader also throws on
+// a damaged archive (std::out_of_range from a map lookup, seen), become one
+// line naming the file.
+[[noreturn]] void rethrow_as_load_error(const std::string& path) {
+  constexpr const char* kWhat = ": cannot load checkpoint (corrupted or truncated?): ";
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Error(hotloop::detail::str_cat(path, kWhat, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(hotloop::detail::str_cat(path, kWhat, e.what()));
+  }
+}
+
 } // namespace
 
 void write_file_atomically(
@@ -606,18 +623,8 @@ CheckpointSummary describe_checkpoint(const std::string& path) {
          read_doubles(archive, "loop_callback_metrics", 1)) {
       summary.metrics[name] = values[0];
     }
-  } catch (const c10::Error& e) {
-    throw Error(hotloop::detail::str_cat(
-        path,
-        ": cannot load checkpoint (corrupted or truncated?): ",
-        e.what_without_backtrace()));
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    // LibTorch's reader also throws the standard library's errors on a
-    // damaged archive (std::out_of_range from a map lookup, seen).
-    throw Error(hotloop::detail::str_cat(
-        path, ": cannot load checkpoint (corrupted or truncated?): ", e.what()));
+  } catch (...) {
+    rethrow_as_load_error(path);
   }
   return summary;
 }
@@ -756,18 +763,8 @@ TrainingProgress load_checkpoint(
       state->loader.dataset_size = values[3];
       state->loader.shuffle = values[4] != 0;
     }
-  } catch (const c10::Error& e) {
-    throw Error(hotloop::detail::str_cat(
-        path,
-        ": cannot load checkpoint (corrupted or truncated?): ",
-        e.what_without_backtrace()));
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    // LibTorch's reader also throws the standard library's errors on a
-    // damaged archive (std::out_of_range from a map lookup, seen).
-    throw Error(hotloop::detail::str_cat(
-        path, ": cannot load checkpoint (corrupted or truncated?): ", e.what()));
+  } catch (...) {
+    rethrow_as_load_error(path);
   }
   return progress;
 }
