@@ -56,20 +56,22 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
       << " bytes)\n";
   char crc[9];
   std::snprintf(crc, sizeof(crc), "%08x", s.seal.stored_crc);
+  if (!s.seal.intact) {
+    out << "  integrity: CORRUPTED: " << s.seal.problem << "\n"
+        << "  content: not read ("
+        << (s.seal.sealed ? "the file changed after hotloop wrote it"
+                          : "LibTorch's reader does not check damaged records")
+        << ")\n";
+    return 1;
+  }
   if (!s.seal.sealed) {
-    out << "  integrity: no checksum (written by an older hotloop), format "
+    out << "  integrity: no checksum (written by an older hotloop); its zip "
+           "records' CRC-32s match, format "
         << s.format << "\n";
-  } else if (s.seal.intact) {
+  } else {
     out << "  integrity: verified (crc32 " << crc << "), format "
         << s.seal.format << ", written by hotloop " << s.seal.hotloop_version
         << " with LibTorch " << s.seal.libtorch_version << "\n";
-  } else {
-    char computed[9];
-    std::snprintf(computed, sizeof(computed), "%08x", s.seal.computed_crc);
-    out << "  integrity: CORRUPTED: the checksum says " << crc
-        << ", the content gives " << computed << "\n"
-        << "  content: not read (the file changed after hotloop wrote it)\n";
-    return 1;
   }
   out << "  progress: " << s.progress.epoch << " epochs completed, step "
       << s.progress.global_step;

@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/zip_archive.h"
 #include "hotloop/train/grad_scaler.h"
 
 #include "hotloop/version.h"
@@ -161,14 +162,6 @@ std::map<std::string, std::vector<double>> read_doubles(
 //   hotloop-checkpoint format=2 crc32=0123abcd hotloop=0.1.0 libtorch=1.13.0
 // and the CRC-32 covers every byte before the comment's length field.
 constexpr const char* kSealTag = "hotloop-checkpoint ";
-constexpr size_t kEndRecord = 22; // the end record without its comment
-constexpr uint32_t kEndSignature = 0x06054b50;
-
-uint32_t read_le32(const char* p) {
-  const auto* b = reinterpret_cast<const unsigned char*>(p);
-  return b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
-}
-
 std::string torch_version() {
   return hotloop::detail::str_cat(
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
@@ -176,9 +169,9 @@ std::string torch_version() {
 
 // Appends the seal to a zip that has no comment (as LibTorch writes it).
 void seal(std::string& zip) {
+  constexpr uint64_t kEnd = detail::kZipEndRecordSize;
   HOTLOOP_CHECK(
-      zip.size() >= kEndRecord &&
-          read_le32(zip.data() + zip.size() - kEndRecord) == kEndSignature &&
+      zip.size() >= kEnd && zip.compare(zip.size() - kEnd, 4, "PK\5\6") == 0 &&
           zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
       "save_checkpoint: the archive does not end in a zip end record");
   const uint32_t crc = static_cast<uint32_t>(::crc32_z(
@@ -491,44 +484,23 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   HOTLOOP_CHECK(in.is_open(), "checkpoint '", path, "' cannot be opened");
   const auto size = static_cast<uint64_t>(in.tellg());
-  // The end record, with its comment of at most 65535 bytes, is last.
-  const uint64_t tail_size =
-      std::min<uint64_t>(size, kEndRecord + 65535);
-  std::string tail(tail_size, '\0');
-  in.seekg(static_cast<std::streamoff>(size - tail_size));
-  in.read(tail.data(), static_cast<std::streamsize>(tail_size));
-  HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
-  int64_t end = -1;
-  for (int64_t i = static_cast<int64_t>(tail_size) -
-           static_cast<int64_t>(kEndRecord);
-       i >= 0;
-       --i) {
-    if (read_le32(tail.data() + i) == kEndSignature) {
-      const auto* b = reinterpret_cast<const unsigned char*>(tail.data() + i);
-      const uint64_t comment = b[20] | (b[21] << 8);
-      if (i + kEndRecord + comment == tail_size) {
-        end = i;
-        break;
-      }
-    }
-  }
-  HOTLOOP_CHECK(
-      end >= 0,
-      path,
-      ": corrupted or truncated checkpoint (no zip end record at its end)");
+  const detail::ZipEnd end = detail::find_zip_end(in, size, path);
   CheckpointSeal result;
-  const std::string comment = tail.substr(end + kEndRecord);
-  if (comment.rfind(kSealTag, 0) != 0) {
-    return result; // written before checkpoints were sealed
+  if (end.comment.rfind(kSealTag, 0) != 0) {
+    // Written before checkpoints were sealed: the zip's own CRC-32s are
+    // what can be checked.
+    result.problem = detail::check_zip_records(path);
+    result.intact = result.problem.empty();
+    return result;
   }
   result.sealed = true;
-  result.format = std::atoll(seal_field(comment, "format").c_str());
-  result.hotloop_version = seal_field(comment, "hotloop");
-  result.libtorch_version = seal_field(comment, "libtorch");
+  result.format = std::atoll(seal_field(end.comment, "format").c_str());
+  result.hotloop_version = seal_field(end.comment, "hotloop");
+  result.libtorch_version = seal_field(end.comment, "libtorch");
   result.stored_crc = static_cast<uint32_t>(
-      std::strtoul(seal_field(comment, "crc32").c_str(), nullptr, 16));
+      std::strtoul(seal_field(end.comment, "crc32").c_str(), nullptr, 16));
   // Every byte before the comment's length field.
-  const uint64_t covered = size - tail_size + end + kEndRecord - 2;
+  const uint64_t covered = end.offset + detail::kZipEndRecordSize - 2;
   in.seekg(0);
   std::vector<char> buffer(1 << 20);
   uLong crc = 0;
@@ -542,21 +514,20 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   }
   result.computed_crc = static_cast<uint32_t>(crc);
   result.intact = result.computed_crc == result.stored_crc;
+  if (!result.intact) {
+    char stored[9], computed[9];
+    std::snprintf(stored, sizeof(stored), "%08x", result.stored_crc);
+    std::snprintf(computed, sizeof(computed), "%08x", result.computed_crc);
+    result.problem = hotloop::detail::str_cat(
+        "its checksum says ", stored, ", its content gives ", computed);
+  }
   return result;
 }
 
 void verify_checkpoint(const std::string& path, std::ostream* notes) {
   const CheckpointSeal s = read_checkpoint_seal(path);
-  if (!s.sealed) {
-    if (notes != nullptr) {
-      *notes << "note: " << path
-             << " carries no checksum (written by an older hotloop); loading "
-                "it unverified\n";
-    }
-    return;
-  }
   HOTLOOP_CHECK(
-      s.format <= kFormatVersion,
+      !s.sealed || s.format <= kFormatVersion,
       path,
       ": written by a newer version (hotloop ",
       s.hotloop_version,
@@ -567,17 +538,17 @@ void verify_checkpoint(const std::string& path, std::ostream* notes) {
       " reads formats up to ",
       kFormatVersion,
       ")");
-  char stored[9], computed[9];
-  std::snprintf(stored, sizeof(stored), "%08x", s.stored_crc);
-  std::snprintf(computed, sizeof(computed), "%08x", s.computed_crc);
   HOTLOOP_CHECK(
       s.intact,
       path,
-      ": corrupted checkpoint (its checksum says ",
-      stored,
-      ", its content gives ",
-      computed,
-      "): the file changed after hotloop wrote it");
+      ": corrupted checkpoint (",
+      s.problem,
+      s.sealed ? "): the file changed after hotloop wrote it" : ")");
+  if (!s.sealed && notes != nullptr) {
+    *notes << "note: " << path
+           << " carries no checksum (written by an older hotloop); its "
+              "records' CRC-32s match, loading it\n";
+  }
 }
 
 CheckpointSummary describe_checkpoint(const std::string& path) {
@@ -586,7 +557,7 @@ CheckpointSummary describe_checkpoint(const std::string& path) {
       fs::is_regular_file(path, ec), "checkpoint '", path, "' does not exist");
   CheckpointSummary summary;
   summary.seal = read_checkpoint_seal(path);
-  if (summary.seal.sealed && !summary.seal.intact) {
+  if (!summary.seal.intact) {
     return summary;
   }
   summary.content_read = true;

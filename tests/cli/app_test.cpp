@@ -546,13 +546,28 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
   std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << bytes;
   r = run_cli({"checkpoint", ckpt});
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: the checksum says "));
+  EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: its checksum says "));
   EXPECT_THAT(r.out, HasSubstr("content: not read (the file changed after "
                                "hotloop wrote it)\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("progress:")));
   r = run_cli(small_fit(dir, {"--ckpt_path=" + ckpt}));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr(ckpt + ": corrupted checkpoint"));
+  // Without a seal (an older hotloop's) and damaged: the zip's CRC-32s say so.
+  const size_t seal = bytes.rfind("hotloop-checkpoint ");
+  ASSERT_NE(seal, std::string::npos);
+  bytes.resize(seal);
+  bytes[seal - 2] = 0;
+  bytes[seal - 1] = 0;
+  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << bytes;
+  r = run_cli({"checkpoint", ckpt});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "integrity: CORRUPTED: record '[^']+' fails its CRC-32 check"));
+  EXPECT_THAT(r.out, HasSubstr("content: not read (LibTorch's reader does "
+                               "not check damaged records)\n"));
   r = run_cli({"checkpoint"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("usage: hotloop checkpoint PATH"));

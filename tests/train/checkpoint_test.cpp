@@ -393,9 +393,103 @@ TEST(Checkpoint, AChecksumSealsEveryCheckpointAndLoadingVerifiesIt) {
   EXPECT_EQ(
       notes.str(),
       "note: " + path +
-          " carries no checksum (written by an older hotloop); loading it "
-          "unverified\n");
+          " carries no checksum (written by an older hotloop); its records' "
+          "CRC-32s match, loading it\n");
   load_checkpoint(path, other);
+  EXPECT_TRUE(describe_checkpoint(path).content_read);
+}
+
+// A checkpoint from before seals is checked against its zip's own CRC-32s
+// and directory before LibTorch's reader, which checks neither, sees it.
+TEST(Checkpoint, AnUnsealedCheckpointIsCheckedRecordByRecord) {
+  TempDir dir;
+  Net net;
+  const std::string path = dir.file("a.ckpt");
+  save_checkpoint(path, net);
+  std::string good = read_bytes(path);
+  const size_t comment = good.rfind("hotloop-checkpoint ");
+  ASSERT_NE(comment, std::string::npos);
+  good.resize(comment);
+  good[good.size() - 2] = 0;
+  good[good.size() - 1] = 0;
+  const auto expect_damage = [&](const std::string& bytes,
+                                 const std::string& problem) {
+    write_string(path, bytes);
+    const CheckpointSeal seal = read_checkpoint_seal(path);
+    EXPECT_FALSE(seal.sealed);
+    EXPECT_FALSE(seal.intact);
+    EXPECT_THAT(seal.problem, ::testing::ContainsRegex(problem));
+    EXPECT_FALSE(describe_checkpoint(path).content_read);
+    Net other;
+    EXPECT_THAT(
+        [&] { load_checkpoint(path, other); },
+        ::testing::ThrowsMessage<Error>(::testing::ContainsRegex(
+            "^" + path + ": corrupted checkpoint \\(" + problem)));
+  };
+  const auto le = [&](size_t at, int bytes) {
+    uint32_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) {
+      v = (v << 8) | static_cast<unsigned char>(good[at + i]);
+    }
+    return v;
+  };
+  const auto le32 = [&](size_t at) { return le(at, 4); };
+  // One changed byte inside a record: that record's CRC-32 fails. The
+  // first "archive/data.pkl" is the name in its local header.
+  const size_t pickle = good.find("archive/data.pkl");
+  ASSERT_NE(pickle, std::string::npos);
+  const size_t pickle_data = pickle + 16 + le(pickle - 30 + 28, 2);
+  std::string bytes = good;
+  bytes[pickle_data + 5] = static_cast<char>(bytes[pickle_data + 5] ^ 1);
+  expect_damage(
+      bytes,
+      "record 'archive/data.pkl' fails its CRC-32 check \\(the directory "
+      "says [0-9a-f]{8}, its bytes give [0-9a-f]{8}\\)");
+  // The central directory's first entry damaged.
+  const uint64_t end = good.size() - 22;
+  ASSERT_EQ(le32(end), 0x06054b50u);
+  const uint32_t directory = le32(end + 16);
+  bytes = good;
+  bytes[directory] = 'X';
+  expect_damage(bytes, "its central directory is damaged at entry 1");
+  // A record said to lie past the records.
+  bytes = good;
+  bytes[directory + 42 + 3] = 0x7f; // the first entry's local header offset
+  expect_damage(bytes, "record '[^']+' starts outside the file");
+  // A record in a compression LibTorch does not read; a stored record
+  // said to be deflated.
+  bytes = good;
+  bytes[directory + 10] = 12;
+  expect_damage(
+      bytes,
+      "record '[^']+' uses compression method 12 \\(LibTorch reads stored "
+      "and deflated records\\)");
+  ASSERT_EQ(le(directory + 10, 2), 0u) << "the first record is stored";
+  bytes = good;
+  bytes[directory + 10] = 8;
+  expect_damage(bytes, "record '[^']+' (does not inflate|inflates to )");
+  // A deflated record (LibTorch deflates its code records) with one changed
+  // byte: it no longer inflates, or not to its CRC-32.
+  const size_t code = good.find("archive/code/__torch__.py");
+  ASSERT_NE(code, std::string::npos);
+  ASSERT_EQ(le(code - 30 + 8, 2), 8u) << "the code record is deflated";
+  const size_t code_data = code + le(code - 30 + 26, 2) + le(code - 30 + 28, 2);
+  bytes = good;
+  bytes[code_data + 3] = static_cast<char>(bytes[code_data + 3] ^ 0x10);
+  expect_damage(
+      bytes,
+      "record 'archive/code/__torch__.py' (does not inflate|inflates to |"
+      "fails its CRC-32 check)");
+  // A directory that claims more entries than it holds.
+  bytes = good;
+  bytes[end + 10] = static_cast<char>(0xff);
+  bytes[end + 8] = static_cast<char>(0xff);
+  expect_damage(bytes, "its central directory does not fit the file");
+  // A local header whose name differs from the directory's.
+  const uint32_t first_local = le32(directory + 42);
+  bytes = good;
+  bytes[first_local + 30] = static_cast<char>(bytes[first_local + 30] ^ 1);
+  expect_damage(bytes, "record '[^']+' has a damaged local header");
 }
 
 struct WiderNet : torch::nn::Module {

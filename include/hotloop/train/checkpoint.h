@@ -111,8 +111,12 @@ void save_checkpoint(
 struct CheckpointSeal {
   /// false for a checkpoint written before files were sealed.
   bool sealed = false;
-  /// The checksum matches the content.
+  /// The checksum matches the content; without a seal, every zip record
+  /// matches its CRC-32 and lies where the zip's directory says.
   bool intact = false;
+  /// Why it is not intact, in one phrase ("its checksum says …, its content
+  /// gives …", "record 'archive/data.pkl' fails its CRC-32 check (…)").
+  std::string problem;
   int64_t format = 0;
   std::string hotloop_version;
   std::string libtorch_version;
@@ -120,7 +124,8 @@ struct CheckpointSeal {
   uint32_t computed_crc = 0;
 };
 
-/// Reads `path`'s seal and checksums its content, without loading it.
+/// Reads `path`'s seal and checksums its content, without loading it; a
+/// file without a seal has its zip records' CRC-32s checked instead.
 /// Throws Error naming the file when it cannot be read or has no zip end
 /// record at its end (truncated).
 CheckpointSeal read_checkpoint_seal(const std::string& path);
@@ -128,16 +133,17 @@ CheckpointSeal read_checkpoint_seal(const std::string& path);
 /// Throws Error naming `path` and "corrupted" when its checksum does not
 /// match, "written by a newer version" when its format is newer than this
 /// hotloop reads, or "truncated" (see read_checkpoint_seal). A checkpoint
-/// without a seal passes, with a note to `notes` when given.
+/// without a seal passes when its zip records check, with a note to
+/// `notes` when given.
 void verify_checkpoint(const std::string& path, std::ostream* notes);
 
 /// What a checkpoint holds, for `hotloop checkpoint`.
 struct CheckpointSummary {
   CheckpointSeal seal;
-  /// Whether the archive was read. A sealed file whose checksum fails is
-  /// not: LibTorch's reader makes no promise about damaged archives (one
-  /// changed byte made its unpickler throw std::out_of_range), and the rest
-  /// of this summary then stays empty.
+  /// Whether the archive was read. A file that is not intact is not:
+  /// LibTorch's reader makes no promise about damaged archives (one changed
+  /// byte made its unpickler throw std::out_of_range, another free memory
+  /// it never allocated), and the rest of this summary then stays empty.
   bool content_read = false;
   /// The format written inside the archive.
   int64_t format = 0;
@@ -157,8 +163,8 @@ struct CheckpointSummary {
 
 /// Reads `path` (onto the CPU) without a model: its seal and content.
 /// Throws Error naming the file when it is missing, unreadable or not a
-/// hotloop checkpoint; a checksum that does not match is reported in
-/// `seal`, not thrown, and the content is then left unread.
+/// hotloop checkpoint; a checksum or record that does not match is reported
+/// in `seal`, not thrown, and the content is then left unread.
 CheckpointSummary describe_checkpoint(const std::string& path);
 
 /// Restores the model from what save_checkpoint wrote and returns the saved
