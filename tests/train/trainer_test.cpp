@@ -912,7 +912,9 @@ TEST_F(TrainerTest, ValidationMetricsAreExactOverAnUnevenLastBatch) {
 
   // The same metrics over all 64 samples at once.
   data::DataLoader all(val_set_, data::DataLoaderOptions(64));
-  const data::Batch& batch = *all.begin();
+  // The batch lives in the iterator, which must outlive the reference.
+  auto it = all.begin();
+  const data::Batch& batch = *it;
   module->eval();
   const at::NoGradGuard no_grad;
   const at::Tensor logits = module->forward(batch.input);
