@@ -108,9 +108,10 @@ class File {
       return status == Z_OK;
     });
     inflateEnd(&stream);
-    if (problem.empty() && (status != Z_STREAM_END || produced != expected)) {
-      problem = str_cat(
-          "inflates to ", produced, " bytes, not ", expected);
+    if (problem.empty() && status != Z_STREAM_END) {
+      problem = "ends before its deflate stream does";
+    } else if (problem.empty() && produced != expected) {
+      problem = str_cat("inflates to ", produced, " bytes, not ", expected);
     }
     crc = static_cast<uint32_t>(sum);
     return problem;
