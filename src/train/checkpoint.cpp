@@ -162,6 +162,7 @@ std::map<std::string, std::vector<double>> read_doubles(
 //   hotloop-checkpoint format=2 crc32=0123abcd hotloop=0.1.0 libtorch=1.13.0
 // and the CRC-32 covers every byte before the comment's length field.
 constexpr const char* kSealTag = "hotloop-checkpoint ";
+
 std::string torch_version() {
   return hotloop::detail::str_cat(
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
@@ -174,12 +175,10 @@ void seal(std::string& zip) {
       zip.size() >= kEnd && zip.compare(zip.size() - kEnd, 4, "PK\5\6") == 0 &&
           zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
       "save_checkpoint: the archive does not end in a zip end record");
-  const uint32_t crc = static_cast<uint32_t>(::crc32_z(
+  const auto crc = static_cast<uint32_t>(::crc32_z(
       0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
-  char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08x", crc);
   const std::string comment = hotloop::detail::str_cat(
-      kSealTag, "format=", kFormatVersion, " crc32=", hex,
+      kSealTag, "format=", kFormatVersion, " crc32=", detail::hex32(crc),
       " hotloop=", HOTLOOP_VERSION, " libtorch=", torch_version());
   zip[zip.size() - 2] = static_cast<char>(comment.size() & 0xFF);
   zip[zip.size() - 1] = static_cast<char>(comment.size() >> 8);
@@ -489,7 +488,7 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   if (end.comment.rfind(kSealTag, 0) != 0) {
     // Written before checkpoints were sealed: the zip's own CRC-32s are
     // what can be checked.
-    result.problem = detail::check_zip_records(path);
+    result.problem = detail::check_zip_records(path, end);
     result.intact = result.problem.empty();
     return result;
   }
@@ -500,26 +499,13 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   result.stored_crc = static_cast<uint32_t>(
       std::strtoul(seal_field(end.comment, "crc32").c_str(), nullptr, 16));
   // Every byte before the comment's length field.
-  const uint64_t covered = end.offset + detail::kZipEndRecordSize - 2;
-  in.seekg(0);
-  std::vector<char> buffer(1 << 20);
-  uLong crc = 0;
-  for (uint64_t done = 0; done < covered;) {
-    const auto n = static_cast<std::streamsize>(
-        std::min<uint64_t>(buffer.size(), covered - done));
-    in.read(buffer.data(), n);
-    HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
-    crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), n);
-    done += static_cast<uint64_t>(n);
-  }
-  result.computed_crc = static_cast<uint32_t>(crc);
+  result.computed_crc = detail::crc32_of(
+      in, 0, end.offset + detail::kZipEndRecordSize - 2, path);
   result.intact = result.computed_crc == result.stored_crc;
   if (!result.intact) {
-    char stored[9], computed[9];
-    std::snprintf(stored, sizeof(stored), "%08x", result.stored_crc);
-    std::snprintf(computed, sizeof(computed), "%08x", result.computed_crc);
     result.problem = hotloop::detail::str_cat(
-        "its checksum says ", stored, ", its content gives ", computed);
+        "its checksum says ", detail::hex32(result.stored_crc),
+        ", its content gives ", detail::hex32(result.computed_crc));
   }
   return result;
 }

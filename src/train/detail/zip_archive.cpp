@@ -41,17 +41,34 @@ uint64_t le(const char* p, int bytes) {
   return value;
 }
 
+// Calls `use(bytes, size)` on the `n` bytes at `offset` of `in`, a MiB at
+// a time, until it returns false.
+template <typename Use>
+void for_each_chunk(
+    std::istream& in, uint64_t offset, uint64_t n, const std::string& path,
+    Use use) {
+  std::vector<char> buffer(std::min<uint64_t>(n, 1 << 20));
+  in.seekg(static_cast<std::streamoff>(offset));
+  for (uint64_t done = 0; done < n;) {
+    const auto chunk = static_cast<std::streamsize>(
+        std::min<uint64_t>(buffer.size(), n - done));
+    in.read(buffer.data(), chunk);
+    HOTLOOP_CHECK(in.good(), path, ": cannot read the checkpoint");
+    if (!use(buffer.data(), static_cast<size_t>(chunk))) {
+      return;
+    }
+    done += static_cast<uint64_t>(chunk);
+  }
+}
+
 // Reads byte ranges of one file, with errors that name it.
 class File {
  public:
   explicit File(const std::string& path)
-      : path_(path), in_(path, std::ios::binary | std::ios::ate) {
+      : path_(path), in_(path, std::ios::binary) {
     HOTLOOP_CHECK(in_.is_open(), "checkpoint '", path, "' cannot be opened");
-    size_ = static_cast<uint64_t>(in_.tellg());
   }
 
-  uint64_t size() const { return size_; }
-  std::istream& stream() { return in_; }
 
   // `n` bytes at `offset`; the caller has checked that they lie inside.
   std::string read(uint64_t offset, uint64_t n) {
@@ -64,12 +81,7 @@ class File {
 
   // The CRC-32 of `n` stored bytes at `offset`.
   uint32_t crc32(uint64_t offset, uint64_t n) {
-    uLong crc = ::crc32_z(0, nullptr, 0);
-    for_each_chunk(offset, n, [&](const char* bytes, size_t size) {
-      crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(bytes), size);
-      return true;
-    });
-    return static_cast<uint32_t>(crc);
+    return crc32_of(in_, offset, n, path_);
   }
 
   // Inflates the `n` deflated bytes at `offset` and sets `crc` to the
@@ -86,7 +98,7 @@ class File {
     uint64_t produced = 0;
     int status = Z_OK;
     std::string problem;
-    for_each_chunk(offset, n, [&](const char* bytes, size_t size) {
+    for_each_chunk(in_, offset, n, path_, [&](const char* bytes, size_t size) {
       stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes));
       stream.avail_in = static_cast<uInt>(size);
       while (stream.avail_in > 0 && status == Z_OK) {
@@ -118,34 +130,9 @@ class File {
   }
 
  private:
-  // Calls `use(bytes, size)` on the `n` bytes at `offset`, a chunk at a
-  // time, until it returns false.
-  template <typename Use>
-  void for_each_chunk(uint64_t offset, uint64_t n, Use use) {
-    std::vector<char> buffer(std::min<uint64_t>(n, 1 << 20));
-    in_.seekg(static_cast<std::streamoff>(offset));
-    for (uint64_t done = 0; done < n;) {
-      const auto chunk = static_cast<std::streamsize>(
-          std::min<uint64_t>(buffer.size(), n - done));
-      in_.read(buffer.data(), chunk);
-      HOTLOOP_CHECK(in_.good(), path_, ": cannot read the checkpoint");
-      if (!use(buffer.data(), static_cast<size_t>(chunk))) {
-        return;
-      }
-      done += static_cast<uint64_t>(chunk);
-    }
-  }
-
   std::string path_;
   std::ifstream in_;
-  uint64_t size_ = 0;
 };
-
-std::string hex32(uint64_t value) {
-  char text[9];
-  std::snprintf(text, sizeof(text), "%08x", static_cast<uint32_t>(value));
-  return text;
-}
 
 // The central directory as the end records describe it.
 struct Directory {
@@ -287,7 +274,8 @@ std::string check_record(File& file, const Entry& entry, uint64_t data_end) {
   if (crc != entry.crc) {
     return str_cat(
         "record '", entry.name, "' fails its CRC-32 check (the directory says ",
-        hex32(entry.crc), ", its bytes give ", hex32(crc), ")");
+        hex32(static_cast<uint32_t>(entry.crc)), ", its bytes give ",
+        hex32(crc), ")");
   }
   return "";
 }
@@ -317,9 +305,24 @@ ZipEnd find_zip_end(std::istream& in, uint64_t size, const std::string& path) {
       ": corrupted or truncated checkpoint (no zip end record at its end)"));
 }
 
-std::string check_zip_records(const std::string& path) {
+uint32_t crc32_of(
+    std::istream& in, uint64_t offset, uint64_t n, const std::string& path) {
+  uLong crc = ::crc32_z(0, nullptr, 0);
+  for_each_chunk(in, offset, n, path, [&](const char* bytes, size_t size) {
+    crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(bytes), size);
+    return true;
+  });
+  return static_cast<uint32_t>(crc);
+}
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
+std::string check_zip_records(const std::string& path, const ZipEnd& end) {
   File file(path);
-  const ZipEnd end = find_zip_end(file.stream(), file.size(), path);
   Directory dir;
   if (std::string problem = read_directory(file, end.offset, dir);
       !problem.empty()) {

@@ -26,13 +26,22 @@ struct ZipEnd {
 /// end)", when there is none, or when the file cannot be read.
 ZipEnd find_zip_end(std::istream& in, uint64_t size, const std::string& path);
 
-/// Walks the central directory of the zip at `path` and checks each record
+/// The CRC-32 of the `n` bytes at `offset` of `in`, read a MiB at a time.
+/// Throws Error naming `path` when they cannot be read.
+uint32_t crc32_of(
+    std::istream& in, uint64_t offset, uint64_t n, const std::string& path);
+
+/// `value` as eight lowercase hex digits, as seals and messages show CRCs.
+std::string hex32(uint32_t value);
+
+/// Walks the central directory of the zip at `path`, whose end record
+/// find_zip_end gave as `end`, and checks each record
 /// against it: its local header (signature and name), its bytes inside the
 /// file's data area, stored uncompressed on one disk without encryption (as
 /// LibTorch writes them) and their CRC-32. Returns the first problem in one
 /// phrase ("record 'archive/data.pkl' fails its CRC-32 check (…)"), or ""
 /// when every record checks. Throws Error naming `path` when it cannot be
-/// read or has no end record (see find_zip_end).
-std::string check_zip_records(const std::string& path);
+/// read.
+std::string check_zip_records(const std::string& path, const ZipEnd& end);
 
 } // namespace hotloop::train::detail
