@@ -493,6 +493,145 @@ TEST(Checkpoint, AnUnsealedCheckpointIsCheckedRecordByRecord) {
   expect_damage(bytes, "record '[^']+' has a damaged local header");
 }
 
+// The same archive in zip64 form, as a writer makes it for files past
+// 4 GiB: every entry's sizes and local header offset moved into a zip64
+// extra field, the directory's place and size into a zip64 end record.
+std::string as_zip64(const std::string& zip) {
+  const auto le = [&](size_t at, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) {
+      v = (v << 8) | static_cast<unsigned char>(zip[at + i]);
+    }
+    return v;
+  };
+  const auto put = [](std::string& out, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+  };
+  const size_t end = zip.size() - 22;
+  const uint64_t entries = le(end + 10, 2);
+  const uint64_t directory = le(end + 16, 4);
+  std::string out = zip.substr(0, directory);
+  for (size_t at = directory, i = 0; i < entries; ++i) {
+    const uint64_t name = le(at + 28, 2);
+    const uint64_t extra = le(at + 30, 2);
+    const uint64_t comment = le(at + 32, 2);
+    std::string fixed = zip.substr(at, 46);
+    for (size_t field : {20, 24, 42}) {
+      fixed.replace(field, 4, "\xff\xff\xff\xff");
+    }
+    fixed[30] = static_cast<char>((extra + 28) & 0xff);
+    fixed[31] = static_cast<char>((extra + 28) >> 8);
+    out += fixed + zip.substr(at + 46, name + extra);
+    put(out, 0x0001, 2); // the zip64 extra field: uncompressed, compressed,
+    put(out, 24, 2);     // local header offset, in that order
+    put(out, le(at + 24, 4), 8);
+    put(out, le(at + 20, 4), 8);
+    put(out, le(at + 42, 4), 8);
+    out += zip.substr(at + 46 + name + extra, comment);
+    at += 46 + name + extra + comment;
+  }
+  const uint64_t record64 = out.size();
+  put(out, 0x06064b50, 4);
+  put(out, 44, 8); // the record's size after this field
+  put(out, 45, 2);
+  put(out, 45, 2);
+  put(out, 0, 4);
+  put(out, 0, 4);
+  put(out, entries, 8);
+  put(out, entries, 8);
+  put(out, record64 - directory, 8);
+  put(out, directory, 8);
+  put(out, 0x07064b50, 4); // the locator
+  put(out, 0, 4);
+  put(out, record64, 8);
+  put(out, 1, 4);
+  put(out, 0x06054b50, 4); // the end record, its fields full
+  put(out, 0, 4);
+  put(out, 0xffff, 2);
+  put(out, 0xffff, 2);
+  put(out, 0xffffffff, 4);
+  put(out, 0xffffffff, 4);
+  put(out, 0, 2);
+  return out;
+}
+
+// A checkpoint past 4 GiB is a zip64 archive: its records are found
+// through the zip64 end record and extra fields, and damage there is named.
+TEST(Checkpoint, AZip64CheckpointIsCheckedThroughItsZip64Records) {
+  TempDir dir;
+  Net net;
+  net.linear->weight.data().fill_(0.25);
+  const std::string path = dir.file("a.ckpt");
+  save_checkpoint(path, net);
+  std::string unsealed = read_bytes(path);
+  unsealed.resize(unsealed.rfind("hotloop-checkpoint "));
+  unsealed[unsealed.size() - 2] = 0;
+  unsealed[unsealed.size() - 1] = 0;
+  const std::string good = as_zip64(unsealed);
+  ASSERT_GT(good.size(), unsealed.size());
+  write_string(path, good);
+  const CheckpointSeal seal = read_checkpoint_seal(path);
+  EXPECT_FALSE(seal.sealed);
+  EXPECT_TRUE(seal.intact) << seal.problem;
+  EXPECT_EQ(seal.problem, "");
+  Net other;
+  load_checkpoint(path, other); // LibTorch's reader takes zip64 too
+  EXPECT_TRUE(other.linear->weight.equal(net.linear->weight));
+
+  const auto expect_damage = [&](const std::string& bytes,
+                                 const std::string& problem) {
+    write_string(path, bytes);
+    EXPECT_EQ(read_checkpoint_seal(path).problem, problem);
+    Net fresh;
+    EXPECT_THAT(
+        [&] { load_checkpoint(path, fresh); },
+        ::testing::ThrowsMessage<Error>(HasSubstr(
+            path + ": corrupted checkpoint (" + problem + ")")));
+  };
+  const size_t end = good.size() - 22;
+  const size_t locator = end - 20;
+  const size_t record64 = locator - 56;
+  std::string bytes = good;
+  bytes[locator] = 'X';
+  expect_damage(bytes, "its zip64 end record locator is missing");
+  bytes = good;
+  bytes[record64] = 'X';
+  expect_damage(bytes, "its zip64 end record is damaged");
+  bytes = good;
+  bytes[locator + 8 + 3] = 0x7f; // the zip64 end record's offset
+  expect_damage(bytes, "its zip64 end record lies outside the file");
+  bytes = good;
+  bytes[record64 + 24] ^= 1; // this disk's entries differ from the total
+  expect_damage(
+      bytes, "its zip64 end record describes a zip split over several disks");
+  // The first entry's zip64 extra field: another id, then too short for
+  // the three values its 0xFFFFFFFF fields ask for.
+  const auto le16 = [&](size_t at) {
+    return static_cast<size_t>(static_cast<unsigned char>(good[at])) |
+        static_cast<size_t>(static_cast<unsigned char>(good[at + 1])) << 8;
+  };
+  const size_t directory = good.find("PK\x01\x02");
+  ASSERT_NE(directory, std::string::npos);
+  const std::string first(good, directory + 46, le16(directory + 28));
+  // as_zip64 put the zip64 field last.
+  const size_t extra = directory + 46 + first.size() + le16(directory + 30) - 28;
+  ASSERT_EQ(le16(extra), 1u);
+  bytes = good;
+  bytes[extra] = 2;
+  expect_damage(
+      bytes, "record '" + first + "' lacks its zip64 extra field");
+  bytes = good;
+  bytes[extra + 2] = 16;
+  expect_damage(
+      bytes, "record '" + first + "' has a short zip64 extra field");
+  // The zip64 extra field's local header offset moved past the records.
+  bytes = good;
+  bytes[extra + 4 + 16 + 3] = 0x7f;
+  expect_damage(bytes, "record '" + first + "' starts outside the file");
+}
+
 struct WiderNet : torch::nn::Module {
   WiderNet() {
     linear = register_module("linear", torch::nn::Linear(4, 5));
