@@ -48,15 +48,16 @@ class MeanMetric {
   at::Tensor device_sum_;
 };
 
-/// Named running means that steps log into. Values are plain doubles, so no
-/// autograd graph is ever kept alive by a logged value.
+/// Named running means that steps log into. A logged tensor is detached, so
+/// no autograd graph is ever kept alive by a logged value.
 class MetricCollection {
  public:
   /// Adds `value` (a batch mean) with `weight` (its sample count) to `name`.
   /// A name ending in `_rmse` takes batch mean squares and reports the root
   /// of their mean, so that it is exact over uneven batches and processes.
   void log(const std::string& name, double value, double weight = 1.0);
-  /// Logs a 0-dim tensor: detached and read as a double.
+  /// Logs a 0-dim tensor, detached: a CPU value is read as a double, a
+  /// device value summed on its device (read when a mean is asked for).
   void log(
       const std::string& name, const at::Tensor& value, double weight = 1.0);
   /// Every metric's mean.
