@@ -51,6 +51,36 @@ def encoded(img, fmt, **options):
     return out.getvalue()
 
 
+def as_zip64(zip_bytes):
+    """The same archive in zip64 form, as a writer makes it past 4 GiB:
+    every entry's sizes and local header offset in a zip64 extra field, the
+    directory's place and size in a zip64 end record and its locator."""
+    end = len(zip_bytes) - 22
+    entries, = struct.unpack_from("<H", zip_bytes, end + 10)
+    directory, = struct.unpack_from("<I", zip_bytes, end + 16)
+    out = bytearray(zip_bytes[:directory])
+    at = directory
+    for _ in range(entries):
+        compressed, uncompressed = struct.unpack_from("<II", zip_bytes, at + 20)
+        name, extra, comment = struct.unpack_from("<HHH", zip_bytes, at + 28)
+        local, = struct.unpack_from("<I", zip_bytes, at + 42)
+        fixed = bytearray(zip_bytes[at:at + 46])
+        struct.pack_into("<II", fixed, 20, 0xFFFFFFFF, 0xFFFFFFFF)
+        struct.pack_into("<H", fixed, 30, extra + 28)
+        struct.pack_into("<I", fixed, 42, 0xFFFFFFFF)
+        out += fixed + zip_bytes[at + 46:at + 46 + name + extra]
+        out += struct.pack("<HHQQQ", 1, 24, uncompressed, compressed, local)
+        out += zip_bytes[at + 46 + name + extra:at + 46 + name + extra + comment]
+        at += 46 + name + extra + comment
+    record64 = len(out)
+    out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, entries,
+                       entries, record64 - directory, directory)
+    out += struct.pack("<IIQI", 0x07064B50, 0, record64, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF,
+                       0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return bytes(out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replay",
@@ -116,6 +146,7 @@ def main():
     # The zip's end record: its comment (the seal) dropped.
     end = data.rfind(b"PK\x05\x06")
     put("checkpoint", "unsealed.ckpt", data[:end + 20] + b"\x00\x00")
+    put("checkpoint", "zip64.ckpt", as_zip64(data[:end + 20] + b"\x00\x00"))
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)
