@@ -106,7 +106,13 @@ ConfigSchema make_schema() {
   using T = OptionType;
   ConfigSchema s;
   // trainer: Lightning's Trainer flags.
-  s.add(opt("trainer.max_epochs", T::kInt, "15", "epochs to train", 1));
+  s.add(
+      opt("trainer.max_epochs",
+          T::kInt,
+          "15",
+          "epochs to train; -1: no limit (max_steps, max_time or early "
+          "stopping ends the fit)",
+          -1));
   s.add(
       opt("trainer.min_epochs",
           T::kInt,
@@ -1228,6 +1234,10 @@ FitConfig to_fit_config(const Config& c) {
       f.trainer.name(),
       "'");
   // A run of max_steps=0 would be a no-op; -1 or positive only.
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.trainer.max_epochs() != 0,
+      "trainer.max_epochs must be positive or -1, got 0");
   HOTLOOP_CHECK_AS(
       ConfigError,
       f.trainer.max_steps() != 0,

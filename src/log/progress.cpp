@@ -49,8 +49,11 @@ std::string ProgressBar::format(
   const double eta =
       batch > 0 ? times.total() / batch * double(batches_ - batch) : 0;
   std::ostringstream line;
-  line << "epoch " << epoch_ << "/" << max_epochs_ << " ["
-       << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
+  line << "epoch " << epoch_;
+  if (max_epochs_ > 0) {
+    line << "/" << max_epochs_;
+  }
+  line << " [" << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
        << batch << "/" << batches_ << "  " << std::fixed << std::setprecision(0)
        << rate << " samples/s"
        << (tokens_per_sample_ > 0

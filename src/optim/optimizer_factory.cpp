@@ -273,6 +273,17 @@ std::unique_ptr<LRScheduler> make_main_schedule(
   auto span = [&]() {
     HOTLOOP_CHECK_AS(
         ConfigError,
+        total_steps >= 0,
+        "lr_scheduler: ",
+        o.name,
+        " needs the run's length, and trainer.max_epochs=-1 trains without "
+        "one: give ",
+        o.interval == "step" ? "trainer.max_steps" : "trainer.max_epochs",
+        o.name == "cosine"           ? " or lr_scheduler.T_max"
+            : o.name == "polynomial" ? " or lr_scheduler.total_iters"
+                                     : "");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
         total_steps > 0,
         "lr_scheduler: ",
         o.name,

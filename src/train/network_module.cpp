@@ -29,7 +29,9 @@ OptimizerSetup NetworkModule::configure_optimizers(const FitPlan& plan) {
   const int64_t intervals =
       interval == ScheduleInterval::kEpoch ? plan.max_epochs : plan.total_steps;
   const int64_t frequency = std::max<int64_t>(scheduler_options_.frequency, 1);
-  const int64_t horizon = intervals / frequency;
+  // -1: the fit has no end (max_epochs=-1), which only a schedule that
+  // needs no length takes.
+  const int64_t horizon = intervals < 0 ? -1 : intervals / frequency;
   auto scheduler =
       optim::make_scheduler(*optimizer, scheduler_options_, horizon);
   OptimizerSetup setup(

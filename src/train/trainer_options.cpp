@@ -39,7 +39,11 @@ void check_at_least(int64_t value, int64_t min, const char* name) {
 } // namespace
 
 TrainerOptions resolve_trainer_options(TrainerOptions options) {
-  check_at_least(options.max_epochs(), 1, "max_epochs");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.max_epochs() == -1 || options.max_epochs() > 0,
+      "trainer.max_epochs must be positive or -1, got ",
+      options.max_epochs());
   check_at_least(options.min_epochs(), 0, "min_epochs");
   HOTLOOP_CHECK_AS(
       ConfigError,

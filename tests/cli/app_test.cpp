@@ -312,6 +312,16 @@ TEST(Cli, BadValuesAreConfigErrors) {
   r = run_cli({"fit", "--data.batch_size=0"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("data.batch_size: must be >= 1, got 0"));
+  // -1 is "no limit" for max_epochs and max_steps; 0 and below -1 are not.
+  for (const std::string key : {"max_epochs", "max_steps"}) {
+    r = run_cli({"fit", "--trainer." + key + "=0"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_THAT(
+        r.err, HasSubstr("trainer." + key + " must be positive or -1, got 0"));
+    r = run_cli({"fit", "--trainer." + key + "=-2"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_THAT(r.err, HasSubstr("trainer." + key + ": must be >= -1, got -2"));
+  }
 }
 
 TEST(Cli, MalformedYamlNamesTheFile) {

@@ -238,6 +238,66 @@ TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   EXPECT_EQ(limited.steps, 4);
 }
 
+// A classifier whose learning rate follows a cosine over the fit's length.
+std::shared_ptr<ImageClassifier> cosine_module(
+    uint64_t seed, const std::string& interval) {
+  seed_everything(seed);
+  optim::OptimizerOptions optimizer;
+  optimizer.name = "sgd";
+  optimizer.lr = 0.1;
+  optim::SchedulerOptions scheduler;
+  scheduler.name = "cosine";
+  scheduler.interval = interval;
+  return std::make_shared<ImageClassifier>(
+      torch::nn::AnyModule(models::FashionCnn(small_model())),
+      optimizer,
+      scheduler);
+}
+
+// max_epochs=-1, as in Lightning: no epoch limit; max_steps (or max_time,
+// a callback, a signal) ends the fit, and a schedule's length is max_steps.
+TEST_F(TrainerTest, MaxEpochsMinusOneTrainsUntilAnotherLimitStops) {
+  auto train = train_loader(); // 8 batches an epoch
+  std::ostringstream log;
+  const FitResult endless =
+      Trainer(
+          options().max_epochs(-1).max_steps(20).enable_progress_bar(true),
+          log)
+          .fit(*make_module(0), train);
+  EXPECT_EQ(endless.steps, 20);
+  EXPECT_EQ(endless.epochs, 2); // and 4 batches of the third
+  EXPECT_THAT(log.str(), HasSubstr("epoch 2  "));
+  EXPECT_THAT(log.str(), ::testing::Not(HasSubstr("/-1")));
+
+  // The schedule spans max_steps, as with an epoch limit past them.
+  auto a = cosine_module(0, "step");
+  Trainer(options().max_epochs(-1).max_steps(20)).fit(*a, train);
+  auto b = cosine_module(0, "step");
+  Trainer(options().max_epochs(3).max_steps(20)).fit(*b, train);
+  const auto pa = a->parameters();
+  const auto pb = b->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(pa[i].equal(pb[i])) << i;
+  }
+  // With no end at all, a schedule that needs the length says what to set.
+  EXPECT_THAT(
+      [&] { Trainer(options().max_epochs(-1)).fit(*cosine_module(0, "step"), train); },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "lr_scheduler: cosine needs the run's length, and "
+          "trainer.max_epochs=-1 trains without one: give trainer.max_steps "
+          "or lr_scheduler.T_max")));
+  EXPECT_THAT(
+      [&] {
+        Trainer(options().max_epochs(-1).max_steps(20))
+            .fit(*cosine_module(0, "epoch"), train);
+      },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "lr_scheduler: cosine needs the run's length, and "
+          "trainer.max_epochs=-1 trains without one: give trainer.max_epochs "
+          "or lr_scheduler.T_max")));
+}
+
 TEST_F(TrainerTest, NoRunFolderWithoutARootDir) {
   auto train = train_loader();
   Trainer trainer(options().default_root_dir("").max_epochs(1));
@@ -251,7 +311,11 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().max_epochs(0)); },
       ::testing::ThrowsMessage<ConfigError>(
-          HasSubstr("trainer.max_epochs must be >= 1, got 0")));
+          HasSubstr("trainer.max_epochs must be positive or -1, got 0")));
+  EXPECT_THAT(
+      [] { Trainer(TrainerOptions().max_epochs(-2)); },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.max_epochs must be positive or -1, got -2")));
   EXPECT_THAT(
       [] { Trainer(TrainerOptions().accumulate_grad_batches(0)); },
       ::testing::ThrowsMessage<ConfigError>(

@@ -38,6 +38,8 @@ class ProgressBar {
   /// Whether `out` is the process's standard output and that is a terminal.
   static bool is_terminal(const std::ostream& out);
 
+  /// Starts epoch `epoch` (from 1) of `max_epochs` (-1: no limit, shown as
+  /// `epoch N`), `batches` long.
   void start_epoch(int64_t epoch, int64_t max_epochs, int64_t batches);
 
   /// Tokens per sample of a sequence model: the rate is then also shown in

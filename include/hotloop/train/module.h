@@ -60,10 +60,12 @@ struct OptimizerSetup {
 
 /// How long a fit will run, for schedules that need the horizon.
 struct FitPlan {
-  /// Optimizer steps over the whole fit.
+  /// Optimizer steps over the whole fit; -1 when the fit has no end
+  /// (max_epochs=-1 without max_steps).
   int64_t total_steps = 0;
   /// Optimizer steps in one epoch.
   int64_t steps_per_epoch = 0;
+  /// Epochs of the fit; -1 for no limit.
   int64_t max_epochs = 0;
 };
 

@@ -10,7 +10,9 @@ namespace hotloop::train {
 /// Trainer settings, named as Lightning's Trainer flags. Validated when the
 /// Trainer is built.
 struct TrainerOptions {
-  /// Epochs to train; > 0.
+  /// Epochs to train; > 0, or -1 for no limit (as Lightning's
+  /// `max_epochs=-1`): the fit then ends by max_steps, max_time, a
+  /// callback's stop (EarlyStopping) or a signal.
   TORCH_ARG(int64_t, max_epochs) = 10;
   /// Train at least this many epochs even when a callback (EarlyStopping,
   /// Timer) asks to stop earlier; 0: no minimum.

@@ -188,8 +188,9 @@ CheckpointState FitLoop::checkpoint_state() const {
 FitResult FitLoop::run(const std::string& ckpt_path) {
   prepare(ckpt_path);
   bool stop = false;
+  const int64_t max_epochs = trainer_.options().max_epochs();
   for (int64_t epoch = trainer_.progress_.epoch;
-       epoch < trainer_.options().max_epochs() && !stop;
+       (max_epochs < 0 || epoch < max_epochs) && !stop;
        ++epoch) {
     stop = run_epoch(epoch);
   }
@@ -249,8 +250,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   FitPlan plan;
   plan.steps_per_epoch = (batches_per_epoch_ + accumulate_ - 1) / accumulate_;
   plan.max_epochs = options.max_epochs();
-  plan.total_steps = plan.steps_per_epoch * plan.max_epochs;
-  if (options.max_steps() > 0) {
+  plan.total_steps = plan.max_epochs < 0
+      ? options.max_steps()
+      : plan.steps_per_epoch * plan.max_epochs;
+  if (options.max_steps() > 0 && plan.max_epochs > 0) {
     plan.total_steps = std::min(plan.total_steps, options.max_steps());
   }
   trainer.prepare_module(module_);
@@ -714,8 +717,10 @@ void FitLoop::trace_steps() {
 void FitLoop::print_epoch_line(double seconds) {
   std::ostream& out = trainer_.out_;
   const log::StepTimes& phases = clock_->epoch_times();
-  out << "epoch " << trainer_.current_epoch_ + 1 << "/"
-      << trainer_.options().max_epochs();
+  out << "epoch " << trainer_.current_epoch_ + 1;
+  if (trainer_.options().max_epochs() > 0) {
+    out << "/" << trainer_.options().max_epochs();
+  }
   out << std::fixed << std::setprecision(4);
   for (const auto& [name, value] : trainer_.callback_metrics_) {
     out << "  " << name << " " << value;
