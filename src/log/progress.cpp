@@ -17,6 +17,12 @@ int percent(double part, double whole) {
 
 } // namespace
 
+std::string epoch_label(int64_t epoch, int64_t max_epochs) {
+  return max_epochs > 0
+      ? "epoch " + std::to_string(epoch) + "/" + std::to_string(max_epochs)
+      : "epoch " + std::to_string(epoch);
+}
+
 ProgressBar::ProgressBar(
     std::ostream& out, bool live, int64_t every_n_steps, double refresh)
     : out_(out),
@@ -49,11 +55,8 @@ std::string ProgressBar::format(
   const double eta =
       batch > 0 ? times.total() / batch * double(batches_ - batch) : 0;
   std::ostringstream line;
-  line << "epoch " << epoch_;
-  if (max_epochs_ > 0) {
-    line << "/" << max_epochs_;
-  }
-  line << " [" << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
+  line << epoch_label(epoch_, max_epochs_) << " ["
+       << std::string(filled, '#') << std::string(kWidth - filled, '-') << "] "
        << batch << "/" << batches_ << "  " << std::fixed << std::setprecision(0)
        << rate << " samples/s"
        << (tokens_per_sample_ > 0

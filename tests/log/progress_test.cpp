@@ -38,6 +38,11 @@ TEST(ProgressBar, ShowsTheWaitForOtherProcessesWhenThereIsOne) {
       ::testing::EndsWith("time: data 25% fwd+bwd 50% comm 10% opt 15%"));
 }
 
+TEST(ProgressBar, AnEpochIsNamedWithItsTotalUnlessThereIsNone) {
+  EXPECT_EQ(epoch_label(3, 5), "epoch 3/5");
+  EXPECT_EQ(epoch_label(3, -1), "epoch 3");
+}
+
 TEST(ProgressBar, WritesALineEveryNStepsWhenNotATerminal) {
   std::ostringstream out;
   ProgressBar bar(out, /*live=*/false, /*every_n_steps=*/4);

@@ -22,6 +22,10 @@ struct StepTimes {
   }
 };
 
+/// `epoch N/M`, or `epoch N` when `max_epochs` is -1 (no limit): how the
+/// bar and the epoch lines name an epoch (from 1).
+std::string epoch_label(int64_t epoch, int64_t max_epochs);
+
 /// The training progress display: on a terminal a live bar redrawn in place
 /// (at most every `refresh` seconds); elsewhere (a log file, a pipe) one
 /// line every `every_n_steps` batches. Both show batch/total, samples/s,
@@ -38,8 +42,8 @@ class ProgressBar {
   /// Whether `out` is the process's standard output and that is a terminal.
   static bool is_terminal(const std::ostream& out);
 
-  /// Starts epoch `epoch` (from 1) of `max_epochs` (-1: no limit, shown as
-  /// `epoch N`), `batches` long.
+  /// Starts epoch `epoch` (from 1) of `max_epochs` (-1: no limit),
+  /// `batches` long.
   void start_epoch(int64_t epoch, int64_t max_epochs, int64_t batches);
 
   /// Tokens per sample of a sequence model: the rate is then also shown in

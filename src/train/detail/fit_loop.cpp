@@ -717,10 +717,8 @@ void FitLoop::trace_steps() {
 void FitLoop::print_epoch_line(double seconds) {
   std::ostream& out = trainer_.out_;
   const log::StepTimes& phases = clock_->epoch_times();
-  out << "epoch " << trainer_.current_epoch_ + 1;
-  if (trainer_.options().max_epochs() > 0) {
-    out << "/" << trainer_.options().max_epochs();
-  }
+  out << log::epoch_label(
+      trainer_.current_epoch_ + 1, trainer_.options().max_epochs());
   out << std::fixed << std::setprecision(4);
   for (const auto& [name, value] : trainer_.callback_metrics_) {
     out << "  " << name << " " << value;

@@ -69,7 +69,6 @@ class File {
     HOTLOOP_CHECK(in_.is_open(), "checkpoint '", path, "' cannot be opened");
   }
 
-
   // `n` bytes at `offset`; the caller has checked that they lie inside.
   std::string read(uint64_t offset, uint64_t n) {
     std::string bytes(n, '\0');
