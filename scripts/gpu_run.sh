@@ -60,6 +60,15 @@ declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
                      [bench-cnn]="cli" [bench-resnet18_cifar]="cli"
                      [bench-gpt2]="cli" [ablation]="cli")
 RESERVE=20  # seconds kept for copying the results at the end
+# A benchmark stage that runs some of the six implementations
+# (HOTLOOP_GPU_BENCH_IMPLS) needs a share of its time, and 90 s at least.
+if [[ -n ${HOTLOOP_GPU_BENCH_IMPLS:-} ]]; then
+  IFS=',' read -r -a impls <<<"$HOTLOOP_GPU_BENCH_IMPLS"
+  for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
+    share=$((NEEDS[$s] * ${#impls[@]} / 6))
+    NEEDS[$s]=$((share > 90 ? share : 90))
+  done
+fi
 
 STOPPED_BY=""
 CLI_KIT=${HOTLOOP_GPU_CLI:-.gpu-cli/hotloop-cli.tar.gz}
