@@ -53,7 +53,7 @@ STAGES=(configure build test bench-cnn bench-resnet18_cifar bench-gpt2 ablation)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
 # stage not yet run there an estimate (docs/GPU.md). build is resumable
 # (ninja goes on where a cut build stopped), so it starts with less.
-declare -A NEEDS=([configure]=60 [build]=90 [test]=240 [bench-cnn]=300
+declare -A NEEDS=([configure]=60 [build]=90 [test]=120 [bench-cnn]=300
                   [bench-resnet18_cifar]=240 [bench-gpt2]=300 [ablation]=150)
 # "cli": a hotloop program that runs, built here or carried (below).
 declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
