@@ -42,6 +42,7 @@ PACKAGES=(
   libpng-dev libpng16-16            # image folders: PNG
   libturbojpeg0-dev libturbojpeg0   # image folders: JPEG (TurboJPEG API)
   libgtest-dev libgmock-dev         # the test suite (static libraries)
+  libgloo-dev                       # Gloo's headers, for c10d's Gloo process group
 )
 DATA_PACKAGES=(dataset-fashion-mnist)  # the main job's data, one test, the CNN benchmark
 # Static archives nothing links (the build uses the shared libraries).
@@ -101,6 +102,9 @@ rm -rf "${new:?}"/share/{doc,doc-base,man,lintian} "${new:?}"/{bin,src}
 for archive in "${UNUSED_ARCHIVES[@]}"; do
   rm -f "$new"/lib/*/"$archive"
 done
+# Gloo: the headers alone. LibTorch holds Gloo compiled in; Debian's library
+# (and the CMake package that names it) would be a second copy.
+rm -rf "$new"/lib/libgloo* "$new"/lib/*/libgloo* "$new"/share/cmake/Gloo
 
 # Absolute links (/lib/... or /usr/...) point into the prefix, relatively.
 while IFS= read -r -d '' link; do

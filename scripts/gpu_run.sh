@@ -500,6 +500,7 @@ check_resolved() {
     "libpng:PNG_LIBRARY_RELEASE PNG_LIBRARY"
     "turbojpeg headers:TURBOJPEG_INCLUDEDIR TURBOJPEG_INCLUDE_DIR"
     "turbojpeg:pkgcfg_lib_TURBOJPEG_turbojpeg TURBOJPEG_LIBRARY"
+    "Gloo headers:HOTLOOP_GLOO_INCLUDE_DIR"
   )
   echo "dependencies as CMake resolved them:"
   local entry name keys key value where

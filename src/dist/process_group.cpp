@@ -9,16 +9,14 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // c10d declares its Gloo process group only under USE_C10D_GLOO, which
 // LibTorch's CMake package may not define, and it needs Gloo's headers
-// (Debian's libgloo-dev), which a PyTorch wheel may lack: then data
+// (Debian's libgloo-dev), which a PyTorch wheel lacks. CMakeLists.txt sets
+// HOTLOOP_HAS_GLOO where the header compiles with them; elsewhere data
 // parallelism says so at run time instead of the build failing.
-#if __has_include(<gloo/algorithm.h>)
+#if HOTLOOP_HAS_GLOO
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#define HOTLOOP_HAS_GLOO 1
-#else
-#define HOTLOOP_HAS_GLOO 0
 #endif
 
 #include <chrono>
@@ -180,7 +178,10 @@ c10::intrusive_ptr<Group> gloo_group(
         size,
         c10::make_intrusive<typename Group::Options>("gloo", timeout));
   }
+  // Gloo reduces CUDA tensors too (through host copies), as PyTorch's
+  // init_process_group("gloo") registers it for both.
   group->setBackend(c10::DeviceType::CPU, Group::BackendType::GLOO, gloo);
+  group->setBackend(c10::DeviceType::CUDA, Group::BackendType::GLOO, gloo);
   return group;
 #else
   return gloo;
@@ -248,8 +249,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(
   }
 #else
   throw ConfigError(
-      "this build of hotloop has no Gloo process group (LibTorch's Gloo "
-      "headers were not found when it was built)");
+      "this build of hotloop has no Gloo process group: Gloo's headers "
+      "(Debian's libgloo-dev) were not found, or did not compile with "
+      "this LibTorch, when it was built");
 #endif
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
