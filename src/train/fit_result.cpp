@@ -38,6 +38,8 @@ void write_summary(
       {"synced_steps", profile.synced_steps},
       {"asynchronous", profile.asynchronous},
       {"validation", profile.validation},
+      {"setup_s", profile.setup},
+      {"warmup_s", profile.warmup_seconds},
       {"steps", profile.steps},
       {"samples_per_s", profile.samples_per_s()},
       {"steady_samples_per_s", profile.steady_samples_per_s()},

@@ -259,6 +259,9 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
   EXPECT_EQ(result.profile.samples, 256);
   EXPECT_GT(result.profile.forward, 0);
   EXPECT_GT(result.profile.validation, 0);
+  // The set-up comes before the first step, and the steps after it.
+  EXPECT_GT(result.profile.setup, 0);
+  EXPECT_LT(result.profile.setup + result.profile.step_seconds(), result.wall_s);
   EXPECT_EQ(trainer.model_summary().total_params(), [&] {
     int64_t n = 0;
     for (const auto& p : make_module(0)->parameters()) {
@@ -283,6 +286,9 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
       summary.at("flops_per_s").get<double>(),
       3 * forward_flops * (256 / result.profile.step_seconds()));
   EXPECT_GT(summary.at("peak_flops").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(summary.at("setup_s").get<double>(), result.profile.setup);
+  EXPECT_DOUBLE_EQ(
+      summary.at("warmup_s").get<double>(), result.profile.warmup_seconds);
   EXPECT_DOUBLE_EQ(
       summary.at("utilization").get<double>(),
       summary.at("flops_per_s").get<double>() /

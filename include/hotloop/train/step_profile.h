@@ -55,6 +55,10 @@ struct StepProfile {
   /// on_before_optimizer_step), logging and checkpoints.
   double logging = 0;
   double validation = 0;
+  /// Seconds from the fit's start to its first training step: devices,
+  /// data sharding, callbacks, a restored checkpoint, the sanity check and
+  /// the model summary (on a GPU also its context and first kernels).
+  double setup = 0;
   int64_t samples = 0;
   int64_t steps = 0;
   /// Training FLOPs per sample (forward + backward), 0 when unknown.

@@ -334,6 +334,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   profile_.asynchronous = !trainer.device().is_cpu();
   profile_.data_parallel = strategy.world_size() > 1;
   trainer.each_callback([&](Callback& c) { c.on_fit_start(trainer, module_); });
+  profile_.setup = seconds_since(start_);
 }
 
 void FitLoop::restore(const std::string& ckpt_path) {
