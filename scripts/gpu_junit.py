@@ -32,12 +32,14 @@ CUDA_ONLY = (
     "ResolveDevice.CudaFlagsPickTheNamedVisibleDevice",
     "TrainerTest.Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale",
     "TrainerTest.Fp16MixedResumesOnTheGpuBitForBit",
+    "ProcessGroupNccl.OneProcessReducesOnItsGpuAndDdpKeepsTheGradients",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.
 CPU_ONLY = (
     "DataLoader.AnUnavailableDeviceIsAConfigError",
     "ResolveDevice.CudaWithoutADeviceSaysWhatIsVisible",
+    "ProcessGroup.NcclIsRefusedByABuildWithoutCudaBeforeTheRendezvous",
 )
 # A skip reason that means "no CUDA here".
 NO_CUDA = re.compile(r"needs a CUDA build|CUDA|GPU")

@@ -310,6 +310,19 @@ if cuda:
     put("GPU_CAP", f"{major}.{minor}")
     put("GPU_COUNT", torch.cuda.device_count())
 put("HAS_COMPILE", int(hasattr(torch, "compile")))
+# NCCL's headers come with the nvidia-nccl wheel torch depends on, not with
+# torch: the folder that holds include/nccl.h, for CMAKE_PREFIX_PATH.
+nccl_root = ""
+try:
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia.nccl")
+    for place in (spec.submodule_search_locations or []) if spec else []:
+        if os.path.exists(os.path.join(place, "include", "nccl.h")):
+            nccl_root = place
+            break
+except Exception:
+    pass
+put("NCCL_ROOT", nccl_root)
 for name in ("torchvision", "tensorboard"):
     try:
         put(name.upper(), __import__(name).__version__)
@@ -364,6 +377,10 @@ elif ((CPU)); then
   found libtorch "CMake's default search (Debian's libtorch-dev in /usr)"
 else
   die "torch.utils.cmake_prefix_path of $PY names no folder: this torch carries no LibTorch CMake files"
+fi
+if ((!CPU)); then
+  # Without it the build has no NCCL process group (configure says so).
+  found nccl "${NCCL_ROOT:-not found (no nvidia.nccl package with include/nccl.h)}"
 fi
 found python-side "torchvision ${TORCHVISION:-MISSING}; torch.compile $([[ $HAS_COMPILE == 1 ]] && echo yes || echo "no (torch < 2.0)"); lightning ${LIGHTNING:-none}; tensorboard ${TENSORBOARD:-none}"
 [[ -n $TORCHVISION ]] || die "torchvision is missing for $PY: the Python baselines need it"
@@ -462,7 +479,7 @@ note "stages: ${plan[*]:-none left (--redo starts over)}"
 # CUDAToolkit_ROOT and TORCH_CUDA_ARCH_LIST from it too, so the test that
 # builds examples/ against the installed hotloop configures the
 # same way.
-PREFIX_PATH=$PREFIX${TORCH_PREFIX:+;$TORCH_PREFIX}
+PREFIX_PATH=$PREFIX${TORCH_PREFIX:+;$TORCH_PREFIX}${NCCL_ROOT:+;$NCCL_ROOT}
 export CMAKE_PREFIX_PATH=${PREFIX_PATH//;/:}
 export CMAKE_GENERATOR=Ninja
 export PYTHON=$PY   # tests/tensorboard_reader.sh

@@ -18,6 +18,15 @@
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+// Likewise NCCL's, under USE_C10D_NCCL with NCCL's nccl.h, in builds whose
+// LibTorch has CUDA (CMakeLists.txt sets HOTLOOP_HAS_NCCL).
+#if HOTLOOP_HAS_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -147,22 +156,23 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif // HOTLOOP_HAS_GLOO
 
-// LibTorch 2.x splits a process group from its backends; 1.13's Gloo
-// group is the process group itself. The 2.x constructor changed too, so
-// the one this LibTorch has is chosen at compile time.
-template <typename Group = c10d::ProcessGroup>
-c10::intrusive_ptr<Group> gloo_group(
+// LibTorch 2.x splits a process group from its backends; 1.13's backend
+// is the process group itself. The 2.x constructor changed too, so the one
+// this LibTorch has is chosen at compile time.
+#if HOTLOOP_C10D_HAS_BACKENDS
+template <typename Group = c10d::ProcessGroup, typename BackendImpl>
+c10::intrusive_ptr<Group> group_of(
     const c10::intrusive_ptr<c10d::Store>& store,
     const ProcessEnvironment& env,
-    Milliseconds timeout) {
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(gloo_device(env));
+    Milliseconds timeout,
+    const c10::intrusive_ptr<BackendImpl>& backend,
+    typename Group::BackendType type,
+    const std::string& name,
+    std::initializer_list<c10::DeviceType> devices) {
   const int rank = static_cast<int>(env.rank);
   const int size = static_cast<int>(env.world_size);
-  auto gloo =
-      c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
-#if HOTLOOP_C10D_HAS_BACKENDS
   c10::intrusive_ptr<Group> group;
   if constexpr (std::is_constructible_v<
                     Group,
@@ -170,24 +180,90 @@ c10::intrusive_ptr<Group> gloo_group(
                     int,
                     int>) {
     group = c10::make_intrusive<Group>(store, rank, size);
-    group->setDefaultBackend(Group::BackendType::GLOO);
+    group->setDefaultBackend(type);
   } else {
     group = c10::make_intrusive<Group>(
         store,
         rank,
         size,
-        c10::make_intrusive<typename Group::Options>("gloo", timeout));
+        c10::make_intrusive<typename Group::Options>(name, timeout));
   }
+  for (const c10::DeviceType device : devices) {
+    group->setBackend(device, type, backend);
+  }
+  return group;
+}
+#endif
+
+#if HOTLOOP_HAS_GLOO
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const ProcessEnvironment& env,
+    Milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(gloo_device(env));
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+      options);
+#if HOTLOOP_C10D_HAS_BACKENDS
   // Gloo reduces CUDA tensors too (through host copies), as PyTorch's
   // init_process_group("gloo") registers it for both.
-  group->setBackend(c10::DeviceType::CPU, Group::BackendType::GLOO, gloo);
-  group->setBackend(c10::DeviceType::CUDA, Group::BackendType::GLOO, gloo);
-  return group;
+  return group_of(
+      store,
+      env,
+      timeout,
+      gloo,
+      c10d::ProcessGroup::BackendType::GLOO,
+      "gloo",
+      {c10::DeviceType::CPU, c10::DeviceType::CUDA});
 #else
   return gloo;
 #endif
 }
 #endif // HOTLOOP_HAS_GLOO
+
+#if HOTLOOP_HAS_NCCL
+// One NCCL communicator per process, on the GPU current when the first
+// collective runs (Trainer makes its device current; so does the CLI).
+c10::intrusive_ptr<c10d::ProcessGroup> nccl_group(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const ProcessEnvironment& env,
+    Milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+      store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+      options);
+#if HOTLOOP_C10D_HAS_BACKENDS
+  return group_of(
+      store,
+      env,
+      timeout,
+      nccl,
+      c10d::ProcessGroup::BackendType::NCCL,
+      "nccl",
+      {c10::DeviceType::CUDA});
+#else
+  return nccl;
+#endif
+}
+#endif // HOTLOOP_HAS_NCCL
+
+// NCCL reduces CUDA tensors only: a CPU tensor (the Trainer's stop
+// decisions, metric sums, the model check) travels through the current
+// GPU and back. Gloo takes either as it is.
+template <typename Collective>
+void on_group_device(
+    bool cuda_only, at::Tensor& tensor, const Collective& collective) {
+  if (!cuda_only || !tensor.is_cpu()) {
+    collective(tensor);
+    return;
+  }
+  at::Tensor staged = tensor.to(
+      c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice());
+  collective(staged);
+  tensor.copy_(staged);
+}
 
 } // namespace
 
@@ -197,6 +273,11 @@ struct ProcessGroup::Impl {
   Milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+
+  // NCCL takes CUDA tensors only.
+  bool cuda_only() const {
+    return backend == "nccl";
+  }
 };
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl)
@@ -221,38 +302,52 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(
       "trainer.process_group_backend: expected gloo or nccl, got '",
       backend,
       "'");
+  // A backend this build lacks is named before any process waits for
+  // another.
+#if !HOTLOOP_HAS_NCCL
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      backend != "nccl",
+      "trainer.process_group_backend=nccl: this build of hotloop has no NCCL "
+      "process group (its LibTorch has no CUDA, or NCCL's nccl.h was not "
+      "found when it was built); use gloo");
+#endif
+#if !HOTLOOP_HAS_GLOO
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      backend != "gloo",
+      "this build of hotloop has no Gloo process group: Gloo's headers "
+      "(Debian's libgloo-dev) were not found, or did not compile with this "
+      "LibTorch, when it was built");
+#endif
   auto impl = std::make_unique<Impl>();
   impl->env = env;
   impl->backend = backend;
   impl->timeout = to_milliseconds(options.timeout());
   impl->store = connect_store(env, impl->timeout);
   check_arrivals(*impl->store, env, impl->timeout);
-  if (backend == "nccl") {
-    // NCCL needs CUDA tensors for every collective; Gloo also reduces CUDA
-    // tensors (through host copies), which is what this build does.
-    throw ConfigError(
-        "trainer.process_group_backend=nccl: this build of hotloop has no "
-        "NCCL process group; use gloo");
-  }
-#if HOTLOOP_HAS_GLOO
   try {
-    impl->group = gloo_group(impl->store, env, impl->timeout);
+#if HOTLOOP_HAS_NCCL
+    if (backend == "nccl") {
+      impl->group = nccl_group(impl->store, env, impl->timeout);
+    }
+#endif
+#if HOTLOOP_HAS_GLOO
+    if (backend == "gloo") {
+      impl->group = gloo_group(impl->store, env, impl->timeout);
+    }
+#endif
   } catch (const std::exception& error) {
     throw DistError(hotloop::detail::str_cat(
         "rank ",
         env.rank,
-        ": the Gloo process group could not connect every process within ",
+        backend == "nccl" ? ": the NCCL" : ": the Gloo",
+        " process group could not connect every process within ",
         options.timeout(),
         " s: ",
         std::string(error.what())
             .substr(0, std::string(error.what()).find('\n'))));
   }
-#else
-  throw ConfigError(
-      "this build of hotloop has no Gloo process group: Gloo's headers "
-      "(Debian's libgloo-dev) were not found, or did not compile with "
-      "this LibTorch, when it was built");
-#endif
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -277,44 +372,32 @@ const c10::intrusive_ptr<c10d::ProcessGroup>& ProcessGroup::c10d() const {
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp =
       op == ReduceOp::kSum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
   options.timeout = impl_->timeout;
-  try {
-    impl_->group->allreduce(tensors, options)->wait(impl_->timeout);
-  } catch (const std::exception& error) {
-    rethrow(error, "an all-reduce");
-  }
+  on_group_device(impl_->cuda_only(), tensor, [&](at::Tensor& on_device) {
+    std::vector<at::Tensor> tensors{on_device};
+    try {
+      impl_->group->allreduce(tensors, options)->wait(impl_->timeout);
+    } catch (const std::exception& error) {
+      rethrow(error, "an all-reduce");
+    }
+  });
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) {
-  std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = impl_->timeout;
-  try {
-    impl_->group->broadcast(tensors, options)->wait(impl_->timeout);
-  } catch (const std::exception& error) {
-    rethrow(error, "a broadcast");
-  }
-}
-
-std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
-  std::vector<at::Tensor> input{tensor.contiguous()};
-  std::vector<std::vector<at::Tensor>> output(1);
-  for (int64_t r = 0; r < world_size(); ++r) {
-    output[0].push_back(at::empty_like(input[0]));
-  }
-  c10d::AllgatherOptions options;
-  options.timeout = impl_->timeout;
-  try {
-    impl_->group->allgather(output, input, options)->wait(impl_->timeout);
-  } catch (const std::exception& error) {
-    rethrow(error, "an all-gather");
-  }
-  return output[0];
+  on_group_device(impl_->cuda_only(), tensor, [&](at::Tensor& on_device) {
+    std::vector<at::Tensor> tensors{on_device};
+    try {
+      impl_->group->broadcast(tensors, options)->wait(impl_->timeout);
+    } catch (const std::exception& error) {
+      rethrow(error, "a broadcast");
+    }
+  });
 }
 
 void ProcessGroup::barrier() {

@@ -18,6 +18,7 @@
 #include "train/trainer_fixture.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/activation.h>
@@ -279,6 +280,75 @@ TEST(ProcessGroup, MissingProcessesAndADifferentWorldSizeAreNamed) {
   EXPECT_THAT(
       rank1_error,
       HasSubstr("rank 1 was started with WORLD_SIZE=3, rank 0 with 2"));
+}
+
+// ---------------------------------------------------------------------------
+// NCCL: one process on its GPU (a GPU machine), or named as missing.
+
+TEST(ProcessGroup, NcclIsRefusedByABuildWithoutCudaBeforeTheRendezvous) {
+  if (at::hasCUDA()) {
+    GTEST_SKIP() << "this LibTorch has CUDA";
+  }
+  // No process serves the rendezvous at this port: only a check made
+  // before connecting can answer within the test.
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ProcessGroup::join(
+          local_env(1, 2, free_port()),
+          ProcessGroupOptions().backend("nccl").timeout(kTimeout)),
+      "trainer.process_group_backend=nccl: this build of hotloop has no NCCL "
+      "process group");
+}
+
+TEST(ProcessGroupNccl, OneProcessReducesOnItsGpuAndDdpKeepsTheGradients) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const c10::Device gpu(c10::kCUDA, 0);
+  c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(gpu);
+  auto group = ProcessGroup::join(
+      local_env(0, 1, free_port()),
+      ProcessGroupOptions().timeout(kTimeout).cuda(true));
+  EXPECT_EQ(group->backend_name(), "nccl"); // chosen by the device
+  // A CUDA tensor is reduced where it is; a CPU one travels through the
+  // GPU and comes back to the CPU.
+  at::Tensor on_gpu = at::arange(4, at::TensorOptions(gpu).dtype(at::kFloat));
+  group->all_reduce(on_gpu, ReduceOp::kMax);
+  EXPECT_TRUE(on_gpu.is_cuda());
+  EXPECT_TRUE(on_gpu.cpu().equal(at::arange(4, at::kFloat)));
+  at::Tensor on_cpu = at::tensor({int64_t{3}, int64_t{-1}});
+  group->all_reduce(on_cpu);
+  group->broadcast(on_cpu);
+  EXPECT_TRUE(on_cpu.is_cpu());
+  EXPECT_TRUE(on_cpu.equal(at::tensor({int64_t{3}, int64_t{-1}})));
+
+  // DDP over NCCL on one process: the mean over one process is its own
+  // gradient, so the wrapped model's gradients equal a plain copy's.
+  torch::manual_seed(0);
+  torch::nn::Sequential net(
+      torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 3));
+  net->to(gpu);
+  torch::nn::Sequential plain(
+      torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 3));
+  plain->to(gpu);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < net->parameters().size(); ++i) {
+      plain->parameters()[i].copy_(net->parameters()[i]);
+    }
+  }
+  DistributedDataParallel ddp(*net, group);
+  const at::Tensor x = at::randn({8, 6}, at::TensorOptions(gpu));
+  const at::Tensor y = at::randint(3, {8}, at::TensorOptions(gpu).dtype(at::kLong));
+  const at::Tensor loss = at::cross_entropy_loss(net->forward(x), y);
+  ddp.prepare_for_backward(loss);
+  loss.backward();
+  at::cross_entropy_loss(plain->forward(x), y).backward();
+  for (size_t i = 0; i < net->parameters().size(); ++i) {
+    EXPECT_TRUE(at::allclose(
+        net->parameters()[i].grad(), plain->parameters()[i].grad(), 1e-6, 1e-7))
+        << "parameter " << i;
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -61,8 +61,6 @@ class ProcessGroup {
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   /// Rank `root`'s `tensor` to every process, in place.
   void broadcast(at::Tensor& tensor, int64_t root = 0);
-  /// Every process's `tensor` (the same shape everywhere), by rank.
-  std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
   /// Returns once every process has called it.
   void barrier();
 
