@@ -1,6 +1,7 @@
 #include "hotloop/optim/optimizer_factory.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/optim/foreach.h"
 
 // instancenorm.h uses torch::nn::functional without including it.
 #include <torch/nn/functional/instancenorm.h>
@@ -188,7 +189,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
         !o.nesterov || o.momentum > 0,
         "optimizer.nesterov needs optimizer.momentum > 0, got ",
         o.momentum);
-    return build<to::SGD>(
+    return build<ForeachSGD>(
         std::move(split),
         to::SGDOptions(o.lr)
             .momentum(o.momentum)
@@ -196,7 +197,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
             .weight_decay(o.weight_decay));
   }
   if (name == "adam") {
-    return build<to::Adam>(
+    return build<ForeachAdam>(
         std::move(split),
         to::AdamOptions(o.lr)
             .betas(std::make_tuple(o.beta1, o.beta2))
@@ -204,7 +205,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
             .weight_decay(o.weight_decay));
   }
   if (name == "adamw") {
-    return build<to::AdamW>(
+    return build<ForeachAdamW>(
         std::move(split),
         to::AdamWOptions(o.lr)
             .betas(std::make_tuple(o.beta1, o.beta2))

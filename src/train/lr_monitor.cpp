@@ -16,11 +16,18 @@
 namespace hotloop::train {
 namespace {
 
-// "torch::optim::AdamW" -> "AdamW", as Lightning names the metric.
+// "torch::optim::AdamW" -> "AdamW", as Lightning names the metric; the
+// multi-tensor hotloop::optim::ForeachAdamW is an AdamW too, as PyTorch's
+// AdamW(foreach=True) is.
 std::string optimizer_name(const torch::optim::Optimizer& optimizer) {
   const std::string name = c10::demangle(typeid(optimizer).name());
   const size_t colon = name.rfind("::");
-  return colon == std::string::npos ? name : name.substr(colon + 2);
+  std::string last = colon == std::string::npos ? name : name.substr(colon + 2);
+  const std::string foreach = "Foreach";
+  if (last.rfind(foreach, 0) == 0 && last.size() > foreach.size()) {
+    last = last.substr(foreach.size());
+  }
+  return last;
 }
 
 std::optional<double> momentum_of(torch::optim::OptimizerOptions& options) {

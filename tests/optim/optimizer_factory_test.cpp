@@ -1,6 +1,7 @@
 #include "hotloop/optim/optimizer_factory.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/optim/foreach.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/functional/instancenorm.h>
@@ -219,7 +220,7 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
 
   o.name = "sgd";
   auto sgd = make_optimizer(*net, o);
-  ASSERT_NE(dynamic_cast<to::SGD*>(sgd.get()), nullptr);
+  ASSERT_NE(dynamic_cast<ForeachSGD*>(sgd.get()), nullptr);
   const auto& sgd_options =
       static_cast<const to::SGDOptions&>(sgd->param_groups()[0].options());
   EXPECT_EQ(sgd_options.lr(), 0.02);
@@ -229,7 +230,7 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
 
   o.name = "adam";
   auto adam = make_optimizer(*net, o);
-  ASSERT_NE(dynamic_cast<to::Adam*>(adam.get()), nullptr);
+  ASSERT_NE(dynamic_cast<ForeachAdam*>(adam.get()), nullptr);
   const auto& adam_options =
       static_cast<const to::AdamOptions&>(adam->param_groups()[0].options());
   EXPECT_EQ(adam_options.lr(), 0.02);
@@ -239,7 +240,7 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
 
   o.name = "adamw";
   auto adamw = make_optimizer(*net, o);
-  ASSERT_NE(dynamic_cast<to::AdamW*>(adamw.get()), nullptr);
+  ASSERT_NE(dynamic_cast<ForeachAdamW*>(adamw.get()), nullptr);
   const auto& adamw_options =
       static_cast<const to::AdamWOptions&>(adamw->param_groups()[0].options());
   EXPECT_EQ(adamw_options.lr(), 0.02);
