@@ -42,7 +42,8 @@
 # default python3, with --cpu /usr/bin/python3 first), HOTLOOP_GPU_JOBS
 # (build and test jobs; default every core), HOTLOOP_GPU_DEADLINE (as
 # --deadline), HOTLOOP_GPU_BENCH_IMPLS (bench/run --impls for the benchmark
-# stages).
+# stages) and HOTLOOP_GPU_BENCH_IMPLS_CNN, _RESNET18_CIFAR, _GPT2 (for one
+# of them).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -60,15 +61,20 @@ declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
                      [bench-cnn]="cli" [bench-resnet18_cifar]="cli"
                      [bench-gpt2]="cli" [ablation]="cli")
 RESERVE=20  # seconds kept for copying the results at the end
-# A benchmark stage that runs some of the six implementations
-# (HOTLOOP_GPU_BENCH_IMPLS) needs a share of its time, and 90 s at least.
-if [[ -n ${HOTLOOP_GPU_BENCH_IMPLS:-} ]]; then
-  IFS=',' read -r -a impls <<<"$HOTLOOP_GPU_BENCH_IMPLS"
-  for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
-    share=$((NEEDS[$s] * ${#impls[@]} / 6))
-    NEEDS[$s]=$((share > 90 ? share : 90))
-  done
-fi
+# The implementations a benchmark stage runs: HOTLOOP_GPU_BENCH_IMPLS_<WORKLOAD>
+# (CNN, RESNET18_CIFAR, GPT2), else HOTLOOP_GPU_BENCH_IMPLS, else all six.
+bench_impls() {
+  local var="HOTLOOP_GPU_BENCH_IMPLS_${1^^}"
+  echo "${!var:-${HOTLOOP_GPU_BENCH_IMPLS:-}}"
+}
+# A stage that runs some of them needs a share of its time, 90 s at least.
+for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
+  chosen=$(bench_impls "${s#bench-}")
+  [[ -n $chosen ]] || continue
+  IFS=',' read -r -a impls <<<"$chosen"
+  share=$((NEEDS[$s] * ${#impls[@]} / 6))
+  NEEDS[$s]=$((share > 90 ? share : 90))
+done
 
 STOPPED_BY=""
 CLI_KIT=${HOTLOOP_GPU_CLI:-.gpu-cli/hotloop-cli.tar.gz}
@@ -624,7 +630,9 @@ bench_stage() {
   [[ -n $DATA ]] && args+=(--data-root "$DATA")
   ((CPU)) && args+=(--dry-run)
   ((BENCH_QUICK)) && args+=(--quick)
-  [[ -n ${HOTLOOP_GPU_BENCH_IMPLS:-} ]] && args+=(--impls "$HOTLOOP_GPU_BENCH_IMPLS")
+  local impls
+  impls=$(bench_impls "$workload")
+  [[ -n $impls ]] && args+=(--impls "$impls")
   rm -f "$ART/bench-$workload.json" "$ART/bench-$workload.txt"
   echo "\$ $PY_REAL bench/run ${args[*]}"
   bounded "$PY_REAL" bench/run "${args[@]}" >"$ART/bench-$workload.txt" || rc=$?
