@@ -512,6 +512,17 @@ log::ModelSummary Trainer::summarize(
   } catch (const std::exception&) {
     example = at::Tensor();
   }
+  // One sample is no shape to tune convolutions for: cuDNN's benchmark
+  // would time every algorithm of every layer for it.
+  struct BenchmarkOff {
+    const bool was = at::globalContext().benchmarkCuDNN();
+    BenchmarkOff() {
+      at::globalContext().setBenchmarkCuDNN(false);
+    }
+    ~BenchmarkOff() {
+      at::globalContext().setBenchmarkCuDNN(was);
+    }
+  } benchmark_off;
   return log::summarize_model(
       module, /*max_depth=*/3, example, [&](const at::Tensor& input) {
         return module.predict_step(data::Batch{input, at::Tensor()}, 0);

@@ -923,6 +923,31 @@ TEST_F(TrainerTest, BenchmarkFlagSetsCudnnsAlgorithmSearch) {
   Trainer(options().max_steps(1).deterministic(true))
       .fit(*make_module(0), train);
   EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+
+  // The model summary's one sample is no shape to tune for: the search is
+  // off for it alone.
+  class FlagRecorder : public ImageClassifier {
+   public:
+    explicit FlagRecorder(ImageClassifier&& base)
+        : ImageClassifier(std::move(base)) {}
+    at::Tensor training_step(
+        const data::Batch& batch,
+        int64_t batch_idx,
+        MetricCollection& metrics) override {
+      flags += at::globalContext().benchmarkCuDNN() ? "T" : "t";
+      return ImageClassifier::training_step(batch, batch_idx, metrics);
+    }
+    at::Tensor predict_step(
+        const data::Batch& batch, int64_t batch_idx) override {
+      flags += at::globalContext().benchmarkCuDNN() ? "P" : "p";
+      return ImageClassifier::predict_step(batch, batch_idx);
+    }
+    std::string flags;
+  };
+  FlagRecorder recorder(std::move(*make_module(0)));
+  Trainer(options().max_steps(2)).fit(recorder, train);
+  EXPECT_EQ(recorder.flags, "pTT");
+  EXPECT_TRUE(at::globalContext().benchmarkCuDNN());
 }
 
 TEST_F(TrainerTest, EvaluationRunsInEvalModeAndTrainingInTrainMode) {
