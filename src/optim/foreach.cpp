@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hotloop::optim {
@@ -118,7 +119,25 @@ void adam_update(
 
 } // namespace
 
+bool ForeachChoice::uses_foreach(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups) const {
+  if (foreach_.has_value()) {
+    return *foreach_;
+  }
+  for (const auto& group : groups) {
+    for (const at::Tensor& p : group.params()) {
+      if (!p.is_cuda()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 torch::Tensor ForeachSGD::step(LossClosure closure) {
+  if (!uses_foreach(param_groups_)) {
+    return torch::optim::SGD::step(std::move(closure));
+  }
   at::NoGradGuard no_grad;
   torch::Tensor loss = evaluate(closure);
   using Key = std::decay_t<decltype(state_)>::key_type;
@@ -166,6 +185,9 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
 }
 
 torch::Tensor ForeachAdam::step(LossClosure closure) {
+  if (!uses_foreach(param_groups_)) {
+    return torch::optim::Adam::step(std::move(closure));
+  }
   at::NoGradGuard no_grad;
   torch::Tensor loss = evaluate(closure);
   for (auto& group : param_groups_) {
@@ -186,6 +208,9 @@ torch::Tensor ForeachAdam::step(LossClosure closure) {
 }
 
 torch::Tensor ForeachAdamW::step(LossClosure closure) {
+  if (!uses_foreach(param_groups_)) {
+    return torch::optim::AdamW::step(std::move(closure));
+  }
   at::NoGradGuard no_grad;
   torch::Tensor loss = evaluate(closure);
   for (auto& group : param_groups_) {

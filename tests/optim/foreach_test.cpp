@@ -89,6 +89,7 @@ TEST(ForeachOptimizers, SgdStepsAsLibTorchsDoesBitForBit) {
         to::SGDOptions(0.05).momentum(nesterov ? 0.8 : 0.5).dampening(
             nesterov ? 0.0 : 0.1);
     ForeachSGD mine(groups(a, first, second), to::SGDOptions(0.1));
+    mine.set_foreach(true);
     to::SGD theirs(groups(b, first, second), to::SGDOptions(0.1));
     SCOPED_TRACE(nesterov ? "nesterov" : "plain momentum");
     expect_same_steps(mine, a, theirs, b);
@@ -99,6 +100,7 @@ TEST(ForeachOptimizers, SgdStepsAsLibTorchsDoesBitForBit) {
   ForeachSGD mine(
       groups(a, to::SGDOptions(0.1), to::SGDOptions(0.2).weight_decay(0.1)),
       to::SGDOptions(0.1));
+  mine.set_foreach(true);
   to::SGD theirs(
       groups(b, to::SGDOptions(0.1), to::SGDOptions(0.2).weight_decay(0.1)),
       to::SGDOptions(0.1));
@@ -116,6 +118,7 @@ TEST(ForeachOptimizers, AdamStepsAsLibTorchsDoesBitForBit) {
                            .amsgrad(amsgrad);
     const auto second = to::AdamOptions(0.02).amsgrad(amsgrad);
     ForeachAdam mine(groups(a, first, second), to::AdamOptions(0.01));
+    mine.set_foreach(true);
     to::Adam theirs(groups(b, first, second), to::AdamOptions(0.01));
     SCOPED_TRACE(amsgrad ? "amsgrad" : "adam");
     expect_same_steps(mine, a, theirs, b);
@@ -131,6 +134,7 @@ TEST(ForeachOptimizers, AdamWStepsAsLibTorchsDoesBitForBit) {
     const auto second =
         to::AdamWOptions(0.003).weight_decay(0.0).eps(1e-6).amsgrad(amsgrad);
     ForeachAdamW mine(groups(a, first, second), to::AdamWOptions(0.01));
+    mine.set_foreach(true);
     to::AdamW theirs(groups(b, first, second), to::AdamWOptions(0.01));
     SCOPED_TRACE(amsgrad ? "amsgrad" : "adamw");
     expect_same_steps(mine, a, theirs, b);
@@ -142,6 +146,7 @@ TEST(ForeachOptimizers, ACheckpointOfEitherLoadsIntoTheOther) {
   auto b = parameters(5);
   const auto options = to::AdamWOptions(0.01).weight_decay(0.1);
   ForeachAdamW mine(groups(a, options, options), options);
+  mine.set_foreach(true);
   to::AdamW theirs(groups(b, options, options), options);
   expect_same_steps(mine, a, theirs, b);
   // LibTorch's state into the multi-tensor optimizer, then one more step
@@ -154,6 +159,7 @@ TEST(ForeachOptimizers, ACheckpointOfEitherLoadsIntoTheOther) {
     c[i].copy_(b[i]);
   }
   ForeachAdamW resumed(groups(c, options, options), options);
+  resumed.set_foreach(true);
   torch::load(resumed, bytes);
   for (size_t i = 0; i < c.size(); ++i) {
     const at::Tensor grad = at::full(c[i].sizes(), 0.5);
@@ -167,10 +173,31 @@ TEST(ForeachOptimizers, ACheckpointOfEitherLoadsIntoTheOther) {
   }
 }
 
+TEST(ForeachOptimizers, TheMultiTensorOpsAreForCudaParametersUnlessChosen) {
+  // As PyTorch's default: on a CPU one parameter at a time is faster.
+  auto cpu = parameters(6);
+  ForeachAdamW adamw(cpu, to::AdamWOptions(0.1));
+  EXPECT_FALSE(adamw.foreach().has_value());
+  EXPECT_FALSE(adamw.uses_foreach(adamw.param_groups()));
+  adamw.set_foreach(true);
+  EXPECT_TRUE(adamw.uses_foreach(adamw.param_groups()));
+  adamw.set_foreach(false);
+  EXPECT_FALSE(adamw.uses_foreach(adamw.param_groups()));
+  if (at::hasCUDA() && at::getNumGPUs() > 0) {
+    std::vector<at::Tensor> gpu;
+    for (const at::Tensor& p : cpu) {
+      gpu.push_back(p.detach().cuda().set_requires_grad(true));
+    }
+    ForeachSGD sgd(gpu, to::SGDOptions(0.1));
+    EXPECT_TRUE(sgd.uses_foreach(sgd.param_groups()));
+  }
+}
+
 TEST(ForeachOptimizers, SparseGradientsAreRefused) {
   at::Tensor p = at::zeros({3}).set_requires_grad(true);
   p.mutable_grad() = at::zeros({3}).to_sparse();
   ForeachAdamW adamw(std::vector<at::Tensor>{p}, to::AdamWOptions(0.1));
+  adamw.set_foreach(true);
   try {
     adamw.step();
     FAIL() << "a sparse gradient was stepped";
