@@ -877,6 +877,11 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "no weight decay on normalization layers and biases"));
+  s.add(choice(
+      "optimizer.foreach",
+      "auto",
+      {"auto", "true", "false"},
+      "sgd/adam/adamw multi-tensor step: auto (on CUDA), true, false"));
   // lr_scheduler
   s.add(choice(
       "lr_scheduler.name",
@@ -1498,6 +1503,7 @@ FitConfig to_fit_config(const Config& c) {
   o.beta2 = c.get_float("optimizer.beta2");
   o.eps = c.get_float("optimizer.eps");
   o.no_decay_norm_and_bias = c.get_bool("optimizer.no_decay_norm_and_bias");
+  o.foreach = c.get_string("optimizer.foreach");
 
   auto& s = f.scheduler;
   s.name = c.get_string("lr_scheduler.name");

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 
@@ -109,9 +110,12 @@ ParameterSplit split_parameters(
 // options into the defaults and takes a field equal to the options class's
 // own default as unset, so a weight decay of 0 (SGD's, Adam's, RMSprop's
 // and Adagrad's default) would be replaced by the decay of group 0.
+// SGD, Adam and AdamW also take optimizer.foreach ("auto" leaves it unset).
 template <typename Optimizer, typename Options>
 std::unique_ptr<torch::optim::Optimizer> build(
-    ParameterSplit split, Options options) {
+    ParameterSplit split,
+    Options options,
+    const std::string& foreach = "auto") {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::vector<Options> group_options;
   if (!split.decay.empty()) {
@@ -127,6 +131,11 @@ std::unique_ptr<torch::optim::Optimizer> build(
   for (size_t i = 0; i < group_options.size(); ++i) {
     optimizer->param_groups()[i].set_options(
         std::make_unique<Options>(group_options[i]));
+  }
+  if constexpr (std::is_base_of_v<ForeachChoice, Optimizer>) {
+    if (foreach != "auto") {
+      optimizer->set_foreach(foreach == "true");
+    }
   }
   return optimizer;
 }
@@ -149,6 +158,12 @@ void validate(const OptimizerOptions& o) {
       o.weight_decay >= 0,
       "optimizer.weight_decay must be non-negative, got ",
       o.weight_decay);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.foreach == "auto" || o.foreach == "true" || o.foreach == "false",
+      "optimizer.foreach must be auto, true or false, got '",
+      o.foreach,
+      "'");
   check_unit_interval("momentum", o.momentum);
   check_unit_interval("beta1", o.beta1);
   check_unit_interval("beta2", o.beta2);
@@ -183,6 +198,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
       model.name(),
       ") has no parameters");
 
+  const std::string& foreach = o.foreach;
   if (name == "sgd") {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -194,7 +210,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
         to::SGDOptions(o.lr)
             .momentum(o.momentum)
             .nesterov(o.nesterov)
-            .weight_decay(o.weight_decay));
+            .weight_decay(o.weight_decay),
+        foreach);
   }
   if (name == "adam") {
     return build<ForeachAdam>(
@@ -202,7 +219,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
         to::AdamOptions(o.lr)
             .betas(std::make_tuple(o.beta1, o.beta2))
             .eps(o.eps)
-            .weight_decay(o.weight_decay));
+            .weight_decay(o.weight_decay),
+        foreach);
   }
   if (name == "adamw") {
     return build<ForeachAdamW>(
@@ -210,8 +228,16 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
         to::AdamWOptions(o.lr)
             .betas(std::make_tuple(o.beta1, o.beta2))
             .eps(o.eps)
-            .weight_decay(o.weight_decay));
+            .weight_decay(o.weight_decay),
+        foreach);
   }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.foreach != "true",
+      "optimizer.foreach=true: ",
+      name,
+      " has no multi-tensor step (sgd, adam and adamw have); use auto or "
+      "false");
   if (name == "rmsprop") {
     return build<to::RMSprop>(
         std::move(split),

@@ -429,6 +429,39 @@ TEST(MakeOptimizer, BadOptionsAreRejectedWithTheOptionNamed) {
         o.nesterov = true;
       }),
       "optimizer.nesterov needs optimizer.momentum > 0, got 0");
+  EXPECT_EQ(
+      error_for([](OptimizerOptions& o) { o.foreach = "yes"; }),
+      "optimizer.foreach must be auto, true or false, got 'yes'");
+  EXPECT_EQ(
+      error_for([](OptimizerOptions& o) {
+        o.name = "rmsprop";
+        o.foreach = "true";
+      }),
+      "optimizer.foreach=true: rmsprop has no multi-tensor step (sgd, adam and "
+      "adamw have); use auto or false");
+}
+
+TEST(MakeOptimizer, ForeachChoosesTheMultiTensorStep) {
+  torch::nn::Linear net(3, 2);
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    for (const auto& [value, expected] :
+         std::vector<std::pair<std::string, std::optional<bool>>>{
+             {"auto", std::nullopt}, {"true", true}, {"false", false}}) {
+      OptimizerOptions o;
+      o.name = name;
+      o.foreach = value;
+      auto optimizer = make_optimizer(*net, o);
+      const auto* choice = dynamic_cast<ForeachChoice*>(optimizer.get());
+      ASSERT_NE(choice, nullptr) << name;
+      EXPECT_EQ(choice->foreach(), expected) << name << " " << value;
+    }
+  }
+  // The others step one parameter at a time; auto and false say so.
+  OptimizerOptions o;
+  o.name = "adagrad";
+  o.foreach = "false";
+  EXPECT_EQ(
+      dynamic_cast<ForeachChoice*>(make_optimizer(*net, o).get()), nullptr);
 }
 
 TEST(MakeOptimizer, ModelWithoutParametersIsAnError) {

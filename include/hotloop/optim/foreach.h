@@ -22,8 +22,9 @@ namespace hotloop::optim {
 // rounding on a GPU. Sparse gradients are refused, as LibTorch's Adam and
 // AdamW do.
 
-/// PyTorch's `foreach` argument: unset, the multi-tensor ops where every
-/// parameter is on a CUDA device; true or false, always or never.
+/// PyTorch's `foreach` argument (`optimizer.foreach` of the config): unset,
+/// the multi-tensor ops where every parameter is on a CUDA device; true or
+/// false, always or never.
 class ForeachChoice {
  public:
   void set_foreach(std::optional<bool> foreach) {

@@ -34,6 +34,10 @@ struct OptimizerOptions {
   /// Puts normalization-layer parameters and every parameter named `bias`
   /// in a second param group without weight decay.
   bool no_decay_norm_and_bias = true;
+  /// sgd, adam and adamw: "auto" steps with ATen's multi-tensor ops where
+  /// every parameter is on a CUDA device (PyTorch's default), "true" and
+  /// "false" always or never (optim/foreach.h).
+  std::string foreach = "auto";
 };
 
 /// Builds the optimizer for all of `model`'s parameters (each tensor once,
