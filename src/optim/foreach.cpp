@@ -50,12 +50,28 @@ Stepped with_gradients(
   return out;
 }
 
-torch::Tensor evaluate(const torch::optim::Optimizer::LossClosure& closure) {
-  if (closure == nullptr) {
-    return {};
+// What every multi-tensor step does around its update: the closure's loss
+// (with gradients on), then `update(options, stepped)` without gradients
+// for each group that has a parameter with a gradient.
+template <typename Options, typename Update>
+torch::Tensor step_groups(
+    std::vector<torch::optim::OptimizerParamGroup>& groups,
+    const torch::optim::Optimizer::LossClosure& closure,
+    const char* optimizer,
+    const Update& update) {
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
   }
-  at::AutoGradMode enable_grad(true);
-  return closure();
+  at::NoGradGuard no_grad;
+  for (auto& group : groups) {
+    Stepped stepped = with_gradients(group, optimizer);
+    if (!stepped.params.empty()) {
+      update(static_cast<const Options&>(group.options()), stepped);
+    }
+  }
+  return loss;
 }
 
 // Adam's and AdamW's update after weight decay, on every parameter of
@@ -138,96 +154,83 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
   if (!uses_foreach(param_groups_)) {
     return torch::optim::SGD::step(std::move(closure));
   }
-  at::NoGradGuard no_grad;
-  torch::Tensor loss = evaluate(closure);
   using Key = std::decay_t<decltype(state_)>::key_type;
-  for (auto& group : param_groups_) {
-    const auto& options =
-        static_cast<const torch::optim::SGDOptions&>(group.options());
-    Stepped stepped = with_gradients(group, "SGD");
-    if (stepped.params.empty()) {
-      continue;
-    }
-    Tensors steps = options.weight_decay() != 0
-        ? at::_foreach_add(
-              stepped.grads, stepped.params, options.weight_decay())
-        : stepped.grads;
-    if (options.momentum() != 0) {
-      // A first step's buffer is its gradient; later ones decay into it.
-      Tensors buffers;
-      Tensors kept_buffers;
-      Tensors kept_steps;
-      for (size_t i = 0; i < stepped.params.size(); ++i) {
-        auto& entry = state_[state_key<Key>(stepped.params[i])];
-        if (entry == nullptr) {
-          auto state = std::make_unique<torch::optim::SGDParamState>();
-          state->momentum_buffer(torch::clone(steps[i]).detach());
-          buffers.push_back(state->momentum_buffer());
-          entry = std::move(state);
-        } else {
-          auto& state = static_cast<torch::optim::SGDParamState&>(*entry);
-          buffers.push_back(state.momentum_buffer());
-          kept_buffers.push_back(state.momentum_buffer());
-          kept_steps.push_back(steps[i]);
+  return step_groups<torch::optim::SGDOptions>(
+      param_groups_,
+      closure,
+      "SGD",
+      [&](const auto& options, Stepped& stepped) {
+        Tensors steps =
+            options.weight_decay() != 0
+                ? at::_foreach_add(
+                      stepped.grads, stepped.params, options.weight_decay())
+                : stepped.grads;
+        if (options.momentum() != 0) {
+          // A first step's buffer is its gradient; later ones decay into it.
+          Tensors buffers;
+          Tensors kept_buffers;
+          Tensors kept_steps;
+          for (size_t i = 0; i < stepped.params.size(); ++i) {
+            auto& entry = state_[state_key<Key>(stepped.params[i])];
+            if (entry == nullptr) {
+              auto state = std::make_unique<torch::optim::SGDParamState>();
+              state->momentum_buffer(torch::clone(steps[i]).detach());
+              buffers.push_back(state->momentum_buffer());
+              entry = std::move(state);
+            } else {
+              auto& state = static_cast<torch::optim::SGDParamState&>(*entry);
+              buffers.push_back(state.momentum_buffer());
+              kept_buffers.push_back(state.momentum_buffer());
+              kept_steps.push_back(steps[i]);
+            }
+          }
+          if (!kept_buffers.empty()) {
+            at::_foreach_mul_(kept_buffers, options.momentum());
+            at::_foreach_add_(
+                kept_buffers, kept_steps, 1 - options.dampening());
+          }
+          steps = options.nesterov()
+                      ? at::_foreach_add(steps, buffers, options.momentum())
+                      : buffers;
         }
-      }
-      if (!kept_buffers.empty()) {
-        at::_foreach_mul_(kept_buffers, options.momentum());
-        at::_foreach_add_(kept_buffers, kept_steps, 1 - options.dampening());
-      }
-      steps = options.nesterov()
-          ? at::_foreach_add(steps, buffers, options.momentum())
-          : buffers;
-    }
-    at::_foreach_add_(stepped.params, steps, -1 * options.lr());
-  }
-  return loss;
+        at::_foreach_add_(stepped.params, steps, -1 * options.lr());
+      });
 }
 
 torch::Tensor ForeachAdam::step(LossClosure closure) {
   if (!uses_foreach(param_groups_)) {
     return torch::optim::Adam::step(std::move(closure));
   }
-  at::NoGradGuard no_grad;
-  torch::Tensor loss = evaluate(closure);
-  for (auto& group : param_groups_) {
-    const auto& options =
-        static_cast<const torch::optim::AdamOptions&>(group.options());
-    Stepped stepped = with_gradients(group, "Adam");
-    if (stepped.params.empty()) {
-      continue;
-    }
-    if (options.weight_decay() != 0) {
-      stepped.grads = at::_foreach_add(
-          stepped.grads, stepped.params, options.weight_decay());
-    }
-    adam_update<torch::optim::AdamParamState>(
-        state_, options, stepped.params, stepped.grads);
-  }
-  return loss;
+  return step_groups<torch::optim::AdamOptions>(
+      param_groups_,
+      closure,
+      "Adam",
+      [&](const auto& options, Stepped& stepped) {
+        if (options.weight_decay() != 0) {
+          stepped.grads = at::_foreach_add(
+              stepped.grads, stepped.params, options.weight_decay());
+        }
+        adam_update<torch::optim::AdamParamState>(
+            state_, options, stepped.params, stepped.grads);
+      });
 }
 
 torch::Tensor ForeachAdamW::step(LossClosure closure) {
   if (!uses_foreach(param_groups_)) {
     return torch::optim::AdamW::step(std::move(closure));
   }
-  at::NoGradGuard no_grad;
-  torch::Tensor loss = evaluate(closure);
-  for (auto& group : param_groups_) {
-    const auto& options =
-        static_cast<const torch::optim::AdamWOptions&>(group.options());
-    Stepped stepped = with_gradients(group, "AdamW");
-    if (stepped.params.empty()) {
-      continue;
-    }
-    if (options.weight_decay() != 0) {
-      at::_foreach_mul_(
-          stepped.params, 1 - options.lr() * options.weight_decay());
-    }
-    adam_update<torch::optim::AdamWParamState>(
-        state_, options, stepped.params, stepped.grads);
-  }
-  return loss;
+  return step_groups<torch::optim::AdamWOptions>(
+      param_groups_,
+      closure,
+      "AdamW",
+      [&](const auto& options, Stepped& stepped) {
+        if (options.weight_decay() != 0) {
+          at::_foreach_mul_(
+              stepped.params, 1 - options.lr() * options.weight_decay());
+        }
+        adam_update<torch::optim::AdamWParamState>(
+            state_, options, stepped.params, stepped.grads);
+      });
 }
 
 } // namespace hotloop::optim
