@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -77,41 +79,46 @@ torch::Tensor step_groups(
 // Adam's and AdamW's update after weight decay, on every parameter of
 // `stepped` at once: the moments, then p -= lr / (1 - beta1^t) * m /
 // (sqrt(v) / sqrt(1 - beta2^t) + eps), with each parameter's own t.
+// A parameter's Adam or AdamW state, made (step 0, zero moments) on its
+// first step as LibTorch's optimizers make it.
 template <typename State, typename Options, typename StateMap>
-void adam_update(
-    StateMap& states,
-    const Options& options,
-    const Tensors& params,
-    const Tensors& grads) {
+State& adam_state(
+    StateMap& states, const Options& options, const at::Tensor& p) {
   using Key = typename StateMap::key_type;
+  auto& entry = states[state_key<Key>(p)];
+  if (entry == nullptr) {
+    auto state = std::make_unique<State>();
+    state->step(0);
+    state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    if (options.amsgrad()) {
+      state->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    }
+    entry = std::move(state);
+  }
+  return static_cast<State&>(*entry);
+}
+
+// The moments' update on every parameter of a group at once; returns the
+// second moments the update divides by (their running maximum under
+// amsgrad).
+template <typename State, typename Options>
+Tensors update_moments(
+    const Options& options,
+    const std::vector<State*>& stepped,
+    const Tensors& grads) {
   const double beta1 = std::get<0>(options.betas());
   const double beta2 = std::get<1>(options.betas());
   Tensors exp_avgs;
   Tensors exp_avg_sqs;
-  std::vector<State*> stepped;
-  for (const at::Tensor& p : params) {
-    auto& entry = states[state_key<Key>(p)];
-    if (entry == nullptr) {
-      auto state = std::make_unique<State>();
-      state->step(0);
-      state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-      state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-      if (options.amsgrad()) {
-        state->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-      }
-      entry = std::move(state);
-    }
-    auto& state = static_cast<State&>(*entry);
-    state.step(state.step() + 1);
-    exp_avgs.push_back(state.exp_avg());
-    exp_avg_sqs.push_back(state.exp_avg_sq());
-    stepped.push_back(&state);
+  for (State* state : stepped) {
+    exp_avgs.push_back(state->exp_avg());
+    exp_avg_sqs.push_back(state->exp_avg_sq());
   }
   at::_foreach_mul_(exp_avgs, beta1);
   at::_foreach_add_(exp_avgs, grads, 1 - beta1);
   at::_foreach_mul_(exp_avg_sqs, beta2);
   at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
-
   Tensors second = exp_avg_sqs;
   if (options.amsgrad()) {
     for (size_t i = 0; i < stepped.size(); ++i) {
@@ -120,6 +127,26 @@ void adam_update(
       second[i] = most;
     }
   }
+  return second;
+}
+
+template <typename State, typename Options, typename StateMap>
+void adam_update(
+    StateMap& states,
+    const Options& options,
+    const Tensors& params,
+    const Tensors& grads) {
+  const double beta1 = std::get<0>(options.betas());
+  const double beta2 = std::get<1>(options.betas());
+  std::vector<State*> stepped;
+  Tensors exp_avgs;
+  for (const at::Tensor& p : params) {
+    State& state = adam_state<State>(states, options, p);
+    state.step(state.step() + 1);
+    stepped.push_back(&state);
+    exp_avgs.push_back(state.exp_avg());
+  }
+  const Tensors second = update_moments(options, stepped, grads);
   std::vector<at::Scalar> root_correction;
   std::vector<at::Scalar> step_size;
   for (const State* state : stepped) {
@@ -133,7 +160,114 @@ void adam_update(
   at::_foreach_addcdiv_(params, exp_avgs, denom, step_size);
 }
 
+// The scalars of a graph step (GraphStep): each stepped parameter's values,
+// in the order graph_step meets them, and the device they go to.
+struct GraphScalars {
+  std::vector<float> values;
+  std::optional<c10::Device> device;
+
+  void add(const at::Tensor& p, double value) {
+    if (!device.has_value()) {
+      device = p.device();
+    }
+    values.push_back(static_cast<float>(value));
+  }
+};
+
+// Adam's and AdamW's graph-step scalars of every parameter with a gradient,
+// its step count advanced to t: [1 - lr * weight_decay (AdamW only)],
+// -lr / (1 - beta1^t), sqrt(1 - beta2^t).
+template <typename State, typename Options, typename StateMap>
+GraphScalars adam_prepare(
+    StateMap& states,
+    std::vector<torch::optim::OptimizerParamGroup>& groups,
+    bool decoupled,
+    const char* optimizer) {
+  GraphScalars scalars;
+  for (auto& group : groups) {
+    const auto& options = static_cast<const Options&>(group.options());
+    const double beta1 = std::get<0>(options.betas());
+    const double beta2 = std::get<1>(options.betas());
+    for (const at::Tensor& p : with_gradients(group, optimizer).params) {
+      State& state = adam_state<State>(states, options, p);
+      state.step(state.step() + 1);
+      const auto t = static_cast<double>(state.step());
+      if (decoupled) {
+        scalars.add(p, 1 - options.lr() * options.weight_decay());
+      }
+      scalars.add(p, -options.lr() / (1 - std::pow(beta1, t)));
+      scalars.add(p, std::sqrt(1 - std::pow(beta2, t)));
+    }
+  }
+  return scalars;
+}
+
+// Adam's and AdamW's update with adam_prepare's scalars, which `next` hands
+// out in turn: only the multiplications by them are per parameter.
+template <typename State, typename Options, typename StateMap, typename Next>
+void adam_graph_update(
+    StateMap& states,
+    const Options& options,
+    const Stepped& stepped,
+    bool decoupled,
+    const Next& next) {
+  using Key = typename StateMap::key_type;
+  std::vector<State*> states_of;
+  Tensors step_sizes;
+  Tensors root_corrections;
+  for (const at::Tensor& p : stepped.params) {
+    const auto found = states.find(state_key<Key>(p));
+    TORCH_CHECK(
+        found != states.end() && found->second != nullptr,
+        "graph_step: a parameter has no state; run prepare_graph_step first");
+    states_of.push_back(static_cast<State*>(found->second.get()));
+    if (decoupled) {
+      at::Tensor(p).mul_(next());
+    }
+    step_sizes.push_back(next());
+    root_corrections.push_back(next());
+  }
+  Tensors exp_avgs;
+  for (State* state : states_of) {
+    exp_avgs.push_back(state->exp_avg());
+  }
+  Tensors grads = stepped.grads;
+  if (!decoupled && options.weight_decay() != 0) {
+    grads = at::_foreach_add(grads, stepped.params, options.weight_decay());
+  }
+  Tensors denom = at::_foreach_sqrt(update_moments(options, states_of, grads));
+  for (size_t i = 0; i < denom.size(); ++i) {
+    denom[i].div_(root_corrections[i]);
+  }
+  at::_foreach_add_(denom, options.eps());
+  const Tensors ratio = at::_foreach_div(exp_avgs, denom);
+  for (size_t i = 0; i < ratio.size(); ++i) {
+    at::Tensor(stepped.params[i]).addcmul_(ratio[i], step_sizes[i]);
+  }
+}
+
 } // namespace
+
+void GraphStep::upload(
+    const std::vector<float>& values, const c10::Device& device) {
+  const auto count = static_cast<int64_t>(values.size());
+  // A fresh pinned buffer each time: the copy from the last one may still
+  // be queued, and the pinned allocator reuses a buffer only after it ran.
+  at::Tensor host = at::empty(
+      {count},
+      at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
+  std::copy(values.begin(), values.end(), host.data_ptr<float>());
+  if (!scalars_.defined() || scalars_.numel() != count ||
+      scalars_.device() != device) {
+    scalars_ = at::empty(
+        {count}, at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  scalars_.copy_(host, /*non_blocking=*/device.is_cuda());
+}
+
+at::Tensor GraphStep::scalar(int64_t index) const {
+  return scalars_.select(0, index);
+}
 
 bool ForeachChoice::uses_foreach(
     const std::vector<torch::optim::OptimizerParamGroup>& groups) const {
@@ -230,6 +364,138 @@ torch::Tensor ForeachAdamW::step(LossClosure closure) {
         }
         adam_update<torch::optim::AdamWParamState>(
             state_, options, stepped.params, stepped.grads);
+      });
+}
+
+} // namespace hotloop::optim
+
+namespace hotloop::optim {
+
+void ForeachSGD::prepare_graph_step() {
+  using Key = std::decay_t<decltype(state_)>::key_type;
+  GraphScalars scalars;
+  fresh_.clear();
+  at::NoGradGuard no_grad;
+  for (auto& group : param_groups_) {
+    const auto& options =
+        static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (const at::Tensor& p : with_gradients(group, "SGD").params) {
+      scalars.add(p, -options.lr());
+      if (options.momentum() == 0) {
+        continue;
+      }
+      // A first step's buffer is its direction, as step() makes it.
+      auto& entry = state_[state_key<Key>(p)];
+      fresh_.push_back(entry == nullptr);
+      if (entry == nullptr) {
+        auto state = std::make_unique<torch::optim::SGDParamState>();
+        state->momentum_buffer(
+            options.weight_decay() != 0
+                ? at::add(p.grad(), p, options.weight_decay())
+                : torch::clone(p.grad()).detach());
+        entry = std::move(state);
+      }
+    }
+  }
+  if (scalars.device.has_value()) {
+    upload(scalars.values, *scalars.device);
+  }
+}
+
+void ForeachSGD::graph_step() {
+  using Key = std::decay_t<decltype(state_)>::key_type;
+  int64_t index = 0;
+  size_t buffered = 0;
+  step_groups<torch::optim::SGDOptions>(
+      param_groups_,
+      nullptr,
+      "SGD",
+      [&](const auto& options, Stepped& stepped) {
+        Tensors steps =
+            options.weight_decay() != 0
+                ? at::_foreach_add(
+                      stepped.grads, stepped.params, options.weight_decay())
+                : stepped.grads;
+        if (options.momentum() != 0) {
+          Tensors buffers;
+          Tensors kept_buffers;
+          Tensors kept_steps;
+          for (size_t i = 0; i < stepped.params.size(); ++i) {
+            const auto found = state_.find(state_key<Key>(stepped.params[i]));
+            TORCH_CHECK(
+                found != state_.end() && buffered < fresh_.size(),
+                "graph_step: a parameter has no state; run "
+                "prepare_graph_step first");
+            auto& state =
+                static_cast<torch::optim::SGDParamState&>(*found->second);
+            buffers.push_back(state.momentum_buffer());
+            if (!fresh_[buffered++]) {
+              kept_buffers.push_back(state.momentum_buffer());
+              kept_steps.push_back(steps[i]);
+            }
+          }
+          if (!kept_buffers.empty()) {
+            at::_foreach_mul_(kept_buffers, options.momentum());
+            at::_foreach_add_(
+                kept_buffers, kept_steps, 1 - options.dampening());
+          }
+          steps = options.nesterov()
+                      ? at::_foreach_add(steps, buffers, options.momentum())
+                      : buffers;
+        }
+        for (size_t i = 0; i < steps.size(); ++i) {
+          at::Tensor(stepped.params[i]).addcmul_(steps[i], scalar(index++));
+        }
+      });
+  // Replays of a captured step find every buffer made.
+  std::fill(fresh_.begin(), fresh_.end(), false);
+}
+
+void ForeachAdam::prepare_graph_step() {
+  at::NoGradGuard no_grad;
+  const GraphScalars scalars =
+      adam_prepare<torch::optim::AdamParamState, torch::optim::AdamOptions>(
+          state_, param_groups_, /*decoupled=*/false, "Adam");
+  if (scalars.device.has_value()) {
+    upload(scalars.values, *scalars.device);
+  }
+}
+
+void ForeachAdam::graph_step() {
+  int64_t index = 0;
+  step_groups<torch::optim::AdamOptions>(
+      param_groups_,
+      nullptr,
+      "Adam",
+      [&](const auto& options, Stepped& stepped) {
+        adam_graph_update<torch::optim::AdamParamState>(
+            state_, options, stepped, /*decoupled=*/false, [&] {
+              return scalar(index++);
+            });
+      });
+}
+
+void ForeachAdamW::prepare_graph_step() {
+  at::NoGradGuard no_grad;
+  const GraphScalars scalars =
+      adam_prepare<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
+          state_, param_groups_, /*decoupled=*/true, "AdamW");
+  if (scalars.device.has_value()) {
+    upload(scalars.values, *scalars.device);
+  }
+}
+
+void ForeachAdamW::graph_step() {
+  int64_t index = 0;
+  step_groups<torch::optim::AdamWOptions>(
+      param_groups_,
+      nullptr,
+      "AdamW",
+      [&](const auto& options, Stepped& stepped) {
+        adam_graph_update<torch::optim::AdamWParamState>(
+            state_, options, stepped, /*decoupled=*/true, [&] {
+              return scalar(index++);
+            });
       });
 }
 

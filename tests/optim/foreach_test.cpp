@@ -81,13 +81,11 @@ TEST(ForeachOptimizers, SgdStepsAsLibTorchsDoesBitForBit) {
   for (const bool nesterov : {false, true}) {
     auto a = parameters(1);
     auto b = parameters(1);
-    const auto first = to::SGDOptions(0.1)
-                           .momentum(0.9)
-                           .nesterov(nesterov)
-                           .weight_decay(0.01);
-    const auto second =
-        to::SGDOptions(0.05).momentum(nesterov ? 0.8 : 0.5).dampening(
-            nesterov ? 0.0 : 0.1);
+    const auto first =
+        to::SGDOptions(0.1).momentum(0.9).nesterov(nesterov).weight_decay(0.01);
+    const auto second = to::SGDOptions(0.05)
+                            .momentum(nesterov ? 0.8 : 0.5)
+                            .dampening(nesterov ? 0.0 : 0.1);
     ForeachSGD mine(groups(a, first, second), to::SGDOptions(0.1));
     mine.set_foreach(true);
     to::SGD theirs(groups(b, first, second), to::SGDOptions(0.1));
@@ -177,7 +175,7 @@ TEST(ForeachOptimizers, TheMultiTensorOpsAreForCudaParametersUnlessChosen) {
   // As PyTorch's default: on a CPU one parameter at a time is faster.
   auto cpu = parameters(6);
   ForeachAdamW adamw(cpu, to::AdamWOptions(0.1));
-  EXPECT_FALSE(adamw.foreach().has_value());
+  EXPECT_FALSE(adamw.foreach ().has_value());
   EXPECT_FALSE(adamw.uses_foreach(adamw.param_groups()));
   adamw.set_foreach(true);
   EXPECT_TRUE(adamw.uses_foreach(adamw.param_groups()));
@@ -203,7 +201,117 @@ TEST(ForeachOptimizers, SparseGradientsAreRefused) {
     FAIL() << "a sparse gradient was stepped";
   } catch (const c10::Error& error) {
     EXPECT_NE(
-        std::string(error.what()).find("AdamW does not support sparse gradients"),
+        std::string(error.what())
+            .find("AdamW does not support sparse gradients"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+// graph_step against LibTorch's step() over six steps with the same
+// gradients (missing ones too, as expect_same_steps) and a rate that
+// changes every step as a schedule's would: equal to float32 rounding of
+// the scalars, and the scalars' device tensor never reallocated.
+void expect_graph_steps_match(
+    to::Optimizer& mine,
+    const std::vector<at::Tensor>& mine_params,
+    to::Optimizer& theirs,
+    const std::vector<at::Tensor>& their_params) {
+  auto& graph = dynamic_cast<GraphStep&>(mine);
+  const void* storage = nullptr;
+  at::manual_seed(8);
+  for (int step = 1; step <= 6; ++step) {
+    for (auto* optimizer : {&mine, &theirs}) {
+      for (auto& group : optimizer->param_groups()) {
+        group.options().set_lr(group.options().get_lr() * (1 + 0.1 * step));
+      }
+    }
+    for (size_t i = 0; i < mine_params.size(); ++i) {
+      const bool none = (i == 1 && step == 2) || (i == 4 && step < 3);
+      const at::Tensor grad = at::randn(mine_params[i].sizes());
+      for (const auto* params : {&mine_params, &their_params}) {
+        at::Tensor p = (*params)[i];
+        p.mutable_grad() = none ? at::Tensor() : grad.clone();
+      }
+    }
+    graph.prepare_graph_step();
+    graph.graph_step();
+    theirs.step();
+    if (step >= 3) { // every parameter has its gradient from step 3 on
+      if (storage == nullptr) {
+        storage = graph.graph_scalars().data_ptr();
+      }
+      EXPECT_EQ(graph.graph_scalars().data_ptr(), storage) << "step " << step;
+    }
+    for (size_t i = 0; i < mine_params.size(); ++i) {
+      EXPECT_TRUE(at::allclose(mine_params[i], their_params[i], 1e-6, 1e-7))
+          << "parameter " << i << " after step " << step << ": differs by "
+          << (mine_params[i] - their_params[i]).abs().max().item<double>();
+    }
+  }
+  EXPECT_EQ(mine.state().size(), theirs.state().size());
+}
+
+TEST(GraphStep, SgdMatchesLibTorchsStepWithTheRateOnTheDevice) {
+  for (const bool nesterov : {false, true}) {
+    auto a = parameters(11);
+    auto b = parameters(11);
+    const auto first =
+        to::SGDOptions(0.1).momentum(0.9).nesterov(nesterov).weight_decay(0.01);
+    const auto second = to::SGDOptions(0.05)
+                            .momentum(nesterov ? 0.8 : 0.5)
+                            .dampening(nesterov ? 0.0 : 0.1);
+    ForeachSGD mine(groups(a, first, second), to::SGDOptions(0.1));
+    to::SGD theirs(groups(b, first, second), to::SGDOptions(0.1));
+    SCOPED_TRACE(nesterov ? "nesterov" : "plain momentum");
+    expect_graph_steps_match(mine, a, theirs, b);
+  }
+  auto a = parameters(12);
+  auto b = parameters(12);
+  const auto plain = to::SGDOptions(0.2).weight_decay(0.1);
+  ForeachSGD mine(groups(a, plain, plain), plain);
+  to::SGD theirs(groups(b, plain, plain), plain);
+  SCOPED_TRACE("no momentum");
+  expect_graph_steps_match(mine, a, theirs, b);
+}
+
+TEST(GraphStep, AdamAndAdamWMatchLibTorchsStepsWithBiasCorrectionsOnTheDevice) {
+  for (const bool amsgrad : {false, true}) {
+    SCOPED_TRACE(amsgrad ? "amsgrad" : "plain");
+    auto a = parameters(13);
+    auto b = parameters(13);
+    const auto adam = to::AdamOptions(0.01)
+                          .betas(std::make_tuple(0.8, 0.99))
+                          .eps(1e-7)
+                          .weight_decay(0.01)
+                          .amsgrad(amsgrad);
+    ForeachAdam mine(groups(a, adam, to::AdamOptions(0.02)), adam);
+    to::Adam theirs(groups(b, adam, to::AdamOptions(0.02)), adam);
+    expect_graph_steps_match(mine, a, theirs, b);
+
+    auto c = parameters(14);
+    auto d = parameters(14);
+    const auto adamw =
+        to::AdamWOptions(0.01).weight_decay(0.1).amsgrad(amsgrad);
+    const auto other = to::AdamWOptions(0.003).weight_decay(0.0).eps(1e-6);
+    ForeachAdamW mine_w(groups(c, adamw, other), adamw);
+    to::AdamW theirs_w(groups(d, adamw, other), adamw);
+    expect_graph_steps_match(mine_w, c, theirs_w, d);
+  }
+}
+
+TEST(GraphStep, AStepWithoutItsPreparationIsRefused) {
+  auto p = parameters(15);
+  ForeachAdamW adamw(p, to::AdamWOptions(0.1));
+  for (at::Tensor& parameter : p) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+  try {
+    adamw.graph_step();
+    FAIL() << "graph_step ran with no state";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("run prepare_graph_step first"),
         std::string::npos)
         << error.what();
   }

@@ -4,6 +4,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <ATen/core/Tensor.h>
+
 #include <optional>
 #include <vector>
 
@@ -30,7 +32,7 @@ class ForeachChoice {
   void set_foreach(std::optional<bool> foreach) {
     foreach_ = foreach;
   }
-  std::optional<bool> foreach() const {
+  std::optional<bool> foreach () const {
     return foreach_;
   }
   /// Whether a step over `groups` uses the multi-tensor ops.
@@ -41,22 +43,79 @@ class ForeachChoice {
   std::optional<bool> foreach_;
 };
 
-class ForeachSGD : public torch::optim::SGD, public ForeachChoice {
+/// A step that a CUDA graph can capture and replay (PyTorch's
+/// `capturable=True`). What changes from step to step on the host - the
+/// rate a schedule sets, the bias corrections of each parameter's step
+/// count - reaches the update through one device tensor of float32 scalars,
+/// which `prepare_graph_step` refills before every step; the captured
+/// kernels read the current values at each replay. `graph_step` launches
+/// device work only and never reads a value back. Instead of step(): once
+/// per optimizer step, prepare_graph_step (host, after the backward that
+/// made the gradients), then graph_step (eager, or replayed). The same
+/// parameters must have gradients in both, and a capture needs every
+/// stepped parameter's state to exist (one eager step makes them). The
+/// result is step()'s up to float32 rounding of those scalars; options,
+/// state and checkpoints are step()'s own.
+class GraphStep {
+ public:
+  virtual ~GraphStep() = default;
+  /// Advances each stepped parameter's step count (creating its state on
+  /// its first step, as step() does) and uploads the scalars of the coming
+  /// update: non_blocking from pinned memory to a CUDA device.
+  virtual void prepare_graph_step() = 0;
+  /// The update prepare_graph_step set up.
+  virtual void graph_step() = 0;
+  /// The device tensor the update reads its scalars from: it keeps its
+  /// storage while the stepped parameters stay the same, which a captured
+  /// graph relies on.
+  const at::Tensor& graph_scalars() const {
+    return scalars_;
+  }
+
+ protected:
+  /// Copies `values` into graph_scalars() on `device`, which keeps its
+  /// storage when the count is unchanged.
+  void upload(const std::vector<float>& values, const c10::Device& device);
+  /// The `index`-th scalar, as a 0-dim view of graph_scalars().
+  at::Tensor scalar(int64_t index) const;
+
+ private:
+  at::Tensor scalars_;
+};
+
+class ForeachSGD : public torch::optim::SGD,
+                   public ForeachChoice,
+                   public GraphStep {
  public:
   using torch::optim::SGD::SGD;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void prepare_graph_step() override;
+  void graph_step() override;
+
+ private:
+  // Momentum buffers made by the last prepare_graph_step (their first
+  // step's direction): graph_step leaves them as they are.
+  std::vector<bool> fresh_;
 };
 
-class ForeachAdam : public torch::optim::Adam, public ForeachChoice {
+class ForeachAdam : public torch::optim::Adam,
+                    public ForeachChoice,
+                    public GraphStep {
  public:
   using torch::optim::Adam::Adam;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void prepare_graph_step() override;
+  void graph_step() override;
 };
 
-class ForeachAdamW : public torch::optim::AdamW, public ForeachChoice {
+class ForeachAdamW : public torch::optim::AdamW,
+                     public ForeachChoice,
+                     public GraphStep {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void prepare_graph_step() override;
+  void graph_step() override;
 };
 
 } // namespace hotloop::optim
