@@ -33,6 +33,7 @@ CUDA_ONLY = (
     "TrainerTest.Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale",
     "TrainerTest.Fp16MixedResumesOnTheGpuBitForBit",
     "ProcessGroupNccl.OneProcessReducesOnItsGpuAndDdpKeepsTheGradients",
+    "TrainerTest.CudaGraphsTrainAsTheEagerStepOnTheGpu",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.

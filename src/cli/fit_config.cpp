@@ -343,6 +343,13 @@ ConfigSchema make_schema() {
           "false",
           "channels-last memory format for 4-D weights and inputs"));
   s.add(
+      opt("trainer.cuda_graphs",
+          T::kBool,
+          "false",
+          "capture the training step as a CUDA graph after 3 warm-up steps "
+          "and replay it (CUDA; one process, no accumulation, no fp16 loss "
+          "scaling; sgd, adam or adamw)"));
+  s.add(
       opt("trainer.default_root_dir",
           T::kString,
           "runs",
@@ -1217,6 +1224,7 @@ FitConfig to_fit_config(const Config& c) {
       .accelerator(c.get_string("trainer.accelerator"))
       .devices(c.get_string("trainer.devices"))
       .channels_last(c.get_bool("trainer.channels_last"))
+      .cuda_graphs(c.get_bool("trainer.cuda_graphs"))
       .seed(c.get_int("trainer.seed"))
       .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))

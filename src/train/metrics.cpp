@@ -39,13 +39,19 @@ double MeanMetric::compute() const {
 void MetricCollection::log(
     const std::string& name, double value, double weight) {
   metrics_[name].update(value, weight);
-  last_[name] = at::scalar_tensor(value, at::kDouble);
+  last_[name] = {at::scalar_tensor(value, at::kDouble), weight};
 }
 
 void MetricCollection::log(
     const std::string& name, const at::Tensor& value, double weight) {
   metrics_[name].update(value, weight);
-  last_[name] = value.detach();
+  last_[name] = {value.detach(), weight};
+}
+
+void MetricCollection::log_last(const MetricCollection& step) {
+  for (const auto& [name, logged] : step.last_) {
+    log(name, logged.value, logged.weight);
+  }
 }
 
 namespace {
@@ -54,7 +60,8 @@ namespace {
 // of their mean.
 double reported(const std::string& name, double mean) {
   constexpr std::string_view kRoot = "_rmse";
-  const bool root = name.size() >= kRoot.size() &&
+  const bool root =
+      name.size() >= kRoot.size() &&
       name.compare(name.size() - kRoot.size(), kRoot.size(), kRoot) == 0;
   return root ? std::sqrt(mean) : mean;
 }
@@ -63,8 +70,8 @@ double reported(const std::string& name, double mean) {
 
 std::map<std::string, double> MetricCollection::last() const {
   std::map<std::string, double> out;
-  for (const auto& [name, value] : last_) {
-    out[name] = reported(name, value.item<double>());
+  for (const auto& [name, logged] : last_) {
+    out[name] = reported(name, logged.value.item<double>());
   }
   return out;
 }

@@ -190,6 +190,7 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.accelerator=cpu",
       "--trainer.devices=1",
       "--trainer.channels_last=true",
+      "--trainer.cuda_graphs=true",
       "--trainer.seed=11",
       "--trainer.profiler=pytorch",
       "--trainer.profiler_steps=3",
@@ -241,6 +242,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.accelerator(), "cpu");
   EXPECT_EQ(t.devices(), "1");
   EXPECT_TRUE(t.channels_last());
+  EXPECT_TRUE(t.cuda_graphs());
   EXPECT_EQ(t.seed(), 11);
   EXPECT_EQ(t.profiler(), "pytorch");
   EXPECT_EQ(t.profiler_steps(), 3);
@@ -271,7 +273,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 46);
+  EXPECT_EQ(trainer_options, 47);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {

@@ -34,6 +34,21 @@ TEST(MetricCollection, LogsDetachedTensorsAsPlainNumbers) {
   EXPECT_DOUBLE_EQ(metrics.last().at("loss"), 5.0);
 }
 
+TEST(MetricCollection, LogLastLogsEachMetricsLatestValueWithItsWeight) {
+  MetricCollection step;
+  step.log("train_loss", at::full({}, 9.0), 4);
+  step.log("train_loss", at::full({}, 2.0), 3); // the latest counts
+  step.log("train_acc", 0.5, 3);
+  MetricCollection epoch;
+  epoch.log("train_loss", 1.0, 1);
+  epoch.log_last(step);
+  epoch.log_last(step);
+  EXPECT_DOUBLE_EQ(epoch.get("train_loss"), (1.0 + 2 * 2.0 * 3) / 7);
+  EXPECT_DOUBLE_EQ(epoch.get("train_acc"), 0.5);
+  EXPECT_DOUBLE_EQ(epoch.state().at("train_acc").second, 6);
+  EXPECT_DOUBLE_EQ(epoch.last().at("train_loss"), 2.0);
+}
+
 TEST(MeanMetric, AcceleratorTensorsAreSummedOnTheDevice) {
   if (!at::hasCUDA()) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";

@@ -60,6 +60,11 @@ class MetricCollection {
   /// device value summed on its device (read when a mean is asked for).
   void log(
       const std::string& name, const at::Tensor& value, double weight = 1.0);
+  /// Logs, for every metric `step` has logged, its most recent value with
+  /// the weight it was logged with: a step that logged into `step` once
+  /// (a captured CUDA graph's, whose values a replay overwrites in place)
+  /// logged again.
+  void log_last(const MetricCollection& step);
   /// Every metric's mean.
   std::map<std::string, double> compute() const;
   /// Every metric's most recent logged value (what a per-step log shows).
@@ -78,8 +83,12 @@ class MetricCollection {
 
  private:
   std::map<std::string, MeanMetric> metrics_;
-  // The latest value of each metric, kept as logged (on its device).
-  std::map<std::string, at::Tensor> last_;
+  struct Logged {
+    at::Tensor value; // as logged (on its device)
+    double weight = 0;
+  };
+  // The latest value of each metric.
+  std::map<std::string, Logged> last_;
 };
 
 /// Number of rows of `logits` [N, C] whose target [N] is among the top `k`

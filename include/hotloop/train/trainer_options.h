@@ -89,6 +89,18 @@ struct TrainerOptions {
   /// Keep 4-D parameters and inputs in channels-last memory format, which
   /// convolution kernels on tensor cores (and oneDNN) prefer.
   TORCH_ARG(bool, channels_last) = false;
+  /// Capture the whole training step (forward, backward, clipping, the
+  /// optimizer's update) as a CUDA graph after 3 eager warm-up steps and
+  /// replay it for every batch of the same shape: one launch per step
+  /// instead of one per kernel, for models too small to keep a GPU busy
+  /// from the host (see detail::GraphedStep). Needs a CUDA device, one
+  /// process, accumulate_grad_batches=1, a precision without loss scaling
+  /// (32-true, bf16-mixed, bf16-true), on_nonfinite_loss stop or ignore,
+  /// and SGD, Adam or AdamW; each is checked at fit start with an error
+  /// naming it. The step must not read values back to the host. Callbacks'
+  /// on_before_optimizer_step runs after the replayed update (the gradients
+  /// are the step's, clipped).
+  TORCH_ARG(bool, cuda_graphs) = false;
   /// When >= 0, fit/validate/test/predict first seed LibTorch's generators
   /// with it (Lightning's seed_everything); -1 leaves them as they are.
   TORCH_ARG(int64_t, seed) = -1;

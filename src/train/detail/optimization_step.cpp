@@ -3,6 +3,7 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/optim/clip_grad.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/graphed_step.h"
 #include "hotloop/train/detail/step_clock.h"
 #include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/precision.h"
@@ -46,6 +47,87 @@ OptimizationStep::OptimizationStep(
     }
     parameters_.push_back(std::move(parameters));
   }
+  if (trainer.options().cuda_graphs()) {
+    use_cuda_graphs();
+  }
+}
+
+OptimizationStep::~OptimizationStep() = default;
+
+void OptimizationStep::use_cuda_graphs() {
+  const TrainerOptions& options = trainer_.options();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      accumulate_ == 1,
+      "trainer.cuda_graphs=true captures whole optimizer steps: set "
+      "trainer.accumulate_grad_batches=1 (got ",
+      accumulate_,
+      ")");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.on_nonfinite_loss() != "skip_step",
+      "trainer.cuda_graphs=true with trainer.on_nonfinite_loss=skip_step: a "
+      "replayed step cannot be skipped; use stop or ignore");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      trainer_.strategy().world_size() == 1,
+      "trainer.cuda_graphs=true is not supported with data parallelism (",
+      trainer_.strategy().world_size(),
+      " processes): the all-reduce runs from autograd hooks outside a "
+      "capture");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !scaler_.is_enabled(),
+      "trainer.cuda_graphs=true with trainer.precision=",
+      to_string(precision_.mode()),
+      ": the loss scaler decides on the host whether to skip each step; use "
+      "bf16-mixed or 32-true");
+  graphed_ = std::make_unique<GraphedStep>(module_, setup_, precision_, [this] {
+    for (const auto& parameters : parameters_) {
+      clip_gradients(parameters);
+    }
+  });
+  const c10::Device device = trainer_.device();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      device.is_cuda(),
+      "trainer.cuda_graphs=true needs a CUDA device; this fit runs on ",
+      device);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      GraphedStep::available(),
+      "trainer.cuda_graphs=true: this build of hotloop has no CUDA graph "
+      "capture (ATen/cuda/CUDAGraph.h did not compile with its LibTorch; "
+      "see the configure output)");
+}
+
+at::Tensor OptimizationStep::run_graphed(
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
+  clock_.begin(Phase::kForward);
+  const bool captured = graphed_->captured();
+  const at::Tensor loss = graphed_->run(batch, batch_idx, metrics);
+  if (!captured && graphed_->captured() && trainer_.shows_progress()) {
+    trainer_.out() << "trainer.cuda_graphs: the training step is captured at "
+                   << "step " << trainer_.progress_.global_step + 1
+                   << " and replayed for batches of shape "
+                   << batch.input.sizes() << "\n";
+  }
+  if (guard_losses_) {
+    loss_is_usable(loss, batch_idx); // stop throws; ignore trains on
+  }
+  clock_.begin(Phase::kOptimizer);
+  {
+    // After the update here: the gradients are this step's, clipped.
+    const auto logging = clock_.time(Phase::kLogging);
+    for (const auto& optimizer : setup_.optimizers) {
+      trainer_.each_callback([&](Callback& c) {
+        c.on_before_optimizer_step(trainer_, module_, *optimizer);
+      });
+    }
+  }
+  const int64_t steps = ++trainer_.progress_.global_step;
+  step_schedules(setup_.schedules, ScheduleInterval::kStep, steps);
+  return loss;
 }
 
 at::Tensor OptimizationStep::run(
@@ -53,6 +135,9 @@ at::Tensor OptimizationStep::run(
     int64_t batch_idx,
     bool last,
     MetricCollection& metrics) {
+  if (graphed_ != nullptr) {
+    return run_graphed(batch, batch_idx, metrics);
+  }
   clock_.begin(Phase::kForward);
   at::Tensor loss;
   std::map<std::string, std::pair<double, double>> logged;
@@ -136,7 +221,8 @@ constexpr const char* kDivergenceAdvice =
     "train in float32 (trainer.precision=32); "
     "trainer.on_nonfinite_loss=skip_step skips such steps";
 
-bool OptimizationStep::loss_is_usable(const at::Tensor& loss, int64_t batch_idx) {
+bool OptimizationStep::loss_is_usable(
+    const at::Tensor& loss, int64_t batch_idx) {
   Strategy& strategy = trainer_.strategy();
   const int64_t step = trainer_.progress().global_step + 1;
   if (!loss.device().is_cpu() &&
@@ -182,12 +268,13 @@ bool OptimizationStep::loss_is_usable(const at::Tensor& loss, int64_t batch_idx)
     last_finite_step_ = step;
     return true;
   }
-  const std::string last =
-      last_finite_step_ < 0
-          ? std::string("no step had a finite loss")
-          : hotloop::detail::str_cat(
-                "the last finite loss was ", last_finite_loss_, " at step ",
-                last_finite_step_);
+  const std::string last = last_finite_step_ < 0
+                               ? std::string("no step had a finite loss")
+                               : hotloop::detail::str_cat(
+                                     "the last finite loss was ",
+                                     last_finite_loss_,
+                                     " at step ",
+                                     last_finite_step_);
   if (trainer_.options().on_nonfinite_loss() == "skip_step") {
     if (trainer_.shows_progress()) {
       trainer_.out() << "step " << step << " skipped: the loss is "

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace hotloop::train {
@@ -17,6 +18,7 @@ class Trainer;
 
 namespace hotloop::train::detail {
 
+class GraphedStep;
 class StepClock;
 
 /// The training step of a fit, as llm.c's micro-step loop: forward under
@@ -35,6 +37,7 @@ class OptimizationStep {
       GradScaler& scaler,
       StepClock& clock,
       int64_t accumulate);
+  ~OptimizationStep();
 
   /// Trains on micro-batch `batch_idx` of the epoch, already on the device;
   /// `last` when it completes an optimizer step, which is then taken (and
@@ -56,6 +59,13 @@ class OptimizationStep {
   // Throws Error (stop) naming the step and what to change; false to skip
   // the step. Every process decides the same.
   bool loss_is_usable(const at::Tensor& loss, int64_t batch_idx);
+  // trainer.cuda_graphs: throws ConfigError for what a captured step
+  // cannot hold, else makes graphed_.
+  void use_cuda_graphs();
+  // The step after a graphed forward, backward and update: the callbacks,
+  // the step count and the schedules.
+  at::Tensor run_graphed(
+      const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics);
 
   Trainer& trainer_;
   Module& module_;
@@ -74,6 +84,7 @@ class OptimizationStep {
   // On a GPU: whether a loss since the last read was not finite.
   at::Tensor nonfinite_;
   int64_t last_finite_step_ = -1;
+  std::unique_ptr<GraphedStep> graphed_; // trainer.cuda_graphs
 };
 
 /// Steps the schedules of `interval` that watch no metric and are due at

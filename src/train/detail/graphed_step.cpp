@@ -1,0 +1,282 @@
+#include "hotloop/train/detail/graphed_step.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
+#include "hotloop/train/precision.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/util/Exception.h>
+
+// CMakeLists.txt sets HOTLOOP_HAS_CUDA_GRAPHS to 1 where LibTorch has CUDA
+// and its CUDAGraph header compiles.
+#ifndef HOTLOOP_HAS_CUDA_GRAPHS
+#define HOTLOOP_HAS_CUDA_GRAPHS 0
+#endif
+#if HOTLOOP_HAS_CUDA_GRAPHS
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <string>
+#include <utility>
+
+namespace hotloop::train::detail {
+
+#if HOTLOOP_HAS_CUDA_GRAPHS
+namespace {
+// What a captured step's buffers fix: a batch of another shape, layout or
+// dtype runs eagerly.
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() == b.defined() &&
+         (!a.defined() ||
+          (a.sizes() == b.sizes() && a.strides() == b.strides() &&
+           a.scalar_type() == b.scalar_type() && a.device() == b.device()));
+}
+
+bool same_layout(const data::Batch& a, const data::Batch& b) {
+  return same_layout(a.input, b.input) && same_layout(a.target, b.target);
+}
+
+data::Batch layout_of(const data::Batch& batch) {
+  auto empty = [](const at::Tensor& t) {
+    return t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options())
+                       : at::Tensor();
+  };
+  return {empty(batch.input), empty(batch.target)};
+}
+
+// After an error inside a capture: ends it, so that the stream can be used
+// again (the graph is discarded).
+void end_failed_capture(at::cuda::CUDAGraph& graph) {
+  try {
+    graph.capture_end();
+  } catch (const c10::Error&) {
+  }
+}
+
+} // namespace
+
+struct GraphedStep::Graph {
+  explicit Graph(c10::DeviceIndex device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
+  }
+
+  // Where the warm-up, the capture and the replays run (a capture cannot
+  // use the default stream); the caller's stream and it wait for each
+  // other at every step's start and end.
+  c10::cuda::CUDAStream stream;
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+  // The layout of the warm-up's first batch: the one captured.
+  data::Batch layout;
+};
+#else
+struct GraphedStep::Graph {};
+#endif
+
+GraphedStep::GraphedStep(
+    Module& module,
+    const OptimizerSetup& setup,
+    const Precision& precision,
+    std::function<void()> clip)
+    : module_(module), precision_(precision), clip_(std::move(clip)) {
+  for (size_t i = 0; i < setup.optimizers.size(); ++i) {
+    torch::optim::Optimizer& optimizer = *setup.optimizers[i];
+    auto* graph_step = dynamic_cast<optim::GraphStep*>(&optimizer);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        graph_step != nullptr,
+        "trainer.cuda_graphs=true: optimizer ",
+        i + 1,
+        " of ",
+        setup.optimizers.size(),
+        " (",
+        c10::demangle(typeid(optimizer).name()),
+        ") has no step a CUDA graph can replay; hotloop's SGD, Adam and "
+        "AdamW (optimizer.name sgd, adam, adamw) have one");
+    optimizers_.push_back(graph_step);
+    for (const auto& group : optimizer.param_groups()) {
+      parameters_.insert(
+          parameters_.end(), group.params().begin(), group.params().end());
+    }
+  }
+#if HOTLOOP_HAS_CUDA_GRAPHS
+  const c10::Device device = precision.device();
+  if (device.is_cuda()) {
+    graph_ = std::make_unique<Graph>(
+        device.has_index() ? device.index() : c10::cuda::current_device());
+  }
+#endif
+}
+
+GraphedStep::~GraphedStep() = default;
+
+bool GraphedStep::available() {
+  return HOTLOOP_HAS_CUDA_GRAPHS != 0;
+}
+
+bool GraphedStep::captured() const {
+#if HOTLOOP_HAS_CUDA_GRAPHS
+  return graph_ != nullptr && graph_->captured;
+#else
+  return false;
+#endif
+}
+
+at::Tensor GraphedStep::run(
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
+  if (graph_ == nullptr) {
+    at::Tensor loss = forward_backward(batch, batch_idx, metrics);
+    prepare_optimizers();
+    step_optimizers();
+    return loss;
+  }
+#if HOTLOOP_HAS_CUDA_GRAPHS
+  Graph& graph = *graph_;
+  const c10::cuda::CUDAStream caller =
+      c10::cuda::getCurrentCUDAStream(graph.stream.device_index());
+  auto wait_for = [](const c10::Stream& waiter, const c10::Stream& waited) {
+    c10::Event event(waited.device_type());
+    event.record(waited);
+    event.block(waiter);
+  };
+  wait_for(graph.stream, caller);
+  // The batch came for the caller's stream; it is read on this one too.
+  for (const at::Tensor& tensor : {batch.input, batch.target}) {
+    if (tensor.defined()) {
+      at::Tensor(tensor).record_stream(graph.stream);
+    }
+  }
+  at::Tensor loss;
+  {
+    const c10::cuda::CUDAStreamGuard on_graph_stream(graph.stream);
+    if (eager_steps_ == 0) {
+      graph.layout = layout_of(batch);
+    }
+    if (graph.captured && same_layout(batch, static_batch_)) {
+      loss = replay(batch, metrics);
+    } else if (
+        !graph.captured && eager_steps_ >= kWarmupSteps &&
+        same_layout(batch, graph.layout)) {
+      loss = capture(batch, batch_idx);
+      metrics.log_last(static_metrics_);
+    } else {
+      loss = forward_backward(batch, batch_idx, metrics);
+      prepare_optimizers();
+      step_optimizers();
+      ++eager_steps_;
+    }
+  }
+  wait_for(caller, graph.stream);
+  return loss;
+#else
+  return at::Tensor();
+#endif
+}
+
+at::Tensor GraphedStep::forward_backward(
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
+  // In place: the gradients' memory is what a captured step writes.
+  for (const at::Tensor& parameter : parameters_) {
+    if (parameter.grad().defined()) {
+      at::Tensor(parameter.grad()).zero_();
+    }
+  }
+  at::Tensor loss;
+  {
+    const AutocastGuard autocast = precision_.autocast();
+    loss = module_.training_step(batch, batch_idx, metrics);
+  }
+  loss.backward();
+  clip_();
+  return loss.detach();
+}
+
+void GraphedStep::prepare_optimizers() {
+  for (optim::GraphStep* optimizer : optimizers_) {
+    optimizer->prepare_graph_step();
+  }
+}
+
+void GraphedStep::step_optimizers() {
+  for (optim::GraphStep* optimizer : optimizers_) {
+    optimizer->graph_step();
+  }
+}
+
+at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
+#if HOTLOOP_HAS_CUDA_GRAPHS
+  Graph& graph = *graph_;
+  static_batch_ = {
+      batch.input.defined() ? batch.input.clone() : at::Tensor(),
+      batch.target.defined() ? batch.target.clone() : at::Tensor()};
+  static_metrics_.reset();
+  // The scalars of this step: a capture records the work, it runs none.
+  prepare_optimizers();
+  scalars_.clear();
+  for (optim::GraphStep* optimizer : optimizers_) {
+    scalars_.push_back(optimizer->graph_scalars().data_ptr());
+  }
+  c10::cuda::device_synchronize();
+  try {
+    // Thread-local: the loader's threads may pin memory meanwhile.
+#if HOTLOOP_TORCH_VERSION >= 200
+    graph.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+    graph.graph.capture_begin();
+#endif
+    static_loss_ = forward_backward(static_batch_, batch_idx, static_metrics_);
+    step_optimizers();
+    graph.graph.capture_end();
+  } catch (const c10::OutOfMemoryError&) {
+    end_failed_capture(graph.graph);
+    throw; // the batch size finder's signal
+  } catch (const c10::Error& error) {
+    end_failed_capture(graph.graph);
+    throw Error(hotloop::detail::str_cat(
+        "trainer.cuda_graphs=true: the training step could not be captured "
+        "as a CUDA graph: ",
+        error.what_without_backtrace(),
+        " - a captured step may not read values back to the host (item(), "
+        "printing a tensor), synchronise, or choose its work by the data; "
+        "set trainer.cuda_graphs=false to train eagerly"));
+  }
+  graph.captured = true;
+  graph.graph.replay();
+  return static_loss_.clone();
+#else
+  return at::Tensor();
+#endif
+}
+
+at::Tensor GraphedStep::replay(
+    const data::Batch& batch, MetricCollection& metrics) {
+#if HOTLOOP_HAS_CUDA_GRAPHS
+  for (auto [from, to] :
+       {std::pair{batch.input, static_batch_.input},
+        std::pair{batch.target, static_batch_.target}}) {
+    if (from.defined()) {
+      to.copy_(from, /*non_blocking=*/true);
+    }
+  }
+  prepare_optimizers();
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    HOTLOOP_CHECK(
+        optimizers_[i]->graph_scalars().data_ptr() == scalars_[i],
+        "trainer.cuda_graphs=true: optimizer ",
+        i + 1,
+        " steps other parameters than when the step was captured (a "
+        "gradient appeared or went away): the graph cannot hold that");
+  }
+  graph_->graph.replay();
+  metrics.log_last(static_metrics_);
+  return static_loss_.clone();
+#else
+  return at::Tensor();
+#endif
+}
+
+} // namespace hotloop::train::detail
