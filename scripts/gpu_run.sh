@@ -43,7 +43,9 @@
 # (build and test jobs; default every core), HOTLOOP_GPU_DEADLINE (as
 # --deadline), HOTLOOP_GPU_BENCH_IMPLS (bench/run --impls for the benchmark
 # stages) and HOTLOOP_GPU_BENCH_IMPLS_CNN, _RESNET18_CIFAR, _GPT2 (for one
-# of them).
+# of them), HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS (space-separated KEY=VALUE
+# options for every hotloop run of the benchmark stages, bench/run
+# --hotloop-option; e.g. trainer.cuda_graphs=true).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -633,6 +635,10 @@ bench_stage() {
   local impls
   impls=$(bench_impls "$workload")
   [[ -n $impls ]] && args+=(--impls "$impls")
+  local option
+  for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-}; do
+    args+=(--hotloop-option "$option")
+  done
   rm -f "$ART/bench-$workload.json" "$ART/bench-$workload.txt"
   echo "\$ $PY_REAL bench/run ${args[*]}"
   bounded "$PY_REAL" bench/run "${args[@]}" >"$ART/bench-$workload.txt" || rc=$?
