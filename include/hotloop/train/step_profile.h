@@ -55,9 +55,11 @@ struct StepProfile {
   /// on_before_optimizer_step), logging and checkpoints.
   double logging = 0;
   double validation = 0;
-  /// Seconds from the fit's start to its first training step: devices,
-  /// data sharding, callbacks, a restored checkpoint, the sanity check and
-  /// the model summary (on a GPU also its context and first kernels).
+  /// Seconds from the model on its device with its optimizers made (where
+  /// metrics.csv's elapsed_s starts) to the first training step:
+  /// callbacks, a restored checkpoint, the sanity check and the model
+  /// summary (on a GPU also their first kernels and cuDNN's first
+  /// algorithm choices).
   double setup = 0;
   int64_t samples = 0;
   int64_t steps = 0;
