@@ -345,12 +345,15 @@ def write_tokens(path, count, seed):
 # Models
 
 
-def fashion_cnn():
+def fashion_cnn(widths=(16, 32), hidden=128):
+    """configs/bench/cnn.yaml's model (model.channels, model.hidden): conv
+    blocks without bias -> BatchNorm -> ReLU -> max-pool, then the head."""
     from torch import nn
 
     layers = []
     channels_in = 1
-    for channels in (16, 32):
+    size = 28
+    for channels in widths:
         layers += [
             nn.Conv2d(channels_in, channels, 3, padding=1, bias=False),
             nn.BatchNorm2d(channels),
@@ -358,11 +361,12 @@ def fashion_cnn():
             nn.MaxPool2d(2),
         ]
         channels_in = channels
+        size //= 2
     layers += [
         nn.Flatten(),
-        nn.Linear(32 * 7 * 7, 128),
+        nn.Linear(channels_in * size * size, hidden),
         nn.ReLU(inplace=True),
-        nn.Linear(128, 10),
+        nn.Linear(hidden, 10),
     ]
     return nn.Sequential(*layers)
 
@@ -506,7 +510,7 @@ def gpt_shape(args):
 
 def build_model(args):
     if args.workload == "cnn":
-        return fashion_cnn()
+        return fashion_cnn(args.cnn_channels, args.cnn_hidden)
     if args.workload == "mlp":
         return mlp()
     if args.workload == "resnet18":
@@ -626,6 +630,14 @@ def parse_args(argv=None):
                         "(tuned styles)")
     parser.add_argument("--batch-size", type=int, default=0,
                         help="training batch size; 0: the recipe's")
+    parser.add_argument("--cnn-channels", default="16,32",
+                        help="cnn: each conv block's output channels "
+                        "(model.channels of configs/bench/cnn.yaml)")
+    parser.add_argument("--cnn-hidden", type=int, default=128,
+                        help="cnn: the head's hidden width (model.hidden)")
+    parser.add_argument("--crop-padding", type=int, default=2,
+                        help="cnn: random crop after zero padding by this "
+                        "much, 0: off (data.crop_padding)")
     parser.add_argument("--device", default="cpu",
                         help="cpu or cuda[:N] (default cpu)")
     parser.add_argument("--precision", default="auto",
@@ -683,6 +695,15 @@ def parse_args(argv=None):
         parser.error("--batch-size, --block-size and --stride must be >= 0")
     if args.synthetic_size < 1:
         parser.error("--synthetic-size must be >= 1")
+    try:
+        args.cnn_channels = tuple(int(c) for c in args.cnn_channels.split(","))
+    except ValueError:
+        args.cnn_channels = ()
+    if not args.cnn_channels or min(args.cnn_channels) < 1:
+        parser.error("--cnn-channels: expected positive integers separated "
+                     f"by commas, such as 16,32, got '{args.cnn_channels}'")
+    if args.cnn_hidden < 1 or args.crop_padding < 0:
+        parser.error("--cnn-hidden must be >= 1 and --crop-padding >= 0")
     if args.precision == "32-true":
         args.precision = "32"
     if args.block_size == 0:
@@ -716,7 +737,8 @@ def make_loaders(torch, args, device, batch_size, val_batch_size):
         images, labels = load_split(args.data_root, train=True)
         augment = args.workload == "cnn"
         channels = args.resnet_channels if args.workload == "resnet18" else 1
-        train_set = dataset_class(images, labels, padding=2 if augment else 0,
+        train_set = dataset_class(images, labels,
+                                  padding=args.crop_padding if augment else 0,
                                   flip=augment, channels=channels)
         val = None
         if args.workload != "resnet18":

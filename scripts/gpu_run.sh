@@ -45,7 +45,10 @@
 # stages) and HOTLOOP_GPU_BENCH_IMPLS_CNN, _RESNET18_CIFAR, _GPT2 (for one
 # of them), HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS (space-separated KEY=VALUE
 # options for every hotloop run of the benchmark stages, bench/run
-# --hotloop-option; e.g. trainer.cuda_graphs=true).
+# --hotloop-option; e.g. trainer.cuda_graphs=true) and
+# HOTLOOP_GPU_BENCH_CONFIGS_CNN, _RESNET18_CIFAR, _GPT2 (bench/run --configs
+# for one of them: a folder with its <workload>.yaml, such as
+# configs/bench/fast).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -635,6 +638,8 @@ bench_stage() {
   local impls
   impls=$(bench_impls "$workload")
   [[ -n $impls ]] && args+=(--impls "$impls")
+  local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
+  [[ -n ${!configs:-} ]] && args+=(--configs "${!configs}")
   local option
   for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-}; do
     args+=(--hotloop-option "$option")
