@@ -48,6 +48,12 @@ data::Batch layout_of(const data::Batch& batch) {
   return {empty(batch.input), empty(batch.target)};
 }
 
+// Where an optimizer's scalars live (none: it steps no parameter).
+const void* scalars_storage(const optim::GraphStep& optimizer) {
+  const at::Tensor& scalars = optimizer.graph_scalars();
+  return scalars.defined() ? scalars.data_ptr() : nullptr;
+}
+
 // After an error inside a capture: ends it, so that the stream can be used
 // again (the graph is discarded).
 void end_failed_capture(at::cuda::CUDAGraph& graph) {
@@ -218,7 +224,7 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
   prepare_optimizers();
   scalars_.clear();
   for (optim::GraphStep* optimizer : optimizers_) {
-    scalars_.push_back(optimizer->graph_scalars().data_ptr());
+    scalars_.push_back(scalars_storage(*optimizer));
   }
   c10::cuda::device_synchronize();
   try {
@@ -265,7 +271,7 @@ at::Tensor GraphedStep::replay(
   prepare_optimizers();
   for (size_t i = 0; i < optimizers_.size(); ++i) {
     HOTLOOP_CHECK(
-        optimizers_[i]->graph_scalars().data_ptr() == scalars_[i],
+        scalars_storage(*optimizers_[i]) == scalars_[i],
         "trainer.cuda_graphs=true: optimizer ",
         i + 1,
         " steps other parameters than when the step was captured (a "
