@@ -398,7 +398,7 @@ class Tuner {
     // first.
     static const std::vector<std::string> kPriority = {
         "num_threads", "ddp", "num_workers", "batch_size", "channels_last",
-        "pin_memory", "precision", "activation_checkpointing"};
+        "pin_memory", "cuda_graphs", "precision", "activation_checkpointing"};
     std::vector<Candidate*> order;
     for (size_t round = 0;
          order.size() < candidates_.size() && round < candidates_.size();
@@ -585,6 +585,31 @@ class Tuner {
   void add_candidates();
   void measure_validation();
   void decide();
+  // Why the given config cannot try trainer.cuda_graphs (what
+  // OptimizationStep refuses); empty when it can.
+  std::string graphable() const {
+    const FitConfig& c = config_;
+    const std::string& optimizer = c.optimizer.name;
+    if (c.trainer.cuda_graphs()) {
+      return "already on";
+    }
+    if (c.strategy == "ddp") {
+      return "not with trainer.strategy=ddp";
+    }
+    if (c.trainer.accumulate_grad_batches() != 1) {
+      return "not with gradient accumulation";
+    }
+    if (c.trainer.precision() == "16-mixed" || c.trainer.precision() == "16") {
+      return "not with 16-mixed's loss scaling";
+    }
+    if (c.trainer.on_nonfinite_loss() == "skip_step") {
+      return "not with trainer.on_nonfinite_loss=skip_step";
+    }
+    if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
+      return "optimizer.name=" + optimizer + " has no graph-safe step";
+    }
+    return "";
+  }
 
   // The best candidate of `strategy`, if any beats the given config beyond
   // the noise with the loss within tolerance; its verdict in `verdicts_`.
@@ -669,6 +694,9 @@ void Tuner::add_candidates() {
   }
   if (cuda_ && !c.data.pin_memory) {
     add("pin_memory", {{"data.pin_memory", "true"}});
+  }
+  if (cuda_ && graphable().empty()) {
+    add("cuda_graphs", {{"trainer.cuda_graphs", "true"}});
   }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
@@ -870,6 +898,29 @@ void Tuner::decide() {
       "data.pin_memory",
       cuda_ ? "already on: not tried"
             : "no effect on the CPU (no copies to a device): not tried");
+  consider(
+      "cuda_graphs",
+      "trainer.cuda_graphs",
+      !cuda_                 ? std::string("needs a CUDA device: not tried")
+      : graphable().empty() ? std::string("not measured within the budget")
+                            : graphable() + ": not tried");
+  // fp16's loss scaling decides on the host whether a step happens, which a
+  // replayed graph cannot: both picked, the graph goes.
+  const auto picked = [&](const std::string& strategy) {
+    return std::find_if(
+        winners.begin(), winners.end(), [&](const Candidate* w) {
+          return w->strategy == strategy;
+        });
+  };
+  const auto precision = picked("precision");
+  const auto graphs = picked("cuda_graphs");
+  if (precision != winners.end() && graphs != winners.end() &&
+      (*precision)->settings.front().second == "16-mixed") {
+    winners.erase(graphs);
+    verdicts_.push_back(
+        "trainer.cuda_graphs: not combined with trainer.precision=16-mixed, "
+        "whose loss scaling skips steps from the host: kept 16-mixed");
+  }
   consider(
       "activation_checkpointing",
       "model.activation_checkpointing",

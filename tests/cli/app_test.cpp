@@ -1682,6 +1682,7 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
         "  trainer.channels_last: ",
         "  data.pin_memory: no effect on the CPU (no copies to a device): not "
         "tried\n",
+        "  trainer.cuda_graphs: needs a CUDA device: not tried\n",
         "  data.val_batch_size: "}) {
     EXPECT_THAT(r.out, HasSubstr(verdict));
   }
