@@ -5,6 +5,7 @@
 #include "hotloop/train/detail/graphed_step.h"
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/optim/clip_grad.h"
 #include "hotloop/train/precision.h"
 #include "trainer_fixture.h"
 
@@ -35,65 +36,79 @@ void expect_same_tensors(
   }
 }
 
-// Two epochs of batches 32, 32, 16 with Adam and a rate halved every 5
-// steps: the step GraphedStep captures on a GPU, run eagerly, against
-// zero_grad / training_step / backward / LibTorch's step.
+// Two epochs of batches 32, 32, 16 with Adam, a rate halved every 5 steps
+// and norm clipping: the step GraphedStep captures on a GPU, run eagerly,
+// against zero_grad / autocast{training_step} / backward / clip / LibTorch's
+// step, in float32 and under bfloat16 autocast.
 TEST(GraphedStep, ItsStepIsTheEagerLoopsArithmetic) {
-  auto graphed = make_module(0);
-  auto plain = make_module(0);
-  FitPlan plan;
-  plan.total_steps = 6;
-  plan.steps_per_epoch = 3;
-  plan.max_epochs = 2;
-  const OptimizerSetup graphed_setup = graphed->configure_optimizers(plan);
-  const OptimizerSetup plain_setup = plain->configure_optimizers(plan);
-  const Precision precision(PrecisionMode::k32True, at::kCPU);
-  int clips = 0;
-  detail::GraphedStep step(
-      *graphed, graphed_setup, precision, [&] { ++clips; });
+  for (const PrecisionMode mode :
+       {PrecisionMode::k32True, PrecisionMode::kBf16Mixed}) {
+    SCOPED_TRACE(to_string(mode));
+    auto graphed = make_module(0);
+    auto plain = make_module(0);
+    FitPlan plan;
+    plan.total_steps = 6;
+    plan.steps_per_epoch = 3;
+    plan.max_epochs = 2;
+    const OptimizerSetup graphed_setup = graphed->configure_optimizers(plan);
+    const OptimizerSetup plain_setup = plain->configure_optimizers(plan);
+    const Precision precision(mode, at::kCPU);
+    constexpr double kMaxNorm = 0.5;
+    int clips = 0;
+    detail::GraphedStep step(*graphed, graphed_setup, precision, [&] {
+      optim::clip_grad_norm_(graphed->parameters(), kMaxNorm);
+      ++clips;
+    });
 
-  data::DataLoader loader(quadrants(80, 1), data::DataLoaderOptions(32));
-  MetricCollection graphed_metrics;
-  MetricCollection plain_metrics;
-  graphed->train();
-  plain->train();
-  int64_t batches = 0;
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    int64_t batch_idx = 0;
-    for (auto it = loader.begin(); it != loader.end(); ++it, ++batch_idx) {
-      const data::Batch& batch = *it;
-      const at::Tensor loss = step.run(batch, batch_idx, graphed_metrics);
+    data::DataLoader loader(quadrants(80, 1), data::DataLoaderOptions(32));
+    MetricCollection graphed_metrics;
+    MetricCollection plain_metrics;
+    graphed->train();
+    plain->train();
+    int64_t batches = 0;
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      int64_t batch_idx = 0;
+      for (auto it = loader.begin(); it != loader.end(); ++it, ++batch_idx) {
+        const data::Batch& batch = *it;
+        const at::Tensor loss = step.run(batch, batch_idx, graphed_metrics);
 
-      for (const auto& optimizer : plain_setup.optimizers) {
-        compat::zero_grad_set_to_none(*optimizer);
-      }
-      at::Tensor expected =
-          plain->training_step(batch, batch_idx, plain_metrics);
-      expected.backward();
-      for (const auto& optimizer : plain_setup.optimizers) {
-        optimizer->step();
-      }
-      for (const auto* setup : {&graphed_setup, &plain_setup}) {
-        for (const auto& schedule : setup->schedules) {
-          schedule.scheduler->step();
+        for (const auto& optimizer : plain_setup.optimizers) {
+          compat::zero_grad_set_to_none(*optimizer);
         }
+        at::Tensor expected;
+        {
+          const AutocastGuard autocast = precision.autocast();
+          expected = plain->training_step(batch, batch_idx, plain_metrics);
+        }
+        expected.backward();
+        optim::clip_grad_norm_(plain->parameters(), kMaxNorm);
+        for (const auto& optimizer : plain_setup.optimizers) {
+          optimizer->step();
+        }
+        for (const auto* setup : {&graphed_setup, &plain_setup}) {
+          for (const auto& schedule : setup->schedules) {
+            schedule.scheduler->step();
+          }
+        }
+        EXPECT_FALSE(loss.requires_grad());
+        EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5)
+            << "batch " << batch_idx << " of epoch " << epoch;
+        ++batches;
       }
-      EXPECT_FALSE(loss.requires_grad());
-      EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5)
-          << "batch " << batch_idx << " of epoch " << epoch;
-      ++batches;
     }
-  }
-  EXPECT_EQ(batches, 6);
-  EXPECT_EQ(clips, 6);
-  EXPECT_FALSE(step.captured()); // a CPU never captures
-  expect_same_tensors(graphed->parameters(), plain->parameters(), 1e-5, 1e-6);
-  expect_same_tensors(graphed->buffers(), plain->buffers(), 1e-5, 1e-6);
-  EXPECT_NEAR(
-      graphed_metrics.get("train_loss"), plain_metrics.get("train_loss"), 1e-6);
-  // The gradients stay allocated: a captured step writes into them.
-  for (const at::Tensor& p : graphed->parameters()) {
-    EXPECT_TRUE(p.grad().defined());
+    EXPECT_EQ(batches, 6);
+    EXPECT_EQ(clips, 6);
+    EXPECT_FALSE(step.captured()); // a CPU never captures
+    expect_same_tensors(graphed->parameters(), plain->parameters(), 1e-5, 1e-6);
+    expect_same_tensors(graphed->buffers(), plain->buffers(), 1e-5, 1e-6);
+    EXPECT_NEAR(
+        graphed_metrics.get("train_loss"),
+        plain_metrics.get("train_loss"),
+        1e-6);
+    // The gradients stay allocated: a captured step writes into them.
+    for (const at::Tensor& p : graphed->parameters()) {
+      EXPECT_TRUE(p.grad().defined());
+    }
   }
 }
 
@@ -145,8 +160,8 @@ TEST_F(TrainerTest, CudaGraphsRefuseWhatACapturedStepCannotHold) {
 }
 
 // On a GPU: the fit captured after the warm-up (and eager for each epoch's
-// last, smaller batch) trains as the eager fit does, in float32 and in
-// bf16-mixed.
+// last, smaller batch) trains as the eager fit does, with norm clipping
+// inside the graph, in float32 and in bf16-mixed.
 TEST_F(TrainerTest, CudaGraphsTrainAsTheEagerStepOnTheGpu) {
   if (!at::hasCUDA() || at::getNumGPUs() == 0) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
@@ -162,6 +177,7 @@ TEST_F(TrainerTest, CudaGraphsTrainAsTheEagerStepOnTheGpu) {
           .max_epochs(2)
           .accelerator("cuda")
           .precision(precision)
+          .gradient_clip_val(1.0)
           .enable_progress_bar(true);
     };
     std::ostringstream eager_out;
