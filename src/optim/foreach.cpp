@@ -102,11 +102,16 @@ State& adam_state(
 // The moments' update on every parameter of a group at once; returns the
 // second moments the update divides by (their running maximum under
 // amsgrad).
+// With `beta1` (and `one_minus_beta1`), 0-dim device tensors per parameter,
+// the first moment's decay is read from them (a graph step: a schedule may
+// cycle beta1); otherwise from the options.
 template <typename State, typename Options>
 Tensors update_moments(
     const Options& options,
     const std::vector<State*>& stepped,
-    const Tensors& grads) {
+    const Tensors& grads,
+    const Tensors* beta1s = nullptr,
+    const Tensors* one_minus_beta1s = nullptr) {
   const double beta1 = std::get<0>(options.betas());
   const double beta2 = std::get<1>(options.betas());
   Tensors exp_avgs;
@@ -115,8 +120,14 @@ Tensors update_moments(
     exp_avgs.push_back(state->exp_avg());
     exp_avg_sqs.push_back(state->exp_avg_sq());
   }
-  at::_foreach_mul_(exp_avgs, beta1);
-  at::_foreach_add_(exp_avgs, grads, 1 - beta1);
+  if (beta1s != nullptr) {
+    for (size_t i = 0; i < exp_avgs.size(); ++i) {
+      exp_avgs[i].mul_((*beta1s)[i]).addcmul_(grads[i], (*one_minus_beta1s)[i]);
+    }
+  } else {
+    at::_foreach_mul_(exp_avgs, beta1);
+    at::_foreach_add_(exp_avgs, grads, 1 - beta1);
+  }
   at::_foreach_mul_(exp_avg_sqs, beta2);
   at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
   Tensors second = exp_avg_sqs;
@@ -176,7 +187,8 @@ struct GraphScalars {
 
 // Adam's and AdamW's graph-step scalars of every parameter with a gradient,
 // its step count advanced to t: [1 - lr * weight_decay (AdamW only)],
-// -lr / (1 - beta1^t), sqrt(1 - beta2^t).
+// -lr / (1 - beta1^t), sqrt(1 - beta2^t), beta1, 1 - beta1. beta2 and eps
+// are read when the step is captured.
 template <typename State, typename Options, typename StateMap>
 GraphScalars adam_prepare(
     StateMap& states,
@@ -197,6 +209,9 @@ GraphScalars adam_prepare(
       }
       scalars.add(p, -options.lr() / (1 - std::pow(beta1, t)));
       scalars.add(p, std::sqrt(1 - std::pow(beta2, t)));
+      // A schedule may cycle beta1 (one-cycle's cycle_momentum).
+      scalars.add(p, beta1);
+      scalars.add(p, 1 - beta1);
     }
   }
   return scalars;
@@ -215,6 +230,8 @@ void adam_graph_update(
   std::vector<State*> states_of;
   Tensors step_sizes;
   Tensors root_corrections;
+  Tensors beta1s;
+  Tensors one_minus_beta1s;
   for (const at::Tensor& p : stepped.params) {
     const auto found = states.find(state_key<Key>(p));
     TORCH_CHECK(
@@ -226,6 +243,8 @@ void adam_graph_update(
     }
     step_sizes.push_back(next());
     root_corrections.push_back(next());
+    beta1s.push_back(next());
+    one_minus_beta1s.push_back(next());
   }
   Tensors exp_avgs;
   for (State* state : states_of) {
@@ -235,7 +254,8 @@ void adam_graph_update(
   if (!decoupled && options.weight_decay() != 0) {
     grads = at::_foreach_add(grads, stepped.params, options.weight_decay());
   }
-  Tensors denom = at::_foreach_sqrt(update_moments(options, states_of, grads));
+  Tensors denom = at::_foreach_sqrt(
+      update_moments(options, states_of, grads, &beta1s, &one_minus_beta1s));
   for (size_t i = 0; i < denom.size(); ++i) {
     denom[i].div_(root_corrections[i]);
   }
@@ -384,6 +404,8 @@ void ForeachSGD::prepare_graph_step() {
       if (options.momentum() == 0) {
         continue;
       }
+      // A schedule may cycle it (one-cycle's cycle_momentum).
+      scalars.add(p, options.momentum());
       // A first step's buffer is its direction, as step() makes it.
       auto& entry = state_[state_key<Key>(p)];
       fresh_.push_back(entry == nullptr);
@@ -416,35 +438,40 @@ void ForeachSGD::graph_step() {
                 ? at::_foreach_add(
                       stepped.grads, stepped.params, options.weight_decay())
                 : stepped.grads;
+        Tensors rates;
+        Tensors momenta;
+        for (size_t i = 0; i < stepped.params.size(); ++i) {
+          rates.push_back(scalar(index++));
+          if (options.momentum() != 0) {
+            momenta.push_back(scalar(index++));
+          }
+        }
         if (options.momentum() != 0) {
           Tensors buffers;
-          Tensors kept_buffers;
-          Tensors kept_steps;
           for (size_t i = 0; i < stepped.params.size(); ++i) {
             const auto found = state_.find(state_key<Key>(stepped.params[i]));
             TORCH_CHECK(
                 found != state_.end() && buffered < fresh_.size(),
                 "graph_step: a parameter has no state; run "
                 "prepare_graph_step first");
-            auto& state =
-                static_cast<torch::optim::SGDParamState&>(*found->second);
-            buffers.push_back(state.momentum_buffer());
+            at::Tensor& buffer =
+                static_cast<torch::optim::SGDParamState&>(*found->second)
+                    .momentum_buffer();
             if (!fresh_[buffered++]) {
-              kept_buffers.push_back(state.momentum_buffer());
-              kept_steps.push_back(steps[i]);
+              buffer.mul_(momenta[i]).add_(steps[i], 1 - options.dampening());
             }
+            buffers.push_back(buffer);
           }
-          if (!kept_buffers.empty()) {
-            at::_foreach_mul_(kept_buffers, options.momentum());
-            at::_foreach_add_(
-                kept_buffers, kept_steps, 1 - options.dampening());
+          if (options.nesterov()) {
+            for (size_t i = 0; i < steps.size(); ++i) {
+              steps[i] = at::addcmul(steps[i], buffers[i], momenta[i]);
+            }
+          } else {
+            steps = buffers;
           }
-          steps = options.nesterov()
-                      ? at::_foreach_add(steps, buffers, options.momentum())
-                      : buffers;
         }
         for (size_t i = 0; i < steps.size(); ++i) {
-          at::Tensor(stepped.params[i]).addcmul_(steps[i], scalar(index++));
+          at::Tensor(stepped.params[i]).addcmul_(steps[i], rates[i]);
         }
       });
   // Replays of a captured step find every buffer made.

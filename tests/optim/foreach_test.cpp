@@ -208,10 +208,30 @@ TEST(ForeachOptimizers, SparseGradientsAreRefused) {
   }
 }
 
+// Sets what a schedule changes between steps: the rate and (one-cycle's
+// cycle_momentum) SGD's momentum or Adam's beta1.
+void schedule_step(to::Optimizer& optimizer, int step) {
+  for (auto& group : optimizer.param_groups()) {
+    auto& options = group.options();
+    options.set_lr(options.get_lr() * (1 + 0.1 * step));
+    const double momentum = 0.95 - 0.02 * step;
+    if (auto* sgd = dynamic_cast<to::SGDOptions*>(&options)) {
+      if (sgd->momentum() != 0) {
+        sgd->momentum(momentum);
+      }
+    } else if (auto* adam = dynamic_cast<to::AdamOptions*>(&options)) {
+      adam->betas(std::make_tuple(momentum, std::get<1>(adam->betas())));
+    } else if (auto* adamw = dynamic_cast<to::AdamWOptions*>(&options)) {
+      adamw->betas(std::make_tuple(momentum, std::get<1>(adamw->betas())));
+    }
+  }
+}
+
 // graph_step against LibTorch's step() over six steps with the same
-// gradients (missing ones too, as expect_same_steps) and a rate that
-// changes every step as a schedule's would: equal to float32 rounding of
-// the scalars, and the scalars' device tensor never reallocated.
+// gradients (missing ones too, as expect_same_steps), and a rate and a
+// momentum that change every step as a schedule's would: equal to float32
+// rounding of the scalars, and the scalars' device tensor never
+// reallocated.
 void expect_graph_steps_match(
     to::Optimizer& mine,
     const std::vector<at::Tensor>& mine_params,
@@ -221,11 +241,8 @@ void expect_graph_steps_match(
   const void* storage = nullptr;
   at::manual_seed(8);
   for (int step = 1; step <= 6; ++step) {
-    for (auto* optimizer : {&mine, &theirs}) {
-      for (auto& group : optimizer->param_groups()) {
-        group.options().set_lr(group.options().get_lr() * (1 + 0.1 * step));
-      }
-    }
+    schedule_step(mine, step);
+    schedule_step(theirs, step);
     for (size_t i = 0; i < mine_params.size(); ++i) {
       const bool none = (i == 1 && step == 2) || (i == 4 && step < 3);
       const at::Tensor grad = at::randn(mine_params[i].sizes());

@@ -45,8 +45,9 @@ class ForeachChoice {
 
 /// A step that a CUDA graph can capture and replay (PyTorch's
 /// `capturable=True`). What changes from step to step on the host - the
-/// rate a schedule sets, the bias corrections of each parameter's step
-/// count - reaches the update through one device tensor of float32 scalars,
+/// rate a schedule sets, the momentum or beta1 it may cycle, the bias
+/// corrections of each parameter's step count - reaches the update through
+/// one device tensor of float32 scalars,
 /// which `prepare_graph_step` refills before every step; the captured
 /// kernels read the current values at each replay. `graph_step` launches
 /// device work only and never reads a value back. Instead of step(): once
@@ -54,8 +55,12 @@ class ForeachChoice {
 /// made the gradients), then graph_step (eager, or replayed). The same
 /// parameters must have gradients in both, and a capture needs every
 /// stepped parameter's state to exist (one eager step makes them). The
-/// result is step()'s up to float32 rounding of those scalars; options,
-/// state and checkpoints are step()'s own.
+/// result is step()'s up to float32 rounding of those scalars (bfloat16
+/// rounding for bfloat16 parameters, whose dtype the device scalars take);
+/// the other options (dampening, nesterov, beta2, eps, and the weight
+/// decay SGD and Adam add to the gradient) are read when a step is
+/// captured. Options, state and checkpoints are
+/// step()'s own.
 class GraphStep {
  public:
   virtual ~GraphStep() = default;

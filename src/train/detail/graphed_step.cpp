@@ -228,8 +228,9 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
   }
   c10::cuda::device_synchronize();
   try {
-    // Thread-local: the loader's threads may pin memory meanwhile.
-#if HOTLOOP_TORCH_VERSION >= 200
+    // Thread-local: the loader's threads may pin memory meanwhile (the
+    // mode argument came with LibTorch 2.1).
+#if HOTLOOP_TORCH_VERSION >= 201
     graph.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
 #else
     graph.graph.capture_begin();
@@ -248,7 +249,8 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
         error.what_without_backtrace(),
         " - a captured step may not read values back to the host (item(), "
         "printing a tensor), synchronise, or choose its work by the data; "
-        "set trainer.cuda_graphs=false to train eagerly"));
+        "set trainer.cuda_graphs=false to train eagerly (in a new process: "
+        "CUDA's allocator may still count this capture as running)"));
   }
   graph.captured = true;
   graph.graph.replay();
