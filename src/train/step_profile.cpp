@@ -103,6 +103,20 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
            "trainer.log_every_n_steps (now " +
            std::to_string(context.log_every_n_steps) + ")";
   }
+  // Busy computing at a small share of what the device can: its kernels
+  // are too small to fill it, and it waits for the host to launch them.
+  const double share = utilization();
+  if (context.cuda && !context.cuda_graphs && share > 0 && share < 0.1) {
+    std::ostringstream peak;
+    peak << std::fixed << std::setprecision(share < 0.01 ? 2 : 1)
+         << 100 * share << "%";
+    return "launch-bound: forward+backward take " +
+           percent(forward + backward, total) + " of step time at " +
+           peak.str() +
+           " of the device's matmul peak - its kernels are too small to "
+           "keep it busy and wait for the host to launch them: try "
+           "trainer.cuda_graphs=true, or raise data.batch_size";
+  }
   std::string advice;
   if (context.cuda) {
     std::vector<std::string> options;

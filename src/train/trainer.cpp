@@ -494,6 +494,7 @@ ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
   context.log_every_n_steps = options_.log_every_n_steps();
   context.precision = options_.precision();
   context.channels_last = options_.channels_last();
+  context.cuda_graphs = options_.cuda_graphs();
   return context;
 }
 

@@ -76,6 +76,36 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
   EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
 }
 
+// A GPU busy at a small share of its peak waits for the host to launch
+// its kernels: capture the step. 1000 samples of 1 MFLOP in 100 s of steps
+// is 10 MFLOP/s.
+TEST(StepProfile, ASmallShareOfTheGpusPeakIsLaunchBound) {
+  ProfileContext context;
+  context.cuda = true;
+  context.precision = "bf16-mixed";
+  context.channels_last = true;
+  StepProfile p = profile(1, 0, 45, 50, 4, 0);
+  p.flops_per_sample = 1e6;
+  p.peak_flops = 2e9; // 0.5% of it
+  EXPECT_EQ(
+      p.verdict(context),
+      "launch-bound: forward+backward take 95% of step time at 0.50% of the "
+      "device's matmul peak - its kernels are too small to keep it busy and "
+      "wait for the host to launch them: try trainer.cuda_graphs=true, or "
+      "raise data.batch_size");
+  p.peak_flops = 5e7; // 20%: compute-bound
+  EXPECT_THAT(p.verdict(context), HasSubstr("compute-bound: "));
+  p.peak_flops = 2e9;
+  context.cuda_graphs = true; // already captured
+  EXPECT_THAT(
+      p.verdict(context),
+      HasSubstr("compute-bound: forward+backward take 95% of step time - "
+                "raise data.batch_size, or a smaller model"));
+  context.cuda = false; // a CPU has no launches to save
+  context.cuda_graphs = false;
+  EXPECT_THAT(p.verdict(context), HasSubstr("compute-bound: "));
+}
+
 TEST(StepProfile, SeveralProcessesShowTheWaitForGradientsAsItsOwnPhase) {
   ProfileContext context;
   StepProfile p = profile(2, 0, 30, 30, 3, 0);

@@ -20,6 +20,8 @@ struct ProfileContext {
   /// what is not on yet.
   std::string precision = "32-true";
   bool channels_last = false;
+  /// trainer.cuda_graphs: a launch-bound step is advised to capture.
+  bool cuda_graphs = false;
 };
 
 /// On an asynchronous device the Trainer times every
