@@ -108,8 +108,8 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   const double share = utilization();
   if (context.cuda && !context.cuda_graphs && share > 0 && share < 0.1) {
     std::ostringstream peak;
-    peak << std::fixed << std::setprecision(share < 0.01 ? 2 : 1)
-         << 100 * share << "%";
+    peak << std::fixed << std::setprecision(share < 0.01 ? 2 : 1) << 100 * share
+         << "%";
     return "launch-bound: forward+backward take " +
            percent(forward + backward, total) + " of step time at " +
            peak.str() +
