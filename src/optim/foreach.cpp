@@ -195,6 +195,7 @@ GraphScalars adam_prepare(
     std::vector<torch::optim::OptimizerParamGroup>& groups,
     bool decoupled,
     const char* optimizer) {
+  at::NoGradGuard no_grad;
   GraphScalars scalars;
   for (auto& group : groups) {
     const auto& options = static_cast<const Options&>(group.options());
@@ -266,10 +267,32 @@ void adam_graph_update(
   }
 }
 
+// Adam's or AdamW's graph_step: adam_graph_update on every param group.
+template <typename State, typename Options, typename StateMap, typename Next>
+void adam_graph_step(
+    StateMap& states,
+    std::vector<torch::optim::OptimizerParamGroup>& groups,
+    bool decoupled,
+    const char* optimizer,
+    const Next& next) {
+  step_groups<Options>(
+      groups,
+      nullptr,
+      optimizer,
+      [&](const Options& options, Stepped& stepped) {
+        adam_graph_update<State>(states, options, stepped, decoupled, next);
+      });
+}
+
 } // namespace
 
 void GraphStep::upload(
-    const std::vector<float>& values, const c10::Device& device) {
+    const std::vector<float>& values,
+    const std::optional<c10::Device>& stepped_on) {
+  if (!stepped_on.has_value()) {
+    return;
+  }
+  const c10::Device device = *stepped_on;
   const auto count = static_cast<int64_t>(values.size());
   // A fresh pinned buffer each time: the copy from the last one may still
   // be queued, and the pinned allocator reuses a buffer only after it ran.
@@ -419,9 +442,7 @@ void ForeachSGD::prepare_graph_step() {
       }
     }
   }
-  if (scalars.device.has_value()) {
-    upload(scalars.values, *scalars.device);
-  }
+  upload(scalars.values, scalars.device);
 }
 
 void ForeachSGD::graph_step() {
@@ -479,50 +500,32 @@ void ForeachSGD::graph_step() {
 }
 
 void ForeachAdam::prepare_graph_step() {
-  at::NoGradGuard no_grad;
   const GraphScalars scalars =
       adam_prepare<torch::optim::AdamParamState, torch::optim::AdamOptions>(
           state_, param_groups_, /*decoupled=*/false, "Adam");
-  if (scalars.device.has_value()) {
-    upload(scalars.values, *scalars.device);
-  }
+  upload(scalars.values, scalars.device);
 }
 
 void ForeachAdam::graph_step() {
   int64_t index = 0;
-  step_groups<torch::optim::AdamOptions>(
-      param_groups_,
-      nullptr,
-      "Adam",
-      [&](const auto& options, Stepped& stepped) {
-        adam_graph_update<torch::optim::AdamParamState>(
-            state_, options, stepped, /*decoupled=*/false, [&] {
-              return scalar(index++);
-            });
+  adam_graph_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
+      state_, param_groups_, /*decoupled=*/false, "Adam", [&] {
+        return scalar(index++);
       });
 }
 
 void ForeachAdamW::prepare_graph_step() {
-  at::NoGradGuard no_grad;
   const GraphScalars scalars =
       adam_prepare<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
           state_, param_groups_, /*decoupled=*/true, "AdamW");
-  if (scalars.device.has_value()) {
-    upload(scalars.values, *scalars.device);
-  }
+  upload(scalars.values, scalars.device);
 }
 
 void ForeachAdamW::graph_step() {
   int64_t index = 0;
-  step_groups<torch::optim::AdamWOptions>(
-      param_groups_,
-      nullptr,
-      "AdamW",
-      [&](const auto& options, Stepped& stepped) {
-        adam_graph_update<torch::optim::AdamWParamState>(
-            state_, options, stepped, /*decoupled=*/true, [&] {
-              return scalar(index++);
-            });
+  adam_graph_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
+      state_, param_groups_, /*decoupled=*/true, "AdamW", [&] {
+        return scalar(index++);
       });
 }
 

@@ -39,9 +39,25 @@ std::vector<to::OptimizerParamGroup> groups(
   return out;
 }
 
-// Six steps with the same gradients for both; parameter 1 has none in step
-// 2 and parameter 4 none until step 3, so steps differ between parameters
-// (and a state is created in the middle of a group).
+// The same random gradients for both sets of parameters at `step` (from
+// 1); parameter 1 has none in step 2 and parameter 4 none until step 3, so
+// steps differ between parameters (and a state is created in the middle of
+// a group).
+void set_gradients(
+    const std::vector<at::Tensor>& mine_params,
+    const std::vector<at::Tensor>& their_params,
+    int step) {
+  for (size_t i = 0; i < mine_params.size(); ++i) {
+    const bool none = (i == 1 && step == 2) || (i == 4 && step < 3);
+    const at::Tensor grad = at::randn(mine_params[i].sizes());
+    for (const auto* params : {&mine_params, &their_params}) {
+      at::Tensor p = (*params)[i];
+      p.mutable_grad() = none ? at::Tensor() : grad.clone();
+    }
+  }
+}
+
+// Six steps with the same gradients for both (set_gradients).
 void expect_same_steps(
     to::Optimizer& mine,
     const std::vector<at::Tensor>& mine_params,
@@ -53,14 +69,7 @@ void expect_same_steps(
   }
   at::manual_seed(7);
   for (int step = 1; step <= 6; ++step) {
-    for (size_t i = 0; i < mine_params.size(); ++i) {
-      const bool none = (i == 1 && step == 2) || (i == 4 && step < 3);
-      const at::Tensor grad = at::randn(mine_params[i].sizes());
-      for (const auto* params : {&mine_params, &their_params}) {
-        at::Tensor p = (*params)[i];
-        p.mutable_grad() = none ? at::Tensor() : grad.clone();
-      }
-    }
+    set_gradients(mine_params, their_params, step);
     mine.step();
     theirs.step();
     for (size_t i = 0; i < mine_params.size(); ++i) {
@@ -228,7 +237,7 @@ void schedule_step(to::Optimizer& optimizer, int step) {
 }
 
 // graph_step against LibTorch's step() over six steps with the same
-// gradients (missing ones too, as expect_same_steps), and a rate and a
+// gradients (set_gradients), and a rate and a
 // momentum that change every step as a schedule's would: equal to float32
 // rounding of the scalars, and the scalars' device tensor never
 // reallocated.
@@ -243,14 +252,7 @@ void expect_graph_steps_match(
   for (int step = 1; step <= 6; ++step) {
     schedule_step(mine, step);
     schedule_step(theirs, step);
-    for (size_t i = 0; i < mine_params.size(); ++i) {
-      const bool none = (i == 1 && step == 2) || (i == 4 && step < 3);
-      const at::Tensor grad = at::randn(mine_params[i].sizes());
-      for (const auto* params : {&mine_params, &their_params}) {
-        at::Tensor p = (*params)[i];
-        p.mutable_grad() = none ? at::Tensor() : grad.clone();
-      }
-    }
+    set_gradients(mine_params, their_params, step);
     graph.prepare_graph_step();
     graph.graph_step();
     theirs.step();

@@ -79,8 +79,11 @@ class GraphStep {
 
  protected:
   /// Copies `values` into graph_scalars() on `device`, which keeps its
-  /// storage when the count is unchanged.
-  void upload(const std::vector<float>& values, const c10::Device& device);
+  /// storage when the count is unchanged; nothing without a device (no
+  /// parameter has a gradient).
+  void upload(
+      const std::vector<float>& values,
+      const std::optional<c10::Device>& device);
   /// The `index`-th scalar, as a 0-dim view of graph_scalars().
   at::Tensor scalar(int64_t index) const;
 
