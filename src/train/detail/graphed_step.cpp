@@ -20,33 +20,44 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace hotloop::train::detail {
 
 #if HOTLOOP_HAS_CUDA_GRAPHS
 namespace {
-// What a captured step's buffers fix: a batch of another shape, layout or
-// dtype runs eagerly.
-bool same_layout(const at::Tensor& a, const at::Tensor& b) {
-  return a.defined() == b.defined() &&
-         (!a.defined() ||
-          (a.sizes() == b.sizes() && a.strides() == b.strides() &&
-           a.scalar_type() == b.scalar_type() && a.device() == b.device()));
-}
-
-bool same_layout(const data::Batch& a, const data::Batch& b) {
-  return same_layout(a.input, b.input) && same_layout(a.target, b.target);
-}
-
-data::Batch layout_of(const data::Batch& batch) {
-  auto empty = [](const at::Tensor& t) {
-    return t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options())
-                       : at::Tensor();
+// What a captured step's buffers fix: a batch of another shape, layout,
+// dtype or device runs eagerly.
+struct Layout {
+  struct Of {
+    explicit Of(const at::Tensor& t)
+        : defined(t.defined()),
+          sizes(defined ? t.sizes().vec() : std::vector<int64_t>()),
+          strides(defined ? t.strides().vec() : std::vector<int64_t>()),
+          dtype(defined ? t.scalar_type() : at::ScalarType::Undefined),
+          device(defined ? t.device() : c10::Device(c10::kCPU)) {}
+    bool operator==(const Of& other) const {
+      return defined == other.defined && sizes == other.sizes &&
+             strides == other.strides && dtype == other.dtype &&
+             device == other.device;
+    }
+    bool defined;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+    at::ScalarType dtype;
+    c10::Device device;
   };
-  return {empty(batch.input), empty(batch.target)};
-}
+  explicit Layout(const data::Batch& batch)
+      : input(batch.input), target(batch.target) {}
+  bool operator==(const Layout& other) const {
+    return input == other.input && target == other.target;
+  }
+  Of input;
+  Of target;
+};
 
 // Where an optimizer's scalars live (none: it steps no parameter).
 const void* scalars_storage(const optim::GraphStep& optimizer) {
@@ -77,7 +88,7 @@ struct GraphedStep::Graph {
   at::cuda::CUDAGraph graph;
   bool captured = false;
   // The layout of the warm-up's first batch: the one captured.
-  data::Batch layout;
+  std::optional<Layout> layout;
 };
 #else
 struct GraphedStep::Graph {};
@@ -135,10 +146,7 @@ bool GraphedStep::captured() const {
 at::Tensor GraphedStep::run(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   if (graph_ == nullptr) {
-    at::Tensor loss = forward_backward(batch, batch_idx, metrics);
-    prepare_optimizers();
-    step_optimizers();
-    return loss;
+    return eager(batch, batch_idx, metrics);
   }
 #if HOTLOOP_HAS_CUDA_GRAPHS
   Graph& graph = *graph_;
@@ -159,21 +167,17 @@ at::Tensor GraphedStep::run(
   at::Tensor loss;
   {
     const c10::cuda::CUDAStreamGuard on_graph_stream(graph.stream);
-    if (eager_steps_ == 0) {
-      graph.layout = layout_of(batch);
+    const Layout layout(batch);
+    if (!graph.layout.has_value()) {
+      graph.layout = layout;
     }
-    if (graph.captured && same_layout(batch, static_batch_)) {
+    if (layout == *graph.layout && graph.captured) {
       loss = replay(batch, metrics);
-    } else if (
-        !graph.captured && eager_steps_ >= kWarmupSteps &&
-        same_layout(batch, graph.layout)) {
+    } else if (layout == *graph.layout && eager_steps_ >= kWarmupSteps) {
       loss = capture(batch, batch_idx);
       metrics.log_last(static_metrics_);
     } else {
-      loss = forward_backward(batch, batch_idx, metrics);
-      prepare_optimizers();
-      step_optimizers();
-      ++eager_steps_;
+      loss = eager(batch, batch_idx, metrics);
     }
   }
   wait_for(caller, graph.stream);
@@ -199,6 +203,15 @@ at::Tensor GraphedStep::forward_backward(
   loss.backward();
   clip_();
   return loss.detach();
+}
+
+at::Tensor GraphedStep::eager(
+    const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
+  at::Tensor loss = forward_backward(batch, batch_idx, metrics);
+  prepare_optimizers();
+  step_optimizers();
+  ++eager_steps_;
+  return loss;
 }
 
 void GraphedStep::prepare_optimizers() {

@@ -73,6 +73,9 @@ class GraphedStep {
   // into `metrics`, clips; returns the loss.
   at::Tensor forward_backward(
       const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics);
+  // The step without a graph: forward_backward, then the optimizers.
+  at::Tensor eager(
+      const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics);
   void prepare_optimizers();
   void step_optimizers();
   // Captures the step on a copy of `batch` (the static buffers) and runs it
