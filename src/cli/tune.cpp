@@ -596,14 +596,9 @@ class Tuner {
     if (c.strategy == "ddp") {
       return "not with trainer.strategy=ddp";
     }
-    if (c.trainer.accumulate_grad_batches() != 1) {
-      return "not with gradient accumulation";
-    }
-    if (c.trainer.precision() == "16-mixed" || c.trainer.precision() == "16") {
-      return "not with 16-mixed's loss scaling";
-    }
-    if (c.trainer.on_nonfinite_loss() == "skip_step") {
-      return "not with trainer.on_nonfinite_loss=skip_step";
+    const std::string conflict = train::cuda_graphs_conflict(c.trainer);
+    if (!conflict.empty()) {
+      return conflict;
     }
     if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
       return "optimizer.name=" + optimizer + " has no graph-safe step";

@@ -133,6 +133,29 @@ TrainerOptions resolve_trainer_options(TrainerOptions options) {
   return options;
 }
 
+std::string cuda_graphs_conflict(const TrainerOptions& options) {
+  if (options.accumulate_grad_batches() != 1) {
+    return hotloop::detail::str_cat(
+        "trainer.cuda_graphs=true captures whole optimizer steps: set "
+        "trainer.accumulate_grad_batches=1 (got ",
+        options.accumulate_grad_batches(),
+        ")");
+  }
+  if (options.on_nonfinite_loss() == "skip_step") {
+    return "trainer.cuda_graphs=true with trainer.on_nonfinite_loss=skip_step: "
+           "a replayed step cannot be skipped; use stop or ignore";
+  }
+  const PrecisionMode precision = parse_precision_mode(options.precision());
+  if (precision == PrecisionMode::k16Mixed) {
+    return hotloop::detail::str_cat(
+        "trainer.cuda_graphs=true with trainer.precision=",
+        to_string(precision),
+        ": the loss scaler decides on the host whether to skip each step; use "
+        "bf16-mixed or 32-true");
+  }
+  return "";
+}
+
 namespace detail {
 
 int64_t resolve_limit(double limit, int64_t available, const char* name) {

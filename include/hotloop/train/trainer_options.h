@@ -166,6 +166,13 @@ struct TrainerOptions {
 /// each, once, no files). Returns the options a Trainer runs with.
 TrainerOptions resolve_trainer_options(TrainerOptions options);
 
+/// What of `options` a captured CUDA-graph step (trainer.cuda_graphs)
+/// cannot hold - gradient accumulation, on_nonfinite_loss=skip_step,
+/// 16-mixed's loss scaling - as the error text that names it; empty when
+/// nothing. The fit also refuses several processes and optimizers without
+/// a graph-safe step.
+std::string cuda_graphs_conflict(const TrainerOptions& options);
+
 namespace detail {
 
 /// `available` limited to `limit` batches; -1: all of them.

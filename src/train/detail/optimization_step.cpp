@@ -55,19 +55,8 @@ OptimizationStep::OptimizationStep(
 OptimizationStep::~OptimizationStep() = default;
 
 void OptimizationStep::use_cuda_graphs() {
-  const TrainerOptions& options = trainer_.options();
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      accumulate_ == 1,
-      "trainer.cuda_graphs=true captures whole optimizer steps: set "
-      "trainer.accumulate_grad_batches=1 (got ",
-      accumulate_,
-      ")");
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options.on_nonfinite_loss() != "skip_step",
-      "trainer.cuda_graphs=true with trainer.on_nonfinite_loss=skip_step: a "
-      "replayed step cannot be skipped; use stop or ignore");
+  const std::string conflict = cuda_graphs_conflict(trainer_.options());
+  HOTLOOP_CHECK_AS(ConfigError, conflict.empty(), conflict);
   HOTLOOP_CHECK_AS(
       ConfigError,
       trainer_.strategy().world_size() == 1,
@@ -75,13 +64,6 @@ void OptimizationStep::use_cuda_graphs() {
       trainer_.strategy().world_size(),
       " processes): the all-reduce runs from autograd hooks outside a "
       "capture");
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !scaler_.is_enabled(),
-      "trainer.cuda_graphs=true with trainer.precision=",
-      to_string(precision_.mode()),
-      ": the loss scaler decides on the host whether to skip each step; use "
-      "bf16-mixed or 32-true");
   graphed_ = std::make_unique<GraphedStep>(module_, setup_, precision_, [this] {
     for (const auto& parameters : parameters_) {
       clip_gradients(parameters);
