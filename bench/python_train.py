@@ -695,13 +695,14 @@ def parse_args(argv=None):
         parser.error("--batch-size, --block-size and --stride must be >= 0")
     if args.synthetic_size < 1:
         parser.error("--synthetic-size must be >= 1")
+    text = args.cnn_channels
     try:
-        args.cnn_channels = tuple(int(c) for c in args.cnn_channels.split(","))
+        args.cnn_channels = tuple(int(c) for c in text.split(","))
     except ValueError:
         args.cnn_channels = ()
     if not args.cnn_channels or min(args.cnn_channels) < 1:
         parser.error("--cnn-channels: expected positive integers separated "
-                     f"by commas, such as 16,32, got '{args.cnn_channels}'")
+                     f"by commas, such as 16,32, got '{text}'")
     if args.cnn_hidden < 1 or args.crop_padding < 0:
         parser.error("--cnn-hidden must be >= 1 and --crop-padding >= 0")
     if args.precision == "32-true":
