@@ -59,9 +59,30 @@ c10::intrusive_ptr<c10d::Store> connect_store(
   options.numWorkers = static_cast<std::size_t>(env.world_size);
   options.waitWorkers = false; // counted below, with a clearer error
   options.timeout = timeout;
+  // As in PyTorch, USE_LIBUV=0 asks for the store's classic server. Without
+  // the variable, every rank falls back to it where libuv was the default
+  // but LibTorch was built without it (compat::use_libuv_store): 2.6 then
+  // refuses to make a client too.
+  const char* use_libuv = std::getenv("USE_LIBUV");
+  if (use_libuv != nullptr && std::string(use_libuv) == "0") {
+    compat::use_libuv_store(options, false);
+  }
+  const auto serve_or_connect = [&] {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  };
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    try {
+      store = serve_or_connect();
+    } catch (const std::exception& error) {
+      const bool no_libuv = std::string(error.what()).find("without libuv") !=
+          std::string::npos;
+      if (use_libuv != nullptr || !no_libuv ||
+          !compat::use_libuv_store(options, false)) {
+        throw;
+      }
+      store = serve_or_connect();
+    }
   } catch (const std::exception& error) {
     const std::string what = error.what();
     if (options.isServer) {

@@ -6,6 +6,7 @@
 // after kWorkerLimit, so no test can hang.
 
 #include "hotloop/dist.h"
+#include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/tensor_dataset.h"
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -257,6 +259,39 @@ TEST(ProcessGroup, APortInUseIsNamed) {
       "rank 0 cannot serve the rendezvous at 127.0.0.1:" +
           std::to_string(port) + ": the port is in use");
   ::close(fd);
+}
+
+// LibTorch 2.4 and later serve the store on libuv by default; Debian 13's
+// 2.6 is built without it, so there rank 0 falls back to the classic
+// server, and USE_LIBUV=0 asks for that one as in PyTorch. Every
+// multi-process test below goes through the default.
+TEST(ProcessGroup, TheStoreIsServedWithOrWithoutLibuv) {
+  struct WithTheChoice {
+    bool useLibUV = true;
+  };
+  struct WithoutIt {
+    int port = 0;
+  };
+  WithTheChoice with;
+  EXPECT_TRUE(compat::use_libuv_store(with, false));
+  EXPECT_FALSE(with.useLibUV);
+  WithoutIt without;
+  EXPECT_FALSE(compat::use_libuv_store(without, false));
+
+  for (const char* use_libuv : {"0", ""}) {
+    SCOPED_TRACE(std::string("USE_LIBUV=") + use_libuv);
+    if (*use_libuv != '\0') {
+      ::setenv("USE_LIBUV", use_libuv, 1);
+    } else {
+      ::unsetenv("USE_LIBUV");
+    }
+    auto group = ProcessGroup::join(
+        local_env(0, 1, free_port()), ProcessGroupOptions().timeout(kTimeout));
+    at::Tensor sum = at::arange(3, at::kFloat);
+    group->all_reduce(sum);
+    EXPECT_TRUE(sum.equal(at::arange(3, at::kFloat)));
+  }
+  ::unsetenv("USE_LIBUV");
 }
 
 TEST(ProcessGroup, MissingProcessesAndADifferentWorldSizeAreNamed) {
@@ -1186,14 +1221,31 @@ TEST(Launcher, CtrlCReachesEveryRankOnceAndTheRunResumes) {
 }
 
 // torchrun, from HOTLOOP_TEST_PYTHON's torch (Debian's python3-torch by
-// default; skipped where it is missing).
+// default). Its tests skip where it is missing, or where its agent cannot
+// serve its own rendezvous store, as it does (a TCPStore with the default
+// server): Debian 13's torch 2.6 asks for libuv's server, which it is built
+// without, so its torchrun fails before it starts a process.
 // Its 1.13 on Python 3.11 fails at start unless --redirects and --tee name
 // one stream each (Python 3.11 no longer counts a flag's zero or combined
 // values as its members); stdout to a file and the console here.
-bool has_torchrun() {
+std::string why_no_torchrun() {
   const std::string probe = std::string(HOTLOOP_TEST_PYTHON) +
-      " -c 'import torch.distributed.run' >/dev/null 2>&1";
-  return std::system(probe.c_str()) == 0;
+      " -c 'import torch.distributed.run, torch.distributed as d; "
+      "d.TCPStore(\"127.0.0.1\", " +
+      std::to_string(free_port()) + ", 1, True)' 2>&1";
+  std::string output;
+  if (FILE* pipe = ::popen(probe.c_str(), "r")) {
+    char buffer[4096];
+    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+      output = buffer; // the last line: the error, where there is one
+    }
+    if (::pclose(pipe) == 0) {
+      return "";
+    }
+  }
+  return "needs a torchrun that can serve its store: " +
+      std::string(HOTLOOP_TEST_PYTHON) + " -m torch.distributed.run (" +
+      output.substr(0, output.find('\n')) + ")";
 }
 
 // python3's arguments for torchrun starting 2 processes of hotloop on this
@@ -1215,9 +1267,8 @@ std::vector<std::string> torchrun_two(
 }
 
 TEST(Torchrun, StartsTheSameProgramOnOneNode) {
-  if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
-                 << " -m torch.distributed.run";
+  if (const std::string why = why_no_torchrun(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   TempDir dir;
   const auto args = torchrun_two(
@@ -1231,9 +1282,8 @@ TEST(Torchrun, StartsTheSameProgramOnOneNode) {
 }
 
 TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
-  if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
-                 << " -m torch.distributed.run";
+  if (const std::string why = why_no_torchrun(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   TempDir dir;
   const auto args = torchrun_two(
@@ -1269,9 +1319,8 @@ TEST(Torchrun, ARestartedGroupResumesFromTheNewestCheckpoint) {
 }
 
 TEST(Torchrun, TwoNodesOnOneMachine) {
-  if (!has_torchrun()) {
-    GTEST_SKIP() << "needs torchrun: " << HOTLOOP_TEST_PYTHON
-                 << " -m torch.distributed.run";
+  if (const std::string why = why_no_torchrun(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   TempDir dir;
   const std::string port = std::to_string(free_port());

@@ -11,6 +11,8 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 /// LibTorch's version as one comparable number: 1.13 -> 113, 2.4 -> 204.
 #define HOTLOOP_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
@@ -127,6 +129,30 @@ inline at::Tensor causal_attention(
   }
   return att.matmul(v);
 #endif
+}
+
+/// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
+/// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise
+/// (`TCPStoreOptions::useLibUV`, added in 2.2), and one built without libuv,
+/// such as Debian 13's 2.6, then cannot serve the store at all. Returns
+/// whether this LibTorch has the choice; 1.13's store has only the classic
+/// server. Both speak the same protocol to the store's clients.
+template <typename StoreOptions, typename = void>
+struct HasUseLibUV : std::false_type {};
+template <typename StoreOptions>
+struct HasUseLibUV<
+    StoreOptions,
+    std::void_t<decltype(std::declval<StoreOptions&>().useLibUV)>>
+    : std::true_type {};
+
+template <typename StoreOptions>
+bool use_libuv_store(StoreOptions& options, bool use) {
+  if constexpr (HasUseLibUV<StoreOptions>::value) {
+    options.useLibUV = use;
+    return true;
+  } else {
+    return false;
+  }
 }
 
 } // namespace hotloop::compat
