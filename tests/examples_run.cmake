@@ -1,6 +1,7 @@
 # Installs hotloop from BUILD_DIR into WORK_DIR/prefix, runs the installed
 # CLI from there, then builds the programs of examples/ (SOURCE_DIR) against
-# it with find_package(hotloop) and runs them: the README's library example
+# it with find_package(hotloop), with the build's GENERATOR and
+# CXX_COMPILER, and runs them: the README's library example
 # trains an epoch of Fashion-MNIST (DATA_ROOT), and own_model trains,
 # resumes, validates and reports a model and dataset it registers.
 if(DEFINED ENV{HOTLOOP_FASHION_MNIST_ROOT})
@@ -45,7 +46,7 @@ run_step(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/pr
 run_step(COMMAND ${WORK_DIR}/prefix/bin/hotloop --version
   MATCHES "^hotloop [0-9]+\\.[0-9]+\\.[0-9]+ \\(LibTorch ")
 run_step(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+  -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
   -DTorch_DIR=${TORCH_DIR})
 run_step(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 
