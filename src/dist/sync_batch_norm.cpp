@@ -1,5 +1,6 @@
 #include "hotloop/dist/sync_batch_norm.h"
 
+#include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
@@ -98,7 +99,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
                              input.scalar_type() == at::kBFloat16;
   const at::Tensor x = low_precision ? input.to(at::kFloat) : input;
   const double local = static_cast<double>(input.numel() / channels);
-  const at::Tensor sums = AllReduceSum::apply(
+  const at::Tensor sums = compat::apply_function<AllReduceSum>(
       at::cat({x.sum(dims), at::full({1}, local, x.options())}), group_);
   const double count = sums[channels].item<double>();
   HOTLOOP_CHECK(
@@ -111,8 +112,9 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
       count);
   const at::Tensor mean = sums.narrow(0, 0, channels) / count;
   const at::Tensor centered = x - mean.view(shape);
-  const at::Tensor var =
-      AllReduceSum::apply(centered.square().sum(dims), group_) / count;
+  const at::Tensor square_sums = compat::apply_function<AllReduceSum>(
+      centered.square().sum(dims), group_);
+  const at::Tensor var = square_sums / count;
   at::Tensor out = centered * (var + options.eps()).rsqrt().view(shape);
   if (weight.defined()) {
     out = at::addcmul(bias.view(shape), out, weight.view(shape));

@@ -121,16 +121,6 @@ class CheckpointFunction
 
 } // namespace
 
-// GCC 14 at -O2 takes the vector<bool>::reserve in LibTorch 2.x's
-// Function::apply, inlined below, for a write past an 8-byte buffer
-// (-Wstringop-overflow, -Warray-bounds). The vector is empty and reserves
-// one flag per argument; the warning is a false positive of the compiler's
-// on vector<bool>, so it is silenced for this function alone.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 14
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
-#pragma GCC diagnostic ignored "-Warray-bounds"
-#endif
 std::vector<at::Tensor> checkpoint(
     const Segment& segment,
     const std::vector<at::Tensor>& inputs,
@@ -153,11 +143,9 @@ std::vector<at::Tensor> checkpoint(
   recipe->cpu_dtype = compat::autocast_dtype(c10::DeviceType::CPU);
   recipe->cuda_autocast = compat::autocast_enabled(c10::DeviceType::CUDA);
   recipe->cuda_dtype = compat::autocast_dtype(c10::DeviceType::CUDA);
-  return CheckpointFunction::apply(recipe, at::TensorList(inputs));
+  return compat::apply_function<CheckpointFunction>(
+      recipe, at::TensorList(inputs));
 }
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 14
-#pragma GCC diagnostic pop
-#endif
 
 at::Tensor checkpoint(
     const std::function<at::Tensor(const at::Tensor&)>& segment,

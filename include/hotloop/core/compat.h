@@ -131,6 +131,27 @@ inline at::Tensor causal_attention(
 #endif
 }
 
+/// `Function::apply(args...)` of a `torch::autograd::Function`. GCC 14 at
+/// -O2 takes the `vector<bool>::reserve` that LibTorch 2.x's `apply` makes
+/// of its input flags for a write past an 8-byte buffer
+/// (-Wstringop-overflow, -Warray-bounds; the vector is empty and reserves
+/// one flag per argument): a false positive of the compiler's on
+/// `vector<bool>`, silenced here for this call alone. GCC judges inlined
+/// code by the pragmas of the function it ends up in, so `apply` is
+/// inlined into this one (flatten) and this one into no other (noinline).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 14
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#endif
+template <typename Function, typename... Args>
+[[gnu::noinline, gnu::flatten]] auto apply_function(Args&&... args) {
+  return Function::apply(std::forward<Args>(args)...);
+}
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 14
+#pragma GCC diagnostic pop
+#endif
+
 /// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
 /// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise
 /// (`TCPStoreOptions::useLibUV`, added in 2.2), and one built without libuv,
