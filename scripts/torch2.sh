@@ -3,9 +3,8 @@
 # without a GPU: Debian 13 (trixie) ships LibTorch 2.6 (CPU) with c10d's
 # Gloo group, so a Debian 13 root made with debootstrap gives the 2.x build,
 # the 2.x c10d (process-group backends, the 2.x Reducer) and the data-parallel
-# tests over Gloo, with the same compiler flags as on a GPU machine but none
-# of its CUDA code. Needs root (debootstrap, chroot, mounts) and Debian's
-# package mirror.
+# tests over Gloo, built with GCC 14, but none of the CUDA code. Needs root
+# (debootstrap, chroot, mounts) and Debian's package mirror.
 #
 #   scripts/torch2.sh                   # make the root if needed, build, the whole suite
 #   scripts/torch2.sh -R 'DDP|Launcher' # extra arguments go to ctest
@@ -23,7 +22,7 @@
 # cannot run there.
 #
 # The roots are /var/cache/hotloop/torch2-root (2.3 GB) and
-# torch2-cuda-root (10 GB) there (HOTLOOP_TORCH2_ROOT=DIR to put one
+# torch2-cuda-root (11 GB) there (HOTLOOP_TORCH2_ROOT=DIR to put one
 # elsewhere), the build folders build-torch2/ and build-torch2-cuda/. The
 # tree is mounted into the root at /src while the script runs and unmounted
 # when it ends.
