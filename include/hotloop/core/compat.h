@@ -152,12 +152,7 @@ template <typename Function, typename... Args>
 #pragma GCC diagnostic pop
 #endif
 
-/// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
-/// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise
-/// (`TCPStoreOptions::useLibUV`, added in 2.2), and one built without libuv,
-/// such as Debian 13's 2.6, then cannot serve the store at all. Returns
-/// whether this LibTorch has the choice; 1.13's store has only the classic
-/// server. Both speak the same protocol to the store's clients.
+namespace detail {
 template <typename StoreOptions, typename = void>
 struct HasUseLibUV : std::false_type {};
 template <typename StoreOptions>
@@ -165,10 +160,18 @@ struct HasUseLibUV<
     StoreOptions,
     std::void_t<decltype(std::declval<StoreOptions&>().useLibUV)>>
     : std::true_type {};
+} // namespace detail
 
+/// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
+/// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise
+/// (`TCPStoreOptions::useLibUV`), and one built without libuv, such as
+/// Debian 13's 2.6, then cannot make a store at all. Returns whether this
+/// LibTorch has the choice (the member is looked for, not the version);
+/// 1.13's store has only the classic server. Both speak the same protocol
+/// to the store's clients.
 template <typename StoreOptions>
 bool use_libuv_store(StoreOptions& options, bool use) {
-  if constexpr (HasUseLibUV<StoreOptions>::value) {
+  if constexpr (detail::HasUseLibUV<StoreOptions>::value) {
     options.useLibUV = use;
     return true;
   } else {
