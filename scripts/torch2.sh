@@ -149,14 +149,21 @@ if [[ $mode == shell ]]; then
 fi
 
 configure="-G Ninja -DCMAKE_BUILD_TYPE=Release -DHOTLOOP_BUILD_TESTS=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-# Without cuDNN, the programs link with LibTorch's cuDNN symbols unresolved,
 if ((cuda)) && ! in_root "test -e /usr/lib/x86_64-linux-gnu/libcudnn.so.9"; then
-  # ... and GoogleTest lists the tests when ctest runs, not after the link.
+  # Without cuDNN the programs link with LibTorch's cuDNN symbols
+  # unresolved, and GoogleTest lists the tests when ctest runs, not after
+  # the link (the test program cannot start there).
   configure+=" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--unresolved-symbols=ignore-in-shared-libs"
   configure+=" -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST"
 fi
-in_root "cd /src && cmake -S . -B $BUILD $configure 2>&1 | grep -E '^-- hotloop:|Error|error' || true"
+mkdir -p "$BUILD"
+log=$PWD/$BUILD/configure.log
+in_root "cd /src && cmake -S . -B $BUILD $configure" >"$log" 2>&1 ||
+  { tail -n 30 "$log" >&2; die "configuring $BUILD failed; the whole output is $log"; }
+grep -E '^-- hotloop:' "$log" || true
+rm -f "$log"
 in_root "cd /src && cmake --build $BUILD --target hotloop_cli hotloop_tests"
 [[ $mode == build ]] && exit 0
-quoted=$(printf '%q ' "${ctest_args[@]}")
+quoted=""
+((${#ctest_args[@]} == 0)) || quoted=$(printf '%q ' "${ctest_args[@]}")
 in_root "cd /src && ctest --test-dir $BUILD --output-on-failure -j2 $quoted"
