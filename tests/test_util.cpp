@@ -153,11 +153,12 @@ const Reference& Reference::get(const std::string& file) {
   static std::map<std::string, Reference> cache;
   auto it = cache.find(file);
   if (it == cache.end()) {
-    it = cache
-             .emplace(
-                 file,
-                 Reference(std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
-             .first;
+    it =
+        cache
+            .emplace(
+                file,
+                Reference(std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
+            .first;
   }
   return it->second;
 }

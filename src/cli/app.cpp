@@ -27,8 +27,8 @@
 #include "hotloop/version.h"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -537,13 +537,13 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   train::write_file_atomically(output, [&](std::ostream& csv) {
     // With class names (image folders), also the file, the classes' names
     // and the top-k as "name:probability" pairs, most likely first.
-    const int64_t k = named
-        ? std::min<int64_t>(
-              std::max<int64_t>(config.top_k, 1),
-              static_cast<int64_t>(names.size()))
-        : 0;
+    const int64_t k = named ? std::min<int64_t>(
+                                  std::max<int64_t>(config.top_k, 1),
+                                  static_cast<int64_t>(names.size()))
+                            : 0;
     if (named) {
-      csv << "index," << (files ? "file," : "") << "prediction,class,probability,"
+      csv << "index," << (files ? "file," : "")
+          << "prediction,class,probability,"
           << (labeled ? "target,target_class," : "") << "top" << k << "\n";
     } else {
       csv << "index,prediction,probability,target\n";
@@ -553,7 +553,8 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       const at::Tensor probabilities = batch.to(at::kCPU).to(at::kDouble);
       const auto [best, predicted] = probabilities.max(1);
       const auto [top, top_classes] =
-          named ? probabilities.topk(k, 1) : std::tuple<at::Tensor, at::Tensor>();
+          named ? probabilities.topk(k, 1)
+                : std::tuple<at::Tensor, at::Tensor>();
       for (int64_t i = 0; i < probabilities.size(0); ++i, ++index) {
         const int64_t prediction = predicted[i].item<int64_t>();
         const int64_t target = labeled ? targets[index].item<int64_t>() : -1;
@@ -570,8 +571,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
           csv << "," << target;
         }
         if (named) {
-          csv << (labeled ? "," + log::csv_field(names.at(target)) : "")
-              << ",";
+          csv << (labeled ? "," + log::csv_field(names.at(target)) : "") << ",";
           std::string pairs;
           for (int64_t j = 0; j < k; ++j) {
             std::ostringstream pair;
@@ -661,7 +661,8 @@ int run(
         "checkpoint)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    std::set<std::string> flags = {"ckpt_path", "output", "help", "print_config"};
+    std::set<std::string> flags = {
+        "ckpt_path", "output", "help", "print_config"};
     if (command == "generate") {
       flags.erase("output");
       for (const char* const* flag = kGenerateFlags; *flag != nullptr; ++flag) {
@@ -678,7 +679,7 @@ int run(
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
-          << (command == "fit" ? " [--ckpt_path PATH|last]"
+          << (command == "fit"    ? " [--ckpt_path PATH|last]"
               : command == "tune" ? ""
                                   : " --ckpt_path PATH|last")
           << (command == "predict" ? " [--output FILE.csv]" : "")

@@ -33,7 +33,7 @@ T number_flag(
   T value{};
   in >> value;
   const bool bounded = lo != std::numeric_limits<T>::lowest() ||
-      hi != std::numeric_limits<T>::max();
+                       hi != std::numeric_limits<T>::max();
   HOTLOOP_CHECK_AS(
       ConfigError,
       !it->second.empty() && !in.fail() && in.peek() == EOF && value >= lo &&

@@ -480,7 +480,8 @@ void Config::set(
   }
   // A string may be empty as in YAML: `--key=`, `--key=""` (the quotes a
   // shell passes on when quoted again), `--key=null`, `--key=~`.
-  const bool empty_string = spec->type == OptionType::kString &&
+  const bool empty_string =
+      spec->type == OptionType::kString &&
       (value_text.empty() || value_text == "\"\"" || value_text == "''" ||
        value_text == "null" || value_text == "~");
   if (value_text.empty() && !empty_string) {
@@ -648,7 +649,8 @@ std::string help_text(const ConfigSchema& schema) {
   // follow the section's general options under a "<kind>:" subheading.
   const auto kind_of = [](const std::string& help) -> std::string {
     const size_t colon = help.find(": ");
-    if (colon == std::string::npos || colon == 0 || !std::islower(static_cast<unsigned char>(help[0])) ||
+    if (colon == std::string::npos || colon == 0 ||
+        !std::islower(static_cast<unsigned char>(help[0])) ||
         help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
             colon) {
       return "";
@@ -685,8 +687,7 @@ std::string help_text(const ConfigSchema& schema) {
       }
       if (kind.empty()) {
         print(row, row.help);
-      } else if (
-          std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      } else if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
         kinds.push_back(kind);
       }
     }

@@ -67,7 +67,8 @@ std::optional<double> optional_number(const Config& c, const std::string& key) {
 // The built-in names followed by those registered from the user's code.
 template <typename R>
 std::vector<std::string> with_registered(
-    const std::vector<std::string>& built_in, const std::vector<R>& registered) {
+    const std::vector<std::string>& built_in,
+    const std::vector<R>& registered) {
   std::vector<std::string> names = built_in;
   for (const R& r : registered) {
     names.push_back(r.name());
@@ -95,8 +96,8 @@ void add_registered_options(
         s.add(spec);
       } catch (const std::logic_error& e) {
         throw std::logic_error(
-            std::string("register_") + what + "(" + r.name() +
-            "): option " + spec.key + ": " + e.what());
+            std::string("register_") + what + "(" + r.name() + "): option " +
+            spec.key + ": " + e.what());
       }
     }
   }
@@ -696,8 +697,8 @@ ConfigSchema make_schema() {
           T::kFloat,
           "0.1",
           "text: the file's last fraction of windows kept for validation; "
-      "image_folder: the share of data.root validated on without "
-      "data.val_root; csv: the seeded share of rows validated on",
+          "image_folder: the share of data.root validated on without "
+          "data.val_root; csv: the seeded share of rows validated on",
           0,
           0.9));
   s.add(
@@ -1081,8 +1082,8 @@ ConfigSchema make_schema() {
           "3",
           "batch_size: optimizer steps per batch size tried",
           1));
-  s.add(
-      opt("tuner.init_val", T::kInt, "2", "batch_size: the first size tried", 1));
+  s.add(opt(
+      "tuner.init_val", T::kInt, "2", "batch_size: the first size tried", 1));
   s.add(
       opt("tuner.max_trials",
           T::kInt,
@@ -1169,7 +1170,8 @@ int64_t parse_bytes(const Config& c, const std::string& key) {
     }
   }
   throw ConfigError(
-      key + ": expected a size such as 6GiB, 500MB or a number of bytes, got '" +
+      key +
+      ": expected a size such as 6GiB, 500MB or a number of bytes, got '" +
       text + "'");
 }
 
@@ -1312,8 +1314,8 @@ FitConfig to_fit_config(const Config& c) {
       std::string name = columns.substr(start, comma - start);
       const size_t first = name.find_first_not_of(' ');
       name = first == std::string::npos
-          ? ""
-          : name.substr(first, name.find_last_not_of(' ') - first + 1);
+                 ? ""
+                 : name.substr(first, name.find_last_not_of(' ') - first + 1);
       HOTLOOP_CHECK_AS(
           ConfigError,
           !name.empty(),
@@ -1476,8 +1478,8 @@ FitConfig to_fit_config(const Config& c) {
   f.data.jpeg_draft = c.get_bool("data.jpeg_draft");
   f.data.on_bad_sample = c.get_string("data.on_bad_sample");
   f.data.idx_prefix = c.get_string("data.idx_prefix");
-  f.data.stats_from_data = f.data.dataset == "idx" &&
-      !c.is_set("data.mean") && !c.is_set("data.std");
+  f.data.stats_from_data = f.data.dataset == "idx" && !c.is_set("data.mean") &&
+                           !c.is_set("data.std");
   if (f.data.dataset == "image_folder") {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -1491,13 +1493,13 @@ FitConfig to_fit_config(const Config& c) {
     }
     if (!c.is_set("data.mean")) {
       f.data.transform.mean = f.data.channels == 3
-          ? std::vector<double>{0.485, 0.456, 0.406}
-          : std::vector<double>{0.449};
+                                  ? std::vector<double>{0.485, 0.456, 0.406}
+                                  : std::vector<double>{0.449};
     }
     if (!c.is_set("data.std")) {
       f.data.transform.std = f.data.channels == 3
-          ? std::vector<double>{0.229, 0.224, 0.225}
-          : std::vector<double>{0.226};
+                                 ? std::vector<double>{0.229, 0.224, 0.225}
+                                 : std::vector<double>{0.226};
     }
   }
 

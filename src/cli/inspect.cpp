@@ -51,8 +51,8 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
   const std::string& path = args[0];
   const train::CheckpointSummary s = train::describe_checkpoint(path);
   std::error_code ec;
-  out << "checkpoint " << path << " (" << grouped(static_cast<int64_t>(
-                                              std::filesystem::file_size(path, ec)))
+  out << "checkpoint " << path << " ("
+      << grouped(static_cast<int64_t>(std::filesystem::file_size(path, ec)))
       << " bytes)\n";
   char crc[9];
   std::snprintf(crc, sizeof(crc), "%08x", s.seal.stored_crc);

@@ -6,9 +6,9 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/csv_dataset.h"
 #include "hotloop/data/fashion_mnist.h"
-#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/image_folder.h"
 #include "hotloop/data/subset.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/token_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
@@ -127,7 +127,8 @@ Session image_session(const FitConfig& config, bool with_train) {
   const auto split = [&](bool train) {
     const auto& transform = train ? config.data.transform : eval_transform;
     if (const DatasetRegistration* own = find_dataset(config.data.dataset)) {
-      auto set = own->builder()(DatasetInputs{*config.config, train, transform});
+      auto set =
+          own->builder()(DatasetInputs{*config.config, train, transform});
       HOTLOOP_CHECK_AS(
           DataError,
           set != nullptr,
@@ -166,18 +167,20 @@ Session image_session(const FitConfig& config, bool with_train) {
 Session idx_session(const FitConfig& config, bool with_train) {
   const DataConfig& d = config.data;
   const bool idx = d.dataset == "idx";
-  const auto val =
-      data::load_mnist_split(d.root, /*train=*/false, std::nullopt, d.idx_prefix);
+  const auto val = data::load_mnist_split(
+      d.root, /*train=*/false, std::nullopt, d.idx_prefix);
   std::shared_ptr<data::ImageClassificationDataset> train;
   if (with_train || d.stats_from_data) {
-    train = data::load_mnist_split(d.root, /*train=*/true, std::nullopt, d.idx_prefix);
+    train = data::load_mnist_split(
+        d.root, /*train=*/true, std::nullopt, d.idx_prefix);
   }
   data::ImageTransformOptions train_transform = d.transform;
   if (d.stats_from_data) {
     std::tie(train_transform.mean, train_transform.std) =
         data::channel_statistics(train->images());
   }
-  const data::ImageTransformOptions eval_transform = evaluation(train_transform);
+  const data::ImageTransformOptions eval_transform =
+      evaluation(train_transform);
   Session session;
   if (with_train) {
     session.train_set = std::make_shared<data::ImageClassificationDataset>(
@@ -195,7 +198,10 @@ Session idx_session(const FitConfig& config, bool with_train) {
   }
   const auto& images = val->images();
   add_image_classifier(
-      session, config, {images.size(1), images.size(2), images.size(3)}, classes);
+      session,
+      config,
+      {images.size(1), images.size(2), images.size(3)},
+      classes);
   return session;
 }
 
@@ -367,8 +373,8 @@ Session image_folder_session(
     session.labeled = false;
   } else if (d.val_root.empty()) {
     val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
-    auto [train_indices, held_out] = data::random_split(
-        train_folder->size(), d.val_fraction, config.seed);
+    auto [train_indices, held_out] =
+        data::random_split(train_folder->size(), d.val_fraction, config.seed);
     if (with_train) {
       session.train_set = std::make_shared<data::Subset>(
           train_folder, std::move(train_indices));

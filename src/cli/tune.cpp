@@ -19,9 +19,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -137,8 +137,8 @@ double parse_duration(const std::string& text) {
   const double value = std::strtod(text.c_str(), &end);
   const std::string unit(end);
   const double scale = unit.empty() || unit == "s" ? 1
-      : unit == "m"                                ? 60
-      : unit == "h"                                ? 3600
+                       : unit == "m"               ? 60
+                       : unit == "h"               ? 3600
                                                    : -1;
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -156,7 +156,7 @@ bool cpu_has_bf16() {
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("flags", 0) == 0) {
       return line.find(" avx512_bf16") != std::string::npos ||
-          line.find(" amx_bf16") != std::string::npos;
+             line.find(" amx_bf16") != std::string::npos;
     }
   }
   return false;
@@ -196,19 +196,19 @@ class Windows {
 
   // The batch-size finder's answer from `from` up to `trials` doublings.
   int64_t largest_batch(int64_t from, int64_t trials, std::string* log) {
-    const Measurement m = run(
-        {{"tuner.batch_size", "power"},
-         {"tuner.init_val", std::to_string(from)},
-         {"tuner.max_trials", std::to_string(trials)},
-         {"tuner.steps_per_trial", "2"},
-         {"trainer.max_steps", "1"},
-         {"trainer.limit_val_batches", "0"}},
-        log);
+    const Measurement m =
+        run({{"tuner.batch_size", "power"},
+             {"tuner.init_val", std::to_string(from)},
+             {"tuner.max_trials", std::to_string(trials)},
+             {"tuner.steps_per_trial", "2"},
+             {"trainer.max_steps", "1"},
+             {"trainer.limit_val_batches", "0"}},
+            log);
     const std::string tag = "scale_batch_size: batch size ";
     const size_t at = log->rfind(tag);
     return m.ok && at != std::string::npos
-        ? std::atoll(log->c_str() + at + tag.size())
-        : 0;
+               ? std::atoll(log->c_str() + at + tag.size())
+               : 0;
   }
 
   bool interrupted() const {
@@ -297,15 +297,17 @@ class Windows {
       std::string last = text.substr(0, text.find_last_not_of('\n') + 1);
       const size_t error = last.rfind("error: ");
       last = error != std::string::npos
-          ? last.substr(error, last.find('\n', error) - error)
-          : last.substr(last.rfind('\n') + 1);
-      m.failure = timed_out
-          ? "stopped after " + std::to_string(static_cast<int>(timeout_s_)) +
-              " s, four times the given config's window"
-          : describe_status(status) + (last.empty() ? "" : ": " + last);
+                 ? last.substr(error, last.find('\n', error) - error)
+                 : last.substr(last.rfind('\n') + 1);
+      m.failure = timed_out ? "stopped after " +
+                                  std::to_string(static_cast<int>(timeout_s_)) +
+                                  " s, four times the given config's window"
+                            : describe_status(status) +
+                                  (last.empty() ? "" : ": " + last);
       return m;
     }
-    const fs::path summary_path = root / "window" / "version_0" / "summary.json";
+    const fs::path summary_path =
+        root / "window" / "version_0" / "summary.json";
     std::ifstream summary_file(summary_path);
     const nlohmann::json summary =
         nlohmann::json::parse(summary_file, nullptr, false);
@@ -318,10 +320,10 @@ class Windows {
     m.ok = true;
     m.samples_per_s = profile.value("steady_samples_per_s", 0.0) * world;
     m.validation_s = profile.value("validation", 0.0);
-    m.loss = summary.contains("train_loss") &&
-            summary.at("train_loss").is_number()
-        ? summary.at("train_loss").get<double>()
-        : kNaN;
+    m.loss =
+        summary.contains("train_loss") && summary.at("train_loss").is_number()
+            ? summary.at("train_loss").get<double>()
+            : kNaN;
     m.fit_s = summary.value("wall_s", 0.0);
     m.steps = summary.value("steps", int64_t{0});
     m.peak_bytes = world > 1 ? 0 : static_cast<int64_t>(usage.ru_maxrss) * 1024;
@@ -385,7 +387,11 @@ class Tuner {
   // Measures everything; returns the settings to write.
   Settings run() {
     baseline_.strategy = "given";
-    measure(baseline_, "sizing the windows on the given config", 1, kWarmupSteps + 20);
+    measure(
+        baseline_,
+        "sizing the windows on the given config",
+        1,
+        kWarmupSteps + 20);
     HOTLOOP_CHECK(
         baseline_.runs.front().ok,
         "hotloop tune: the given config does not train: ",
@@ -397,8 +403,15 @@ class Tuner {
     // short budget still sees every strategy, those that pay most often
     // first.
     static const std::vector<std::string> kPriority = {
-        "num_threads", "ddp", "num_workers", "batch_size", "channels_last",
-        "pin_memory", "cuda_graphs", "precision", "activation_checkpointing"};
+        "num_threads",
+        "ddp",
+        "num_workers",
+        "batch_size",
+        "channels_last",
+        "pin_memory",
+        "cuda_graphs",
+        "precision",
+        "activation_checkpointing"};
     std::vector<Candidate*> order;
     for (size_t round = 0;
          order.size() < candidates_.size() && round < candidates_.size();
@@ -479,9 +492,12 @@ class Tuner {
       if (&c == &baseline_ && !last && i > 0 && schedule[i - 1] == &baseline_) {
         continue; // nothing ran since the last one
       }
-      show(tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
-           i + 1, total);
-      c.runs.push_back(windows_.train(c.settings, c.steps > 0 ? c.steps : steps_));
+      show(
+          tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
+          i + 1,
+          total);
+      c.runs.push_back(
+          windows_.train(c.settings, c.steps > 0 ? c.steps : steps_));
     }
   }
 
@@ -563,8 +579,8 @@ class Tuner {
   // of the budget.
   bool over_budget(const Candidate& c, double share) const {
     const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
-    const double window =
-        startup_s_ + (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
+    const double window = startup_s_ + (window_s_ - startup_s_) * steps /
+                                           static_cast<double>(steps_);
     return elapsed() + window > budget_s_ * share;
   }
 
@@ -608,7 +624,8 @@ class Tuner {
 
   // The best candidate of `strategy`, if any beats the given config beyond
   // the noise with the loss within tolerance; its verdict in `verdicts_`.
-  const Candidate* winner(const std::string& strategy, const std::string& label);
+  const Candidate* winner(
+      const std::string& strategy, const std::string& label);
   // The spread of the given config's windows against their neighbours.
   double baseline_noise() const;
 
@@ -665,8 +682,8 @@ void Tuner::add_candidates() {
       lr << std::setprecision(6)
          << train::scale_learning_rate(c.optimizer.lr, batch, size, rule);
       // As many samples as the given config's window.
-      const int64_t steps = std::max<int64_t>(
-          kWarmupSteps + 10, steps_ * batch / size);
+      const int64_t steps =
+          std::max<int64_t>(kWarmupSteps + 10, steps_ * batch / size);
       add("batch_size",
           {{"data.batch_size", std::to_string(size)},
            {"optimizer.lr", lr.str()}},
@@ -682,10 +699,12 @@ void Tuner::add_candidates() {
     add("precision", {{"trainer.precision", "16-mixed"}});
   }
   const bool convolutional = c.model_name == "fashion_cnn" ||
-      c.model_name == "resnet18" || c.model_name == "resnet34";
+                             c.model_name == "resnet18" ||
+                             c.model_name == "resnet34";
   if (convolutional) {
     add("channels_last",
-        {{"trainer.channels_last", c.trainer.channels_last() ? "false" : "true"}});
+        {{"trainer.channels_last",
+          c.trainer.channels_last() ? "false" : "true"}});
   }
   if (cuda_ && !c.data.pin_memory) {
     add("pin_memory", {{"data.pin_memory", "true"}});
@@ -695,8 +714,9 @@ void Tuner::add_candidates() {
   }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
-  const bool checkpointable = c.model_name == "gpt" || c.model_name == "resnet18" ||
-      c.model_name == "resnet34";
+  const bool checkpointable = c.model_name == "gpt" ||
+                              c.model_name == "resnet18" ||
+                              c.model_name == "resnet34";
   if (checkpointable && largest > 0 && largest < 2 * batch &&
       !c.activation_checkpointing && !c.gpt.activation_checkpointing()) {
     std::ostringstream lr;
@@ -751,8 +771,12 @@ void Tuner::measure_validation() {
       skipped_.push_back("data.val_batch_size=" + std::to_string(size));
       continue;
     }
-    val_candidates_.push_back(
-        Candidate{"val_batch_size", {{"data.val_batch_size", std::to_string(size)}}, false, 0, {}});
+    val_candidates_.push_back(Candidate{
+        "val_batch_size",
+        {{"data.val_batch_size", std::to_string(size)}},
+        false,
+        0,
+        {}});
     validate(val_candidates_.back());
   }
 }
@@ -760,8 +784,8 @@ void Tuner::measure_validation() {
 double Tuner::baseline_noise() const {
   const Ratios own = ratios(baseline_);
   return own.values.size() >= 2
-      ? own.noise
-      : noise(field(baseline_.runs, &Measurement::samples_per_s));
+             ? own.noise
+             : noise(field(baseline_.runs, &Measurement::samples_per_s));
 }
 
 const Candidate* Tuner::winner(
@@ -796,8 +820,8 @@ const Candidate* Tuner::winner(
     const double loss = median(field(c.runs, &Measurement::loss));
     const double loss_change =
         std::isfinite(loss) && std::isfinite(base_loss) && base_loss != 0
-        ? (loss - base_loss) / std::abs(base_loss)
-        : 0;
+            ? (loss - base_loss) / std::abs(base_loss)
+            : 0;
     // Beyond the noise: a gain larger than either spread, and every window
     // faster than the given config's around it.
     const double margin = std::max({base_noise, r.noise, kMinimumGain});
@@ -808,10 +832,10 @@ const Candidate* Tuner::winner(
     if (loss_change > tolerance_ ||
         (!c.changes_recipe && std::abs(loss_change) > tolerance_)) {
       std::ostringstream why;
-      why << describe(c.settings) << " is " << std::fixed << std::setprecision(2)
-          << r.median << "x but changes the loss by " << std::showpos
-          << std::setprecision(1) << 100 * loss_change << std::noshowpos
-          << "% (tolerance " << 100 * tolerance_ << "%)";
+      why << describe(c.settings) << " is " << std::fixed
+          << std::setprecision(2) << r.median << "x but changes the loss by "
+          << std::showpos << std::setprecision(1) << 100 * loss_change
+          << std::noshowpos << "% (tolerance " << 100 * tolerance_ << "%)";
       rejected = why.str();
       continue;
     }
@@ -876,7 +900,7 @@ void Tuner::decide() {
       "data.batch_size (" + batch_rule_ + " rule for optimizer.lr)",
       largest_batch_ > 0
           ? "twice the batch does not fit in memory (the finder stopped at " +
-              std::to_string(largest_batch_) + "): kept the given"
+                std::to_string(largest_batch_) + "): kept the given"
           : std::string("the batch-size finder failed: kept the given"));
   consider(
       "precision",
@@ -896,7 +920,7 @@ void Tuner::decide() {
   consider(
       "cuda_graphs",
       "trainer.cuda_graphs",
-      !cuda_                 ? std::string("needs a CUDA device: not tried")
+      !cuda_                ? std::string("needs a CUDA device: not tried")
       : graphable().empty() ? std::string("not measured within the budget")
                             : graphable() + ": not tried");
   // fp16's loss scaling decides on the host whether a step happens, which a
@@ -925,9 +949,10 @@ void Tuner::decide() {
   consider(
       "ddp",
       "trainer.strategy=ddp (processes x threads)",
-      std::string(cuda_ ? "one device here"
-                  : config_.strategy == "ddp" ? "already on"
-                                              : "too few cores") +
+      std::string(
+          cuda_                       ? "one device here"
+          : config_.strategy == "ddp" ? "already on"
+                                      : "too few cores") +
           ": not tried");
   // Settings of the winners; DDP's per-process batch follows the chosen
   // global batch, and its threads replace the single process's.
@@ -970,11 +995,13 @@ void Tuner::decide() {
   }
   // The validation batch.
   {
-    const std::vector<double> base = field(val_baseline_.runs, &Measurement::validation_s);
+    const std::vector<double> base =
+        field(val_baseline_.runs, &Measurement::validation_s);
     const Candidate* best = nullptr;
     double best_s = median(base);
     for (const Candidate& c : val_candidates_) {
-      const std::vector<double> times = field(c.runs, &Measurement::validation_s);
+      const std::vector<double> times =
+          field(c.runs, &Measurement::validation_s);
       const double t = median(times);
       const double margin = std::max({noise(base), noise(times), kMinimumGain});
       if (!times.empty() && t < median(base) * (1 - margin) &&
@@ -1031,7 +1058,8 @@ void Tuner::decide() {
       Settings alone;
       for (const auto& kv : settings) {
         const bool in_single = std::any_of(
-            single->settings.begin(), single->settings.end(),
+            single->settings.begin(),
+            single->settings.end(),
             [&](const auto& s) { return s.first == kv.first; });
         if (in_single || kv.first == "data.val_batch_size") {
           alone.push_back(kv);
@@ -1053,7 +1081,8 @@ void Tuner::decide() {
 
 void Tuner::print(std::ostream& out) const {
   const auto row = [&](const Candidate& c, const std::string& label) {
-    const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
+    const std::vector<double> rates =
+        field(c.runs, &Measurement::samples_per_s);
     out << "  " << std::left << std::setw(16) << label << std::setw(58)
         << describe(c.settings).substr(0, 57) << std::right;
     if (rates.empty()) {
@@ -1069,9 +1098,9 @@ void Tuner::print(std::ostream& out) const {
     const Ratios r = ratios(c);
     const bool given = &c == &baseline_;
     out << std::fixed << std::setprecision(0) << std::setw(10) << median(rates)
-        << std::setprecision(2) << std::setw(8)
-        << (given ? 1.0 : r.median) << "x" << std::setprecision(1)
-        << std::setw(7) << 100 * (given ? baseline_noise() : r.noise) << "%"
+        << std::setprecision(2) << std::setw(8) << (given ? 1.0 : r.median)
+        << "x" << std::setprecision(1) << std::setw(7)
+        << 100 * (given ? baseline_noise() : r.noise) << "%"
         << std::setprecision(0) << std::setw(9)
         << (peak > 0 ? std::to_string(static_cast<int64_t>(peak / (1 << 20)))
                      : std::string("-"))
@@ -1082,7 +1111,8 @@ void Tuner::print(std::ostream& out) const {
   out << "  " << std::left << std::setw(16) << "strategy" << std::setw(58)
       << "setting" << std::right << std::setw(10) << "samples/s" << std::setw(9)
       << "vs given" << std::setw(8) << "noise" << std::setw(9) << "peak MiB"
-      << std::setw(9) << "loss" << "\n";
+      << std::setw(9) << "loss"
+      << "\n";
   row(baseline_, "given");
   for (const Candidate& c : candidates_) {
     if (!c.runs.empty()) {
@@ -1092,7 +1122,8 @@ void Tuner::print(std::ostream& out) const {
   if (!combined_.runs.empty()) {
     row(combined_, "together");
   }
-  const std::vector<double> base_val = field(val_baseline_.runs, &Measurement::validation_s);
+  const std::vector<double> base_val =
+      field(val_baseline_.runs, &Measurement::validation_s);
   if (!base_val.empty()) {
     out << "\n  validation of the whole split: data.val_batch_size="
         << config_.data.val_batch_size << " " << std::fixed
@@ -1125,8 +1156,8 @@ std::string Tuner::header() const {
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  text << "# Written by hotloop tune on " << date << ", "
-       << hardware_threads() << " cores: the given config";
+  text << "# Written by hotloop tune on " << date << ", " << hardware_threads()
+       << " cores: the given config";
   if (chosen_.empty()) {
     text << " unchanged (nothing measured beat it beyond the noise).\n";
   } else {
@@ -1175,15 +1206,14 @@ class WorkDir {
 
 int run_tune(const ParsedArgs& args, std::ostream& out) {
   const double budget_s = args.extra.count("budget")
-      ? parse_duration(args.extra.at("budget"))
-      : 300;
-  const int64_t repeats =
-      number_flag<int64_t>(args, "repeats", 3, 2, 20);
+                              ? parse_duration(args.extra.at("budget"))
+                              : 300;
+  const int64_t repeats = number_flag<int64_t>(args, "repeats", 3, 2, 20);
   const double tolerance =
       number_flag<double>(args, "loss_tolerance", 0.02, 0, 1);
   const std::string output = args.extra.count("output")
-      ? args.extra.at("output")
-      : std::string("tuned.yaml");
+                                 ? args.extra.at("output")
+                                 : std::string("tuned.yaml");
   to_fit_config(args.config); // the config's own errors first
   WorkDir workdir;
   if (args.extra.count("keep_windows")) {

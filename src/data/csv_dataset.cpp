@@ -252,7 +252,8 @@ CsvDataset::Parsed CsvDataset::parse(
               at != names.end() && at - names.begin() != label,
               "data.feature_columns: '",
               wanted,
-              at == names.end() ? "' is not a column of " : "' is the label of ",
+              at == names.end() ? "' is not a column of "
+                                : "' is the label of ",
               path);
           feature_slot[at - names.begin()] = feature_count++;
         }
@@ -313,9 +314,11 @@ CsvDataset::Parsed CsvDataset::parse(
       at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
   if (label < 0) {
     parsed.labeled = false;
-    parsed.labels = options.regression()
-        ? at::full({rows}, std::numeric_limits<float>::quiet_NaN(), at::kFloat)
-        : at::full({rows}, -1, at::kLong);
+    parsed.labels =
+        options.regression()
+            ? at::full(
+                  {rows}, std::numeric_limits<float>::quiet_NaN(), at::kFloat)
+            : at::full({rows}, -1, at::kLong);
     parsed.class_names = options.classes();
     parsed.num_classes = static_cast<int64_t>(parsed.class_names.size());
   } else if (options.regression()) {
@@ -400,7 +403,7 @@ CsvDataset::Parsed CsvDataset::parse(
                          parsed.class_names.begin(),
                          parsed.class_names.end(),
                          label_texts[i]) -
-            parsed.class_names.begin();
+                     parsed.class_names.begin();
       }
     }
     parsed.labels = at::from_blob(classes.data(), {rows}, at::kLong).clone();

@@ -13,9 +13,9 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -28,9 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <filesystem>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -175,11 +175,18 @@ void seal(std::string& zip) {
       zip.size() >= kEnd && zip.compare(zip.size() - kEnd, 4, "PK\5\6") == 0 &&
           zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
       "save_checkpoint: the archive does not end in a zip end record");
-  const auto crc = static_cast<uint32_t>(::crc32_z(
-      0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
+  const auto crc = static_cast<uint32_t>(
+      ::crc32_z(0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
   const std::string comment = hotloop::detail::str_cat(
-      kSealTag, "format=", kFormatVersion, " crc32=", detail::hex32(crc),
-      " hotloop=", HOTLOOP_VERSION, " libtorch=", torch_version());
+      kSealTag,
+      "format=",
+      kFormatVersion,
+      " crc32=",
+      detail::hex32(crc),
+      " hotloop=",
+      HOTLOOP_VERSION,
+      " libtorch=",
+      torch_version());
   zip[zip.size() - 2] = static_cast<char>(comment.size() & 0xFF);
   zip[zip.size() - 1] = static_cast<char>(comment.size() >> 8);
   zip += comment;
@@ -235,14 +242,22 @@ void check_same_model(
     if (i < saved.size() && i < here.size() && saved[i] == here[i]) {
       continue;
     }
-    if (i < saved.size() && i < here.size() && saved[i].first == here[i].first) {
+    if (i < saved.size() && i < here.size() &&
+        saved[i].first == here[i].first) {
       throw Error(hotloop::detail::str_cat(
-          path, ": the checkpoint's model differs from this one: '",
-          saved[i].first, "' is ", saved[i].second, " in the checkpoint and ",
-          here[i].second, " here (were the model options changed?)"));
+          path,
+          ": the checkpoint's model differs from this one: '",
+          saved[i].first,
+          "' is ",
+          saved[i].second,
+          " in the checkpoint and ",
+          here[i].second,
+          " here (were the model options changed?)"));
     }
     throw Error(hotloop::detail::str_cat(
-        path, ": the checkpoint's model differs from this one: entry ", i + 1,
+        path,
+        ": the checkpoint's model differs from this one: entry ",
+        i + 1,
         " is ",
         i < saved.size() ? "'" + saved[i].first + "' " + saved[i].second
                          : std::string("absent"),
@@ -320,13 +335,13 @@ void remove_stale_temporaries(const fs::path& folder) {
     }
   }
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(
-           folder.empty() ? fs::path(".") : folder, ec)) {
+  for (const auto& entry :
+       fs::directory_iterator(folder.empty() ? fs::path(".") : folder, ec)) {
     // `<name>.tmp.XXXXXX`: mkstemp's six letters and digits.
     const std::string name = entry.path().filename().string();
     const size_t at = name.rfind(".tmp.");
-    const bool ours = at != std::string::npos && at > 0 &&
-        name.size() == at + 5 + 6 &&
+    const bool ours =
+        at != std::string::npos && at > 0 && name.size() == at + 5 + 6 &&
         std::all_of(name.begin() + at + 5, name.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) != 0;
         });
@@ -343,13 +358,15 @@ void remove_stale_temporaries(const fs::path& folder) {
 // a damaged archive (std::out_of_range from a map lookup, seen), become one
 // line naming the file.
 [[noreturn]] void rethrow_as_load_error(const std::string& path) {
-  constexpr const char* kWhat = ": cannot load checkpoint (corrupted or truncated?): ";
+  constexpr const char* kWhat =
+      ": cannot load checkpoint (corrupted or truncated?): ";
   try {
     throw;
   } catch (const Error&) {
     throw;
   } catch (const c10::Error& e) {
-    throw Error(hotloop::detail::str_cat(path, kWhat, e.what_without_backtrace()));
+    throw Error(
+        hotloop::detail::str_cat(path, kWhat, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     throw Error(hotloop::detail::str_cat(path, kWhat, e.what()));
   }
@@ -499,13 +516,15 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   result.stored_crc = static_cast<uint32_t>(
       std::strtoul(seal_field(end.comment, "crc32").c_str(), nullptr, 16));
   // Every byte before the comment's length field.
-  result.computed_crc = detail::crc32_of(
-      in, 0, end.offset + detail::kZipEndRecordSize - 2, path);
+  result.computed_crc =
+      detail::crc32_of(in, 0, end.offset + detail::kZipEndRecordSize - 2, path);
   result.intact = result.computed_crc == result.stored_crc;
   if (!result.intact) {
     result.problem = hotloop::detail::str_cat(
-        "its checksum says ", detail::hex32(result.stored_crc),
-        ", its content gives ", detail::hex32(result.computed_crc));
+        "its checksum says ",
+        detail::hex32(result.stored_crc),
+        ", its content gives ",
+        detail::hex32(result.computed_crc));
   }
   return result;
 }
@@ -627,7 +646,9 @@ TrainingProgress load_checkpoint(
     c10::IValue signature;
     if (archive.try_read("model_parameters", signature)) {
       check_same_model(
-          path, parse_signature(signature.toStringRef()), model_signature(model));
+          path,
+          parse_signature(signature.toStringRef()),
+          model_signature(model));
     }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);

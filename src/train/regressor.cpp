@@ -36,7 +36,8 @@ void Regressor::evaluate(
   metrics.log(prefix + "_mae", error.abs().mean(), n);
 }
 
-at::Tensor Regressor::predict_step(const data::Batch& batch, int64_t batch_idx) {
+at::Tensor Regressor::predict_step(
+    const data::Batch& batch, int64_t batch_idx) {
   return predict(batch);
 }
 

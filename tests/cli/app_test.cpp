@@ -1,6 +1,6 @@
 #include "hotloop/cli/app.h"
-#include "hotloop/cli/registry.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/registry.h"
 #include "hotloop/log/confusion.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -27,8 +27,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <iomanip>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <sstream>
 
@@ -460,7 +460,8 @@ TEST(Cli, AResumedRunGoesOnInItsFolderWithOneHistory) {
       "--model_checkpoint.save_top_k=-1"};
   Result r = run_cli(small_fit(dir, flags));
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::string whole = read_text((run / "version_0" / "metrics.csv").string());
+  const std::string whole =
+      read_text((run / "version_0" / "metrics.csv").string());
   // Resume from the first epoch's checkpoint: the rows of the later steps
   // are dropped and logged again, the same values (the resume is bitwise).
   const std::string ckpt =
@@ -502,12 +503,13 @@ TEST(Cli, AnEmptyMonitorKeepsTheNewestAndStepSavesWaitForTheMetric) {
        "--trainer.name=newest"}));
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(
-           dir.file("runs/newest/version_0/checkpoints"))) {
+  for (const auto& entry :
+       fs::directory_iterator(dir.file("runs/newest/version_0/checkpoints"))) {
     files.push_back(entry.path().filename().string());
   }
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
+  EXPECT_EQ(
+      files, (std::vector<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
   // A validation metric with saves every step: before the first validation
   // there is nothing to rank by, so only last.ckpt is written, as Lightning.
   r = run_cli(small_fit(
@@ -541,7 +543,8 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
           "integrity: verified \\(crc32 [0-9a-f]{8}\\), format 2, written by "
           "hotloop " HOTLOOP_VERSION " with LibTorch [0-9.]+"));
   EXPECT_THAT(r.out, HasSubstr("progress: 1 epochs completed, step 2\n"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("model: [0-9]+ parameters and buffers"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("model: [0-9]+ parameters and buffers"));
   EXPECT_THAT(r.out, HasSubstr("optimizers: 1, schedules: 1"));
   EXPECT_THAT(r.out, HasSubstr("metrics: "));
   // Another model size is refused, naming the parameter and both shapes.
@@ -559,8 +562,10 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
   r = run_cli({"checkpoint", ckpt});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: its checksum says "));
-  EXPECT_THAT(r.out, HasSubstr("content: not read (the file changed after "
-                               "hotloop wrote it)\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("content: not read (the file changed after "
+                "hotloop wrote it)\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("progress:")));
   r = run_cli(small_fit(dir, {"--ckpt_path=" + ckpt}));
   EXPECT_EQ(r.code, 1);
@@ -578,8 +583,10 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
       r.out,
       ::testing::ContainsRegex(
           "integrity: CORRUPTED: record '[^']+' fails its CRC-32 check"));
-  EXPECT_THAT(r.out, HasSubstr("content: not read (LibTorch's reader does "
-                               "not check damaged records)\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("content: not read (LibTorch's reader does "
+                "not check damaged records)\n"));
   r = run_cli({"checkpoint"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("usage: hotloop checkpoint PATH"));
@@ -702,7 +709,8 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   // folders, sorted, and the model's head has one logit per class.
   EXPECT_THAT(r.out, HasSubstr("fit: 180 training samples"));
   const fs::path run = fs::path(dir.file("runs")) / "folder" / "version_0";
-  EXPECT_EQ(read_text((run / "classes.txt").string()), "east\nnorth\nsouth\nwest\n");
+  EXPECT_EQ(
+      read_text((run / "classes.txt").string()), "east\nnorth\nsouth\nwest\n");
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
 
   const std::string csv = dir.file("predictions.csv");
@@ -716,7 +724,8 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line, "index,file,prediction,class,probability,target,target_class,top2");
+  EXPECT_EQ(
+      line, "index,file,prediction,class,probability,target,target_class,top2");
   int64_t rows = 0;
   int64_t right = 0;
   const std::vector<std::string> names = {"east", "north", "south", "west"};
@@ -779,10 +788,13 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(
       r.out,
-      HasSubstr("per class (accuracy: the share of the class predicted right)"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  north +[01]\\.[0-9]{4} +[0-9]+\n"));
+      HasSubstr(
+          "per class (accuracy: the share of the class predicted right)"));
   EXPECT_THAT(
-      r.out, HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
+      r.out, ::testing::ContainsRegex("\n  north +[01]\\.[0-9]{4} +[0-9]+\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
 }
 
 TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
@@ -804,16 +816,18 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("odd") + "/up: class 'up' is not among the 4 "
-                "classes given (east, north, south, west)"));
+      HasSubstr(
+          dir.file("odd") + "/up: class 'up' is not among the 4 "
+                            "classes given (east, north, south, west)"));
   // An empty class folder.
   fs::create_directories(dir.file("images/empty"));
   r = run_cli(folder_fit(dir));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("images/empty") +
-                ": no images (expected .jpg, .jpeg or .png files)"));
+      HasSubstr(
+          dir.file("images/empty") +
+          ": no images (expected .jpg, .jpeg or .png files)"));
   fs::remove(dir.file("images/empty"));
   // No data.root.
   r = run_cli({"fit", "--data.dataset=image_folder"});
@@ -835,14 +849,15 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err, HasSubstr(dir.file("images/north/broken.png") + ": not a valid"));
-  r = run_cli(folder_fit(
-      dir, {"--trainer.max_epochs=1", "--data.on_bad_sample=skip"}));
+  r = run_cli(
+      folder_fit(dir, {"--trainer.max_epochs=1", "--data.on_bad_sample=skip"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(
       r.out,
-      HasSubstr("data: skipped 1 unreadable file(s), each replaced by the "
-                "next readable one\n  " +
-                dir.file("images/north/broken.png") + ": not a valid"));
+      HasSubstr(
+          "data: skipped 1 unreadable file(s), each replaced by the "
+          "next readable one\n  " +
+          dir.file("images/north/broken.png") + ": not a valid"));
 }
 
 // An EMNIST-style folder: two sets side by side, "test" for the test
@@ -890,15 +905,17 @@ TEST(Cli, AnyMnistFamilyFolderTakesItsShapeClassesAndStatisticsFromTheFiles) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("emnist") +
-                ": several MNIST-format sets (emnist-digits-test-images-idx3-"
-                "ubyte, emnist-letters-test-images-idx3-ubyte); choose one "
-                "with data.idx_prefix"));
+      HasSubstr(
+          dir.file("emnist") +
+          ": several MNIST-format sets (emnist-digits-test-images-idx3-"
+          "ubyte, emnist-letters-test-images-idx3-ubyte); choose one "
+          "with data.idx_prefix"));
   args.push_back("--data.idx_prefix=emnist-letters-");
   r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   // 20 x 20 images; labels up to 4 make 5 classes.
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("network +FashionCnn .*\\[1, 5\\]"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("network +FashionCnn .*\\[1, 5\\]"));
   EXPECT_THAT(r.out, HasSubstr("[1, 8, 20, 20]"));
   const fs::path run = fs::path(dir.file("runs")) / "idx" / "version_0";
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
@@ -923,8 +940,8 @@ std::string write_table(const TempDir& dir) {
     const double x1 = std::sin(i * 0.37) * 2;
     const double x2 = std::cos(i * 0.91) * 100;
     csv << i << "," << x1 << "," << x2 << ","
-        << (x1 + x2 / 50 > 0 ? "above" : "below") << ","
-        << 3 * x1 - x2 / 25 + 1 << "\n";
+        << (x1 + x2 / 50 > 0 ? "above" : "below") << "," << 3 * x1 - x2 / 25 + 1
+        << "\n";
   }
   return path;
 }
@@ -956,15 +973,17 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
   EXPECT_EQ(read_text((run / "classes.txt").string()), "above\nbelow\n");
   // The training rows' statistics, kept with the run.
-  const auto standardization = nlohmann::json::parse(
-      read_text((run / "standardization.json").string()));
-  EXPECT_EQ(
-      standardization.at("columns"), nlohmann::json::array({"x1", "x2"}));
+  const auto standardization =
+      nlohmann::json::parse(read_text((run / "standardization.json").string()));
+  EXPECT_EQ(standardization.at("columns"), nlohmann::json::array({"x1", "x2"}));
   EXPECT_GT(standardization.at("std")[1].get<double>(), 50);
   r = run_cli(
-      {"test", "--config=" + (run / "config.yaml").string(), "--ckpt_path=last"});
+      {"test",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
   r = run_cli(
       {"predict",
        "--config=" + (run / "config.yaml").string(),
@@ -976,22 +995,27 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
     std::string header, first;
     std::getline(in, header);
     std::getline(in, first);
-    EXPECT_EQ(header, "index,prediction,class,probability,target,target_class,top2");
+    EXPECT_EQ(
+        header, "index,prediction,class,probability,target,target_class,top2");
     EXPECT_THAT(first, ::testing::ContainsRegex("^0,[01],(above|below),"));
   }
   // A column the table lacks, a label made of numbers that are not
   // classes, a cell that is not a number: each named.
-  r = run_cli(table_fit(dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
+  r = run_cli(table_fit(
+      dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
-      HasSubstr("data.feature_columns: 'x3' is not a column of " +
-                dir.file("table.csv")));
+      HasSubstr(
+          "data.feature_columns: 'x3' is not a column of " +
+          dir.file("table.csv")));
   r = run_cli(table_fit(dir, {"--data.label_column=value"}));
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("(for a number to predict: model.task=regression)"));
+  EXPECT_THAT(
+      r.err, HasSubstr("(for a number to predict: model.task=regression)"));
   {
-    std::ofstream(dir.file("table.csv"), std::ios::app) << "300,1.5,x,above,2\n";
+    std::ofstream(dir.file("table.csv"), std::ios::app)
+        << "300,1.5,x,above,2\n";
   }
   r = run_cli(
       {"fit",
@@ -1002,8 +1026,9 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("table.csv") +
-                ":302: column 2 ('x2'): expected a number, got 'x'"));
+      HasSubstr(
+          dir.file("table.csv") +
+          ":302: column 2 ('x2'): expected a number, got 'x'"));
 }
 
 TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
@@ -1026,9 +1051,9 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   const std::string config = "--config=" + (run / "config.yaml").string();
   {
     std::ofstream(dir.file("new.csv")) << "x2,note,x1\n"
-                                       << "0,1,2\n"     // above
-                                       << "0,2,-2\n"    // below
-                                       << "100,3,0.5\n" // above
+                                       << "0,1,2\n"        // above
+                                       << "0,2,-2\n"       // below
+                                       << "100,3,0.5\n"    // above
                                        << "-100,4,-0.5\n"; // below
   }
   const std::string out = dir.file("new_predictions.csv");
@@ -1071,7 +1096,8 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  below +1\\.0000 +10\n"));
   // A label outside the model's classes is named.
   {
-    std::ofstream(dir.file("other.csv")) << "x1,x2,kind\n1,2,above\n1,2,sideways\n";
+    std::ofstream(dir.file("other.csv"))
+        << "x1,x2,kind\n1,2,above\n1,2,sideways\n";
   }
   r = run_cli(
       {"test",
@@ -1081,9 +1107,10 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("other.csv") +
-                ":3: column 2 ('kind'): 'sideways' is not one of the model's "
-                "classes ('above', 'below')"));
+      HasSubstr(
+          dir.file("other.csv") +
+          ":3: column 2 ('kind'): 'sideways' is not one of the model's "
+          "classes ('above', 'below')"));
   // Resuming on a table with other classes is refused before training.
   {
     std::ifstream in(dir.file("table.csv"));
@@ -1159,9 +1186,7 @@ TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
   // Regression is for tables.
   r = run_cli(small_fit(dir, {"--model.task=regression"}));
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(
-      r.err,
-      HasSubstr("model.task=regression needs data.dataset=csv"));
+  EXPECT_THAT(r.err, HasSubstr("model.task=regression needs data.dataset=csv"));
 }
 
 TEST(Cli, ModelInitRedrawsTheWeightsTheSameWayEveryRun) {
@@ -1222,7 +1247,8 @@ TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
   Result r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   // Throughput in tokens as well: 16 tokens a sample.
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("samples/s \\([0-9]+ tokens/s\\)"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("samples/s \\([0-9]+ tokens/s\\)"));
   const fs::path run = dir.file("runs/fashion_mnist/version_0");
   EXPECT_EQ(
       summary_value(run, "train_tokens_per_s"),
@@ -1239,35 +1265,47 @@ TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
   ASSERT_EQ(first.code, 0) << first.err;
   // The prompt, 40 new bytes, the separator of nanoGPT's sample.py.
   EXPECT_EQ(first.out.rfind("hotloop ", 0), 0u) << first.out;
-  EXPECT_EQ(first.out.size(), 8 + 40 + std::string("\n---------------\n").size());
+  EXPECT_EQ(
+      first.out.size(), 8 + 40 + std::string("\n---------------\n").size());
   EXPECT_THAT(
       first.err,
-      ::testing::ContainsRegex(
-          "generate: 40 tokens in [0-9.]+ s, [0-9]+ tokens/s \\(KV cache, cpu\\)"));
+      ::testing::ContainsRegex("generate: 40 tokens in [0-9.]+ s, [0-9]+ "
+                               "tokens/s \\(KV cache, cpu\\)"));
   // The same seed gives the same text, with or without the KV cache; each
   // sample k draws from seed + k.
   EXPECT_EQ(
-      generate({"--prompt", "hotloop ", "--max_new_tokens", "40", "--kv_cache=false"})
+      generate({"--prompt",
+                "hotloop ",
+                "--max_new_tokens",
+                "40",
+                "--kv_cache=false"})
           .out,
       first.out);
   const Result two = generate(
-      {"--prompt", "hotloop ", "--max_new_tokens", "40", "--num_samples", "2",
-       "--seed", "1336"});
+      {"--prompt",
+       "hotloop ",
+       "--max_new_tokens",
+       "40",
+       "--num_samples",
+       "2",
+       "--seed",
+       "1336"});
   ASSERT_EQ(two.code, 0) << two.err;
   EXPECT_EQ(two.out.substr(two.out.size() - first.out.size()), first.out);
   EXPECT_NE(two.out.substr(0, first.out.size()), first.out);
 
   Result bad = generate({"--temperature", "hot"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("--temperature: expected a number, got 'hot'"));
+  EXPECT_THAT(
+      bad.err, HasSubstr("--temperature: expected a number, got 'hot'"));
   bad = generate({"--temperature", "0"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("temperature must be positive, got 0"));
   bad = run_cli({"generate", "--ckpt_path", "x.ckpt"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("it needs model.name=gpt, not fashion_cnn"));
-  bad = run_cli({"generate", "--model.name=gpt", "--data.dataset=text",
-                 "--data.path=x"});
+  bad = run_cli(
+      {"generate", "--model.name=gpt", "--data.dataset=text", "--data.path=x"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("hotloop generate needs --ckpt_path"));
 }
@@ -1282,14 +1320,19 @@ TEST(Cli, RegistrationsAreCheckedAndRefusedOnceTheOptionsAreBuilt) {
       EXPECT_THAT(e.what(), HasSubstr(why));
     }
   };
-  refused(ModelRegistration("Tiny-Net", "").build(build),
-          "register_model(Tiny-Net): a name is lowercase letters, digits and '_'");
-  refused(ModelRegistration("resnet18", "").build(build),
-          "register_model(resnet18): the name is taken");
-  refused(ModelRegistration("tiny", ""), "register_model(tiny): no build function given");
+  refused(
+      ModelRegistration("Tiny-Net", "").build(build),
+      "register_model(Tiny-Net): a name is lowercase letters, digits and '_'");
+  refused(
+      ModelRegistration("resnet18", "").build(build),
+      "register_model(resnet18): the name is taken");
+  refused(
+      ModelRegistration("tiny", ""),
+      "register_model(tiny): no build function given");
   fit_schema();
-  refused(ModelRegistration("tiny", "").build(build),
-          "register_model(tiny): the command line's options are built already");
+  refused(
+      ModelRegistration("tiny", "").build(build),
+      "register_model(tiny): the command line's options are built already");
   EXPECT_EQ(find_model("tiny"), nullptr);
 }
 
@@ -1472,13 +1515,15 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
   EXPECT_FALSE(fs::exists(runs / "cut" / "version_1"));
   std::vector<std::string> cut =
       metric_rows((runs / "cut" / "version_0" / "metrics.csv").string());
-  const auto at_12 = std::find_if(cut.begin(), cut.end(), [](const std::string& row) {
-    return row.rfind("12:", 0) == 0;
-  });
+  const auto at_12 =
+      std::find_if(cut.begin(), cut.end(), [](const std::string& row) {
+        return row.rfind("12:", 0) == 0;
+      });
   ASSERT_NE(at_12, cut.end());
   cut.erase(at_12);
   EXPECT_EQ(
-      cut, metric_rows((runs / "straight" / "version_0" / "metrics.csv").string()));
+      cut,
+      metric_rows((runs / "straight" / "version_0" / "metrics.csv").string()));
 }
 
 TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
@@ -1571,16 +1616,15 @@ TEST(Cli, TheRunsFilesWriteValuesAsTheyWereGiven) {
   EXPECT_THAT(config, HasSubstr("limit_train_batches: 100\n"));
   EXPECT_THAT(config, HasSubstr("precision: 32\n"));
   const std::string hparams = read_text((run / "hparams.yaml").string());
-  EXPECT_THAT(hparams, HasSubstr("model_checkpoint.filename: \"{epoch}-{step}\"\n"));
+  EXPECT_THAT(
+      hparams, HasSubstr("model_checkpoint.filename: \"{epoch}-{step}\"\n"));
   EXPECT_THAT(hparams, HasSubstr("data.path: \"\"\n"));
   EXPECT_THAT(hparams, HasSubstr("optimizer.name: adamw\n"));
   // Lightning's other precision spellings are taken as they are.
   for (const char* precision : {"16", "bf16", "32-true", "bf16-mixed"}) {
     EXPECT_NO_THROW(to_fit_config(
         parse_args(
-            fit_schema(),
-            {std::string("--trainer.precision=") + precision},
-            {})
+            fit_schema(), {std::string("--trainer.precision=") + precision}, {})
             .config))
         << precision;
   }
@@ -1603,7 +1647,8 @@ TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
   EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch 64: fits"));
   EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch size 64\n"));
   EXPECT_THAT(
-      r.out, HasSubstr("tuner: optimizer.lr 0.01 -> 0.02 (tuner.scale_lr=linear)"));
+      r.out,
+      HasSubstr("tuner: optimizer.lr 0.01 -> 0.02 (tuner.scale_lr=linear)"));
   EXPECT_THAT(r.out, HasSubstr("lr_find: 24 steps; suggested learning rate "));
   const fs::path run =
       fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
@@ -1641,12 +1686,16 @@ TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
   EXPECT_THAT(r.out, Not(HasSubstr("scale_batch_size:")));
   // One process searches: not under ddp; and a size must be a size.
   r = run_cli(small_fit(
-      dir, {"--tuner.lr_find=true", "--trainer.strategy=ddp", "--trainer.devices=2"}));
+      dir,
+      {"--tuner.lr_find=true",
+       "--trainer.strategy=ddp",
+       "--trainer.devices=2"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
       HasSubstr("tuner.batch_size and tuner.lr_find search in one process"));
-  r = run_cli(small_fit(dir, {"--tuner.batch_size=power", "--tuner.max_memory=lots"}));
+  r = run_cli(
+      small_fit(dir, {"--tuner.batch_size=power", "--tuner.max_memory=lots"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
@@ -1670,10 +1719,19 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
   r.out = read_text(dir.file("tune.log"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("tune: measuring the given config"));
-  EXPECT_THAT(r.out, HasSubstr("tune: sizing the windows on the given config (run 1/1"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  strategy +setting +samples/s"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  given +\\(the given config\\) +[0-9]+ +1\\.00x"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  num_threads +trainer.num_threads=1 +[0-9]+ "));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("tune: sizing the windows on the given config (run 1/1"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("\n  strategy +setting +samples/s"));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "\n  given +\\(the given config\\) +[0-9]+ +1\\.00x"));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "\n  num_threads +trainer.num_threads=1 +[0-9]+ "));
   // One verdict per strategy, each saying what it kept or picked.
   for (const char* verdict :
        {"  trainer.num_threads: ",
@@ -1707,7 +1765,8 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
                 "'soon'"));
   r = run_cli({"tune", "--data.root=" + dir.file("nowhere"), "--repeats=1"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--repeats: expected a number from 2 to 20, got '1'"));
+  EXPECT_THAT(
+      r.err, HasSubstr("--repeats: expected a number from 2 to 20, got '1'"));
   r.code = run_process(
       {"tune", "--data.root=" + dir.file("nowhere"), "--budget=30s"},
       dir.file("nowhere.log"));

@@ -405,7 +405,7 @@ TEST(Config, AnEmptyValueIsAnEmptyStringAndAnErrorForOtherTypes) {
             ? "command line: trainer.max_epochs: expected an integer, got an "
               "empty value"
             : "command line: trainer.max_epochs: expected an integer, got '" +
-                value + "'");
+                  value + "'");
     EXPECT_THROW(config.set("data.mean", value, "command line"), ConfigError);
     EXPECT_THROW(
         config.set("trainer.deterministic", value, "command line"),

@@ -218,8 +218,7 @@ TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
       "column 1 ('y'): expected a class index (an integer >= 0), got '-1'");
   // Names are classes, numbered in sorted order.
   const CsvDataset named(write_csv(dir, "x,y\n1,dog\n2,cat\n3,dog\n4,7\n"));
-  EXPECT_EQ(
-      named.class_names(), (std::vector<std::string>{"7", "cat", "dog"}));
+  EXPECT_EQ(named.class_names(), (std::vector<std::string>{"7", "cat", "dog"}));
   EXPECT_TRUE(named.targets().equal(at::tensor({2, 1, 2, 0}, at::kLong)));
   EXPECT_EQ(named.num_classes(), 3);
   EXPECT_THROWS_WITH(
@@ -256,8 +255,10 @@ TEST(CsvDataset, PicksFeatureColumnsByNameAndFindsTheDelimiter) {
       [&] {
         CsvDataset(
             path,
-            CsvDatasetOptions().delimiter('\0').label_column("label").feature_columns(
-                {"d"}));
+            CsvDatasetOptions()
+                .delimiter('\0')
+                .label_column("label")
+                .feature_columns({"d"}));
       },
       ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
           "data.feature_columns: 'd' is not a column of " + path)));
@@ -297,12 +298,14 @@ TEST(CsvDataset, GivenClassesNumberTheLabelsWhateverTheFileHolds) {
   EXPECT_EQ(
       some.class_names(), (std::vector<std::string>{"bird", "cat", "dog"}));
   // Sorted names alone would have numbered them 1, 0, 1.
-  EXPECT_TRUE(CsvDataset(path).targets().equal(at::tensor({1, 0, 1}, at::kLong)));
+  EXPECT_TRUE(
+      CsvDataset(path).targets().equal(at::tensor({1, 0, 1}, at::kLong)));
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(path, CsvDatasetOptions().classes({"cat", "dog"})),
-      path + ":3: column 1 ('kind'): 'bird' is not one of the model's classes "
-             "('cat', 'dog')");
+      path +
+          ":3: column 1 ('kind'): 'bird' is not one of the model's classes "
+          "('cat', 'dog')");
 }
 
 TEST(CsvDataset, AnOptionalLabelColumnMayBeAbsent) {
