@@ -205,7 +205,9 @@ LrFinder lr_find(
   snapshot.restore();
   if (out != nullptr) {
     const std::optional<double> lr = finder.suggestion();
-    *out << "lr_find: " << finder.lrs().size() << " steps"
+    *out << "lr_find: "
+         << hotloop::detail::counted(
+                static_cast<int64_t>(finder.lrs().size()), "step")
          << (finder.stopped_early() ? " (stopped early: the loss diverged)"
                                     : "")
          << "; suggested learning rate ";

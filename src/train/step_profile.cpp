@@ -1,5 +1,7 @@
 #include "hotloop/train/step_profile.h"
 
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -77,8 +79,11 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   }
   if (comm / total > 0.2) {
     return "communication-bound: " + percent(comm, total) +
-           " of step time waiting for the other processes' gradients - "
-           "larger batches per process (data.batch_size), "
+           " of step time waiting for the other processes' gradients - " +
+           std::string(
+               context.batch_can_grow
+                   ? "larger batches per process (data.batch_size), "
+                   : "") +
            "trainer.accumulate_grad_batches, or fewer processes";
   }
   if (h2d / total > 0.15) {
@@ -94,7 +99,8 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   }
   if (optimizer / total > 0.3) {
     return "optimizer-bound: " + percent(optimizer, total) +
-           " of step time in the optimizer step - raise data.batch_size or "
+           " of step time in the optimizer step - raise " +
+           std::string(context.batch_can_grow ? "data.batch_size or " : "") +
            "trainer.accumulate_grad_batches";
   }
   if (logging / total > 0.1) {
@@ -115,7 +121,9 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
            peak.str() +
            " of the device's matmul peak - its kernels are too small to "
            "keep it busy and wait for the host to launch them: try "
-           "trainer.cuda_graphs=true, or raise data.batch_size";
+           "trainer.cuda_graphs=true" +
+           std::string(
+               context.batch_can_grow ? ", or raise data.batch_size" : "");
   }
   std::string advice;
   if (context.cuda) {
@@ -127,7 +135,9 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
       options.push_back("trainer.channels_last=true");
     }
     if (options.empty()) {
-      advice = "raise data.batch_size, or a smaller model";
+      advice = context.batch_can_grow
+                   ? "raise data.batch_size, or a smaller model"
+                   : "a smaller model";
     } else {
       advice = "try " + options[0] +
                (options.size() > 1 ? " and " + options[1] : std::string());
@@ -146,8 +156,8 @@ void StepProfile::print(
   for (const auto& [name, seconds] : basis) {
     total += seconds;
   }
-  out << "profile: " << steps << " steps, " << std::fixed
-      << std::setprecision(0) << samples_per_s() << " samples/s";
+  out << "profile: " << hotloop::detail::counted(steps, "step") << ", "
+      << std::fixed << std::setprecision(0) << samples_per_s() << " samples/s";
   if (tokens_per_sample > 0) {
     out << " (" << samples_per_s() * tokens_per_sample << " tokens/s)";
   }
@@ -161,8 +171,8 @@ void StepProfile::print(
   }
   if (asynchronous) {
     if (synced_steps > 0) {
-      out << " (from " << synced_steps
-          << " steps timed with the device synchronised)";
+      out << " (from " << hotloop::detail::counted(synced_steps, "step")
+          << " timed with the device synchronised)";
     } else {
       out << " (host times: the device runs asynchronously)";
     }

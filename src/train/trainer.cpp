@@ -495,6 +495,8 @@ ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
   context.precision = options_.precision();
   context.channels_last = options_.channels_last();
   context.cuda_graphs = options_.cuda_graphs();
+  context.batch_can_grow = train.options().batch_size() <
+                           static_cast<int64_t>(train.dataset().size());
   return context;
 }
 

@@ -76,6 +76,25 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
   EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
 }
 
+TEST(StepProfile, NoAdviceToRaiseTheBatchWhenOneBatchHoldsTheWholeSet) {
+  // A 135-row table at data.batch_size=256 cannot take a larger batch.
+  ProfileContext context;
+  context.batch_can_grow = false;
+  EXPECT_EQ(
+      profile(0, 0, 30, 30, 40, 0).verdict(context),
+      "optimizer-bound: 40% of step time in the optimizer step - raise "
+      "trainer.accumulate_grad_batches");
+  context.cuda = true;
+  context.precision = "bf16-mixed";
+  context.channels_last = true;
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("- a smaller model"));
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      ::testing::Not(HasSubstr("batch_size")));
+}
+
 // A GPU busy at a small share of its peak waits for the host to launch
 // its kernels: capture the step. 1000 samples of 1 MFLOP in 100 s of steps
 // is 10 MFLOP/s.

@@ -22,6 +22,9 @@ struct ProfileContext {
   bool channels_last = false;
   /// trainer.cuda_graphs: a launch-bound step is advised to capture.
   bool cuda_graphs = false;
+  /// False when one batch already holds the whole training set: no advice
+  /// to raise data.batch_size then.
+  bool batch_can_grow = true;
 };
 
 /// On an asynchronous device the Trainer times every

@@ -375,6 +375,21 @@ void FitLoop::restore(const std::string& ckpt_path) {
     trainer.out_ << " after epoch " << progress.epoch;
   }
   trainer.out_ << " (step " << progress.global_step << ")\n";
+  // A finished run resumed with the same limits trains nothing: say so,
+  // rather than a "done" that reads as if it trained.
+  const TrainerOptions& options = trainer.options();
+  if (options.max_epochs() > 0 && progress.epoch >= options.max_epochs()) {
+    trainer.out_ << "nothing to train: the checkpoint has completed "
+                 << hotloop::detail::counted(progress.epoch, "epoch")
+                 << " and trainer.max_epochs=" << options.max_epochs()
+                 << " (raise it to train further)\n";
+  } else if (
+      options.max_steps() > 0 && progress.global_step >= options.max_steps()) {
+    trainer.out_ << "nothing to train: the checkpoint is at step "
+                 << progress.global_step
+                 << " and trainer.max_steps=" << options.max_steps()
+                 << " (raise it to train further)\n";
+  }
   for (const auto& logger : trainer.loggers_) {
     logger->resume_at(progress.global_step);
   }
