@@ -33,6 +33,16 @@ std::string TempDir::file(const std::string& name) const {
   return path_ + "/" + name;
 }
 
+ScopedWorkingDirectory::ScopedWorkingDirectory(const std::string& path)
+    : previous_(fs::current_path().string()) {
+  fs::current_path(path);
+}
+
+ScopedWorkingDirectory::~ScopedWorkingDirectory() {
+  std::error_code ec;
+  fs::current_path(previous_, ec);
+}
+
 void write_bytes(
     const std::string& path, const std::vector<uint8_t>& bytes, bool gzip) {
   if (gzip) {

@@ -325,18 +325,20 @@ namespace {
 const fs::file_time_type kLeftoverBefore =
     fs::file_time_type::clock::now() - std::chrono::seconds(2);
 
+// `folder` is never empty: a bare file name's folder is ".".
 void remove_stale_temporaries(const fs::path& folder) {
   static std::mutex mutex;
   static std::set<std::string> cleaned;
   {
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(folder, ec);
     const std::lock_guard<std::mutex> lock(mutex);
-    if (!cleaned.insert(fs::absolute(folder).string()).second) {
+    if (ec || !cleaned.insert(absolute.string()).second) {
       return;
     }
   }
   std::error_code ec;
-  for (const auto& entry :
-       fs::directory_iterator(folder.empty() ? fs::path(".") : folder, ec)) {
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
     // `<name>.tmp.XXXXXX`: mkstemp's six letters and digits.
     const std::string name = entry.path().filename().string();
     const size_t at = name.rfind(".tmp.");
@@ -376,7 +378,19 @@ void remove_stale_temporaries(const fs::path& folder) {
 
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write) {
-  remove_stale_temporaries(fs::path(path).parent_path());
+  HOTLOOP_CHECK(!path.empty(), "cannot write a file with an empty name");
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) {
+    folder = "."; // a bare file name lives in the working directory
+  }
+  std::error_code folder_ec;
+  HOTLOOP_CHECK(
+      fs::is_directory(folder, folder_ec),
+      path,
+      ": cannot write it: folder '",
+      folder.string(),
+      fs::exists(folder, folder_ec) ? "' is not a folder" : "' does not exist");
+  remove_stale_temporaries(folder);
   std::ostringstream buffer;
   write(buffer);
   const std::string bytes = std::move(buffer).str();
@@ -411,7 +425,7 @@ void write_file_atomically(
     throw Error(hotloop::detail::str_cat(
         path, ": cannot replace: ", std::strerror(error)));
   }
-  fsync_dir(target.parent_path());
+  fsync_dir(folder);
 }
 
 bool LoaderFingerprint::operator==(const LoaderFingerprint& other) const {

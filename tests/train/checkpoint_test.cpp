@@ -240,8 +240,21 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
       [&] {
         write_file_atomically(dir.file("no/such/dir/f"), [](std::ostream&) {});
       },
-      ::testing::ThrowsMessage<Error>(
-          HasSubstr("cannot create a temporary file next to it")));
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          "no/such/dir/f: cannot write it: folder '" + dir.file("no/such/dir") +
+          "' does not exist")));
+  EXPECT_THAT(
+      [&] { write_file_atomically(dir.file("f.txt/g"), [](std::ostream&) {}); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("' is not a folder")));
+}
+
+TEST(Checkpoint, AFileNameWithoutAFolderIsWrittenInTheWorkingDirectory) {
+  TempDir dir;
+  const hotloop::testing::ScopedWorkingDirectory cwd(dir.path());
+  write_file_atomically("bare.txt", [](std::ostream& out) { out << "here"; });
+  std::ifstream in(dir.file("bare.txt"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "here");
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"bare.txt"});
 }
 
 TEST(Checkpoint, AProcessKilledWhileWritingLeavesAWholeFile) {
