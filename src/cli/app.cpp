@@ -30,6 +30,10 @@
 #include <torch/version.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -320,8 +324,10 @@ int fit_in_process(
   const std::string& run_dir = trainer.log_dir(ckpt_path);
   // The run's own config, with the model it resolved (csv's mlp) and what
   // the tuners found.
-  Config resolved = args.config;
-  resolved.set("model.name", config.model_name, "the resolved model");
+  Config resolved = resolve_config(args.config);
+  for (const auto& [key, value] : session.settings) {
+    resolved.set(key, value, "the data");
+  }
   if (ckpt_path.empty()) {
     tune_before_fit(config, session, train_loader, run_dir, resolved, out);
   }
@@ -382,8 +388,9 @@ int fit_in_process(
     }
     return 130; // the shell's code for a run ended by SIGINT
   }
-  out << std::fixed << std::setprecision(4) << "done: " << result.epochs
-      << " epochs, " << result.steps << " steps";
+  out << std::fixed << std::setprecision(4)
+      << "done: " << hotloop::detail::counted(result.epochs, "epoch") << ", "
+      << hotloop::detail::counted(result.steps, "step");
   for (const auto& [name, value] : result.metrics) {
     out << ", " << name << " " << value;
   }
@@ -433,7 +440,12 @@ int run_report(const std::vector<std::string>& args, std::ostream& out) {
           "' (expected --output FILE.html)");
     }
   }
-  out << "wrote " << log::write_run_report(args[0], output) << "\n";
+  if (!output.empty()) {
+    prepare_output(output, "output");
+  }
+  // Written first: the stream would print "wrote " before a failure.
+  const std::string written = log::write_run_report(args[0], output);
+  out << "wrote " << written << "\n";
   return 0;
 }
 
@@ -485,6 +497,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")
                                  : std::string("predictions.csv");
+  prepare_output(output, "output");
   HOTLOOP_CHECK_AS(
       ConfigError,
       config.data.dataset != "text",
@@ -591,11 +604,90 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   return 0;
 }
 
+// The hint under a data error: the data key whose file or folder the
+// message names (data.val_root's missing folder is not data.root's).
+std::string data_hint(const std::string& message, const Config* config) {
+  if (config != nullptr) {
+    std::string key;
+    size_t longest = 0;
+    for (const char* candidate :
+         {"data.root",
+          "data.val_root",
+          "data.predict_root",
+          "data.path",
+          "data.predict_path"}) {
+      const std::string value = config->get_string(candidate);
+      if (!value.empty() && value.size() > longest &&
+          message.find(value) != std::string::npos) {
+        key = candidate;
+        longest = value.size();
+      }
+    }
+    if (!key.empty()) {
+      return "hint: check " + key + "=" + config->get_string(key) + "\n";
+    }
+  }
+  return "hint: check the data.* settings and the dataset files\n";
+}
+
 std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
 } // namespace
+
+void prepare_output(const std::string& path, const std::string& flag) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, !path.empty(), "--", flag, ": expected a file name, got ''");
+  std::error_code ec;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !fs::is_directory(path, ec),
+      "--",
+      flag,
+      "=",
+      path,
+      ": is a folder; expected a file name");
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) {
+    folder = ".";
+  }
+  if (!fs::exists(folder, ec)) {
+    fs::create_directories(folder, ec);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !ec,
+        "--",
+        flag,
+        "=",
+        path,
+        ": cannot make its folder '",
+        folder.string(),
+        "': ",
+        ec.message());
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      fs::is_directory(folder, ec),
+      "--",
+      flag,
+      "=",
+      path,
+      ": '",
+      folder.string(),
+      "' is not a folder");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      ::access(folder.c_str(), W_OK) == 0,
+      "--",
+      flag,
+      "=",
+      path,
+      ": cannot write in folder '",
+      folder.string(),
+      "': ",
+      std::strerror(errno));
+}
 
 // `auto` finds none at a fresh start, and the newest after a restart
 // (torchrun --max_restarts, a requeued job).
@@ -633,6 +725,8 @@ int run(
     std::ostream& out,
     std::ostream& err) {
   std::string command = args.empty() ? "" : args[0];
+  bool known_command = false;
+  std::optional<Config> config; // for the hints, once parsed
   try {
     if (command.empty() || command == "--help" || command == "-h" ||
         command == "help") {
@@ -659,6 +753,7 @@ int run(
         command,
         "' (expected fit, validate, test, predict, generate, tune, report or "
         "checkpoint)");
+    known_command = true;
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     std::set<std::string> flags = {
@@ -676,6 +771,7 @@ int run(
       }
     }
     ParsedArgs parsed = parse_args(schema, rest, flags);
+    config = parsed.config;
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
@@ -697,8 +793,16 @@ int run(
       return 0;
     }
     if (parsed.extra.count("print_config")) {
-      to_fit_config(parsed.config); // validates
-      out << parsed.config.to_yaml();
+      Config resolved = resolve_config(parsed.config); // validates
+      if (to_fit_config(resolved).data.stats_from_data) {
+        // The statistics the run would take from the training images.
+        const Session session =
+            build_session(to_fit_config(resolved), /*with_train=*/false);
+        for (const auto& [key, value] : session.settings) {
+          resolved.set(key, value, "the data");
+        }
+      }
+      out << resolved.to_yaml();
       return 0;
     }
     if (command == "fit") {
@@ -715,13 +819,16 @@ int run(
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {
-    err << "hotloop: error: " << first_line(e.what()) << "\n"
-        << "hint: 'hotloop " << (command.empty() ? "" : command + " ")
-        << "--help' lists every option\n";
+    err << "hotloop: error: " << first_line(e.what()) << "\n";
+    if (known_command || command == "report" || command == "checkpoint") {
+      err << "hint: 'hotloop " << command << " --help' lists every option\n";
+    } else {
+      err << "hint: 'hotloop --help' lists the commands\n";
+    }
     return 2;
   } catch (const DataError& e) {
     err << "hotloop: error: " << first_line(e.what()) << "\n"
-        << "hint: check data.root and the dataset files\n";
+        << data_hint(e.what(), config ? &*config : nullptr);
     return 1;
   } catch (const c10::Error& e) {
     err << "hotloop: error: " << first_line(e.what_without_backtrace()) << "\n";

@@ -54,6 +54,13 @@ T number_flag(
 /// when there is none.
 std::string resolve_ckpt_path(const std::string& path, const FitConfig& config);
 
+/// Readies `path`, the file a command's `--flag` names, before the command
+/// spends any time: its folder is made when missing (as Lightning makes its
+/// log folders); ConfigError naming the flag when the path is a folder or
+/// its folder cannot be made or written. A bare file name is written in the
+/// working directory.
+void prepare_output(const std::string& path, const std::string& flag);
+
 /// `hotloop generate`: text (or token ids) from a GPT checkpoint, nanoGPT's
 /// sample.py. The flags it reads besides the config's keys.
 extern const char* const kGenerateFlags[];

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 namespace hotloop::cli {
@@ -44,6 +46,58 @@ OptionSpec choice(
           std::move(help));
   spec.choices = std::move(choices);
   return spec;
+}
+
+// YAML text of a library default, so that the CLI and the library share one
+// source of defaults (models::FashionCnnOptions for the model section).
+std::string default_text(int64_t value) {
+  return std::to_string(value);
+}
+std::string default_text(bool value) {
+  return value ? "true" : "false";
+}
+std::string default_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+std::string default_text(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(values[i]);
+  }
+  return text + "]";
+}
+
+// trainer.name when none is given: the data, and the model where it is not
+// the data's default, so that runs of other data or another model never
+// share a folder (and --ckpt_path=last never takes another model's run).
+std::string run_name(const FitConfig& f) {
+  const DataConfig& d = f.data;
+  const auto base = [](const std::string& path, bool stem) {
+    std::filesystem::path p(path);
+    while (!p.empty() && p.filename().empty()) {
+      p = p.parent_path(); // "flowers/" names flowers
+    }
+    const std::string name = (stem ? p.stem() : p.filename()).string();
+    return name.empty() || name == "." || name == ".." ? std::string("data")
+                                                       : name;
+  };
+  std::string name = d.dataset;
+  std::string default_model = "fashion_cnn";
+  if (d.dataset == "idx" || d.dataset == "image_folder") {
+    name = base(d.root, false);
+  } else if (d.dataset == "csv") {
+    name = base(d.path.empty() ? d.predict_path : d.path, true);
+    default_model = "mlp";
+  } else if (d.dataset == "text") {
+    name = base(d.path, true);
+    default_model = "gpt";
+  }
+  if (f.model_name != default_model) {
+    name += "_" + f.model_name;
+  }
+  return name;
 }
 
 // A number, or "" for none: the config's way of writing Python's None.
@@ -359,8 +413,10 @@ ConfigSchema make_schema() {
   s.add(
       opt("trainer.name",
           T::kString,
-          "fashion_mnist",
-          "run name, the folder under default_root_dir"));
+          "",
+          "run name, the folder under default_root_dir; empty: named after "
+          "the data and a model not its default (fashion_mnist, flowers, "
+          "flowers_resnet18, iris)"));
   s.add(
       opt("trainer.seed",
           T::kInt,
@@ -458,32 +514,38 @@ ConfigSchema make_schema() {
           "false",
           "gpt, resnet: keep only each block's (gpt) or stage's (resnet) "
           "input and recompute it in backward: less memory, one more forward"));
+  const models::FashionCnnOptions cnn; // the library's defaults
   s.add(opt(
       "model.channels",
       T::kIntList,
-      "[16, 32]",
+      default_text(cnn.channels),
       "output channels of each conv block (conv -> BatchNorm -> ReLU -> pool)",
       1,
       4096));
   s.add(
       opt("model.hidden",
           T::kInt,
-          "128",
+          default_text(cnn.hidden),
           "hidden width of the MLP head; 0: linear head",
           0));
   s.add(
       opt("model.conv_bias",
           T::kBool,
-          "false",
+          default_text(cnn.conv_bias),
           "fashion_cnn: biases on the convolutions (BatchNorm cancels them)"));
   s.add(
       opt("model.dropout",
           T::kFloat,
-          "0",
+          default_text(cnn.dropout),
           "dropout before the last layer",
           0,
           0.99));
-  s.add(opt("model.num_classes", T::kInt, "10", "number of classes", 2));
+  s.add(
+      opt("model.num_classes",
+          T::kInt,
+          default_text(cnn.num_classes),
+          "number of classes",
+          2));
   s.add(
       opt("model.top_k",
           T::kInt,
@@ -1243,9 +1305,9 @@ FitConfig to_fit_config(const Config& c) {
       .sync_batchnorm(c.get_bool("trainer.sync_batchnorm"));
   HOTLOOP_CHECK_AS(
       ConfigError,
-      !f.trainer.name().empty() &&
-          f.trainer.name().find('/') == std::string::npos,
-      "trainer.name must be a non-empty folder name without '/', got '",
+      f.trainer.name().find('/') == std::string::npos &&
+          f.trainer.name() != "." && f.trainer.name() != "..",
+      "trainer.name must be a folder name without '/', got '",
       f.trainer.name(),
       "'");
   // A run of max_steps=0 would be a no-op; -1 or positive only.
@@ -1382,10 +1444,19 @@ FitConfig to_fit_config(const Config& c) {
   f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
 
+  // A regression logs no accuracy: its checkpoints keep the lowest
+  // val_loss unless told otherwise.
+  const bool regression_defaults = f.task == "regression" &&
+                                   !c.is_set("model_checkpoint.monitor") &&
+                                   !c.is_set("model_checkpoint.mode");
   f.checkpoint.dirpath(c.get_string("model_checkpoint.dirpath"))
       .filename(c.get_string("model_checkpoint.filename"))
-      .monitor(c.get_string("model_checkpoint.monitor"))
-      .mode(c.get_string("model_checkpoint.mode"))
+      .monitor(
+          regression_defaults ? std::string("val_loss")
+                              : c.get_string("model_checkpoint.monitor"))
+      .mode(
+          regression_defaults ? std::string("min")
+                              : c.get_string("model_checkpoint.mode"))
       .save_top_k(c.get_int("model_checkpoint.save_top_k"))
       .save_last(c.get_bool("model_checkpoint.save_last"))
       .every_n_epochs(c.get_int("model_checkpoint.every_n_epochs"))
@@ -1401,7 +1472,9 @@ FitConfig to_fit_config(const Config& c) {
   // Fail now rather than after the first epoch's training.
   for (const char* key :
        {"model_checkpoint.monitor", "early_stopping.monitor"}) {
-    const std::string monitor = c.get_string(key);
+    const std::string monitor = std::string(key) == "model_checkpoint.monitor"
+                                    ? f.checkpoint.monitor()
+                                    : c.get_string(key);
     const bool used = std::string(key) == "model_checkpoint.monitor"
                           ? f.trainer.enable_checkpointing()
                           : c.get_bool("early_stopping.enabled");
@@ -1570,7 +1643,47 @@ FitConfig to_fit_config(const Config& c) {
       "tuner.batch_size and tuner.lr_find search in one process: run them "
       "without trainer.strategy=ddp, then set data.batch_size and "
       "optimizer.lr");
+  if (f.trainer.name().empty()) {
+    f.trainer.name(run_name(f));
+  }
   return f;
+}
+
+std::string float_list_text(const std::vector<double>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%.17g", values[i]);
+    text += (i == 0 ? "" : ", ") + std::string(number);
+  }
+  return text + "]";
+}
+
+Config resolve_config(const Config& config) {
+  const FitConfig f = to_fit_config(config);
+  Config resolved = config;
+  const char* const why = "resolved";
+  resolved.set("model.name", f.model_name, why);
+  resolved.set("trainer.name", f.trainer.name(), why);
+  resolved.set("model_checkpoint.monitor", f.checkpoint.monitor(), why);
+  resolved.set("model_checkpoint.mode", f.checkpoint.mode(), why);
+  if (f.data.dataset == "image_folder") {
+    const std::vector<int64_t>& size = f.data.image_size;
+    resolved.set(
+        "data.image_size",
+        "[" + std::to_string(size[0]) + ", " + std::to_string(size[1]) + "]",
+        why);
+    resolved.set(
+        "data.crop_padding",
+        std::to_string(f.data.transform.crop_padding),
+        why);
+    resolved.set("data.mean", float_list_text(f.data.transform.mean), why);
+    resolved.set("data.std", float_list_text(f.data.transform.std), why);
+  }
+  if (f.data.dataset == "text") {
+    resolved.set("model.vocab_size", std::to_string(f.gpt.vocab_size()), why);
+  }
+  return resolved;
 }
 
 } // namespace hotloop::cli

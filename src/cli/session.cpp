@@ -196,6 +196,18 @@ Session idx_session(const FitConfig& config, bool with_train) {
       classes = std::max(classes, train->num_classes());
     }
   }
+  if (d.stats_from_data) {
+    session.settings.emplace_back(
+        "data.mean", float_list_text(train_transform.mean));
+    session.settings.emplace_back(
+        "data.std", float_list_text(train_transform.std));
+  }
+  if (idx) {
+    session.settings.emplace_back("model.num_classes", std::to_string(classes));
+  } else if (classes == 10) {
+    // Fashion-MNIST's own names: test, predict and the report show them.
+    session.data.class_names = data::fashion_mnist_classes();
+  }
   const auto& images = val->images();
   add_image_classifier(
       session,
@@ -272,6 +284,18 @@ Session csv_session(
         mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
     data.feature_std = std::vector<double>(
         std.data_ptr<float>(), std.data_ptr<float>() + std.numel());
+    if (regression) {
+      // The target too: the network learns it standardized, whatever its
+      // units (a target near 250 would otherwise take many epochs to
+      // reach from outputs near 0).
+      const at::Tensor targets =
+          table->targets()
+              .index_select(0, at::tensor(train_rows, at::kLong))
+              .to(at::kDouble);
+      const double target_std = targets.std(/*unbiased=*/false).item<double>();
+      data.target_mean = targets.mean().item<double>();
+      data.target_std = target_std > 0 ? target_std : 1.0;
+    }
   }
   if (predict) {
     table = read_table(config, d.predict_path, &session.data, true);
@@ -321,8 +345,12 @@ Session csv_session(
   auto [network, flops] = image_network(sized, features, 1, 1);
   std::shared_ptr<train::NetworkModule> module;
   if (regression) {
-    module = std::make_shared<train::Regressor>(
+    auto regressor = std::make_shared<train::Regressor>(
         std::move(network), config.optimizer, config.scheduler);
+    if (data.target_mean && data.target_std) {
+      regressor->set_target_scale(*data.target_mean, *data.target_std);
+    }
+    module = regressor;
   } else {
     module = std::make_shared<train::ImageClassifier>(
         std::move(network), config.optimizer, config.scheduler, config.top_k);

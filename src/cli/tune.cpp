@@ -218,12 +218,21 @@ class Windows {
   void set_timeout(double seconds) {
     timeout_s_ = seconds;
   }
+  /// The end of --budget: a window still running then is stopped (and
+  /// counts as failed), and none starts after it.
+  void set_deadline(Clock::time_point deadline) {
+    deadline_ = deadline;
+  }
 
  private:
   Measurement run(const Settings& settings, std::string* log_text = nullptr) {
     const int64_t index = count_++;
     Measurement m;
     m.sequence = index;
+    if (Clock::now() >= deadline_) {
+      m.failure = "not started: --budget spent";
+      return m;
+    }
     const fs::path root = workdir_ / ("w" + std::to_string(index));
     const fs::path log = workdir_ / ("w" + std::to_string(index) + ".log");
     std::vector<std::string> args = {
@@ -269,6 +278,7 @@ class Windows {
     ::close(fd);
     HOTLOOP_CHECK(pid > 0, "hotloop tune: cannot start a window: fork failed");
     bool timed_out = false;
+    bool cut = false;
     for (;;) {
       const pid_t done = ::wait4(pid, &status, WNOHANG, &usage);
       if (done == pid || (done < 0 && errno != EINTR)) {
@@ -276,9 +286,13 @@ class Windows {
       }
       const double elapsed =
           std::chrono::duration<double>(Clock::now() - start).count();
-      if (!timed_out && elapsed > timeout_s_) {
+      if (!timed_out && !cut && elapsed > timeout_s_) {
         ::kill(pid, SIGKILL);
         timed_out = true;
+      }
+      if (!timed_out && !cut && Clock::now() > deadline_) {
+        ::kill(pid, SIGKILL);
+        cut = true;
       }
       if (StopSignalGuard::received() != 0) {
         ::kill(pid, SIGTERM);
@@ -291,6 +305,10 @@ class Windows {
     const std::string text(std::istreambuf_iterator<char>(in), {});
     if (log_text != nullptr) {
       *log_text = text;
+    }
+    if (cut) {
+      m.failure = "cut at the end of --budget";
+      return m;
     }
     if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       // The error line the window printed, or its last line.
@@ -333,6 +351,7 @@ class Windows {
   std::string config_path_;
   fs::path workdir_;
   double timeout_s_;
+  Clock::time_point deadline_ = Clock::time_point::max();
   int64_t count_ = 0;
   bool interrupted_ = false;
 };
@@ -382,6 +401,14 @@ class Tuner {
                 config_.trainer.accelerator(), config_.trainer.devices())
                 .is_cuda();
     cores_ = hardware_threads();
+    windows_.set_deadline(
+        start_ + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(budget_s_)));
+  }
+
+  /// Seconds since the session started.
+  double seconds() const {
+    return elapsed();
   }
 
   // Measures everything; returns the settings to write.
@@ -392,6 +419,15 @@ class Tuner {
         "sizing the windows on the given config",
         1,
         kWarmupSteps + 20);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        baseline_.runs.front().ok ||
+            baseline_.runs.front().failure != "cut at the end of --budget",
+        "--budget ",
+        static_cast<int64_t>(std::ceil(budget_s_)),
+        " s is too small to compare anything on this config: one window of ",
+        kWarmupSteps + 20,
+        " steps of the given config did not finish within it");
     HOTLOOP_CHECK(
         baseline_.runs.front().ok,
         "hotloop tune: the given config does not train: ",
@@ -486,7 +522,9 @@ class Tuner {
     for (int64_t i = 0; i < total && !windows_.interrupted(); ++i) {
       Candidate& c = *schedule[i];
       const bool last = i + 1 == total;
-      if (&c != &baseline_ && over_budget(c, budget_share)) {
+      // A candidate's window within its share of the budget; the given
+      // config's (what candidates are compared with) within the whole.
+      if (over_budget(c, &c == &baseline_ ? 1.0 : budget_share)) {
         continue;
       }
       if (&c == &baseline_ && !last && i > 0 && schedule[i - 1] == &baseline_) {
@@ -573,6 +611,25 @@ class Tuner {
         steps_for(repeats_), kWarmupSteps + 20, kWarmupSteps + 300);
     window_s_ = startup_s_ + per_step * static_cast<double>(steps_);
     windows_.set_timeout(4 * window_s_ + 20);
+    // The least that compares anything: the batch-size search (two steps
+    // at up to 8x the batch, a process each trial) and one strategy's two
+    // windows between the given config's three, within the three quarters
+    // of the budget the training windows get.
+    const double shortest =
+        startup_s_ + per_step * static_cast<double>(kWarmupSteps + 20);
+    finder_s_ = 3 * startup_s_ + per_step * 2 * (2 + 4 + 8);
+    const double needed = (elapsed() + finder_s_ + 5 * shortest) / 0.75;
+    if (needed > budget_s_) {
+      std::ostringstream why;
+      why << "--budget " << static_cast<int64_t>(std::ceil(budget_s_))
+          << " s is too small to compare anything on this config: a window of "
+          << kWarmupSteps + 20 << " steps takes " << std::fixed
+          << std::setprecision(1) << shortest << " s here (measured), and one "
+          << "strategy against the given config takes 5 windows and a "
+          << "batch-size search: use --budget "
+          << static_cast<int64_t>(std::ceil(needed / 10) * 10) << "s or more";
+      throw ConfigError(why.str());
+    }
   }
 
   // Whether one more window of `c` would take the session past this share
@@ -640,6 +697,7 @@ class Tuner {
   int64_t cores_ = 1;
   int64_t steps_ = kWarmupSteps + 20;
   double startup_s_ = 0;
+  double finder_s_ = 0;
   double window_s_ = 0;
   Candidate baseline_;
   std::vector<Candidate> candidates_;
@@ -671,7 +729,13 @@ void Tuner::add_candidates() {
   }
   // A bigger batch, as far as memory allows, with its learning-rate rule.
   const int64_t batch = c.data.batch_size;
-  const int64_t largest = windows_.largest_batch(batch, 3, &largest_batch_log_);
+  const int64_t largest =
+      elapsed() + finder_s_ < budget_s_ / 2
+          ? windows_.largest_batch(batch, 3, &largest_batch_log_)
+          : -1; // no time for the search
+  if (largest < 0) {
+    skipped_.push_back("the batch-size search");
+  }
   largest_batch_ = largest;
   const std::string rule =
       c.tuner.scale_lr == "none" ? std::string("sqrt") : c.tuner.scale_lr;
@@ -758,6 +822,14 @@ void Tuner::measure_validation() {
   }
   const auto validate = [&](Candidate& c) {
     for (int64_t r = 0; r < repeats_ && !windows_.interrupted(); ++r) {
+      // A validation window is a start, one step and the whole split: the
+      // given config's first one tells its length.
+      const std::vector<double> seen =
+          field(val_baseline_.runs, &Measurement::process_s);
+      const double expected = seen.empty() ? window_s_ : median(seen);
+      if (elapsed() + expected > budget_s_) {
+        break;
+      }
       progress_.show(
           "tune: validation " + describe(c.settings) + " (run " +
           std::to_string(r + 1) + "/" + std::to_string(repeats_) + ")");
@@ -767,7 +839,7 @@ void Tuner::measure_validation() {
   val_baseline_.strategy = "val_batch_size";
   validate(val_baseline_);
   for (const int64_t size : sizes) {
-    if (elapsed() > budget_s_ * 0.9) {
+    if (elapsed() > budget_s_ * 0.9 || val_baseline_.runs.empty()) {
       skipped_.push_back("data.val_batch_size=" + std::to_string(size));
       continue;
     }
@@ -901,6 +973,8 @@ void Tuner::decide() {
       largest_batch_ > 0
           ? "twice the batch does not fit in memory (the finder stopped at " +
                 std::to_string(largest_batch_) + "): kept the given"
+      : largest_batch_ < 0
+          ? std::string("not measured within --budget")
           : std::string("the batch-size finder failed: kept the given"));
   consider(
       "precision",
@@ -1214,7 +1288,8 @@ int run_tune(const ParsedArgs& args, std::ostream& out) {
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")
                                  : std::string("tuned.yaml");
-  to_fit_config(args.config); // the config's own errors first
+  to_fit_config(args.config);       // the config's own errors first
+  prepare_output(output, "output"); // before the budget is spent
   WorkDir workdir;
   if (args.extra.count("keep_windows")) {
     workdir.keep();
@@ -1223,7 +1298,7 @@ int run_tune(const ParsedArgs& args, std::ostream& out) {
   const std::string given = (workdir.path() / "given.yaml").string();
   std::ofstream(given) << args.config.to_yaml();
   const StopSignalGuard signals;
-  Windows windows(given, workdir.path(), std::max(budget_s, 60.0));
+  Windows windows(given, workdir.path(), budget_s);
   Tuner tuner(args, windows, budget_s, repeats, tolerance, out);
   out << "tune: measuring the given config and its variations in windows of "
          "training, "
@@ -1232,6 +1307,15 @@ int run_tune(const ParsedArgs& args, std::ostream& out) {
   const Settings chosen = tuner.run();
   out << "\n";
   tuner.print(out);
+  // --budget bounds the session's wall time: say what it took.
+  const double took = tuner.seconds();
+  out << "\ntune: " << static_cast<int64_t>(std::lround(took)) << " s of the "
+      << static_cast<int64_t>(std::lround(budget_s)) << " s --budget";
+  if (took > budget_s) {
+    out << " (exceeded by " << std::fixed << std::setprecision(1)
+        << took - budget_s << " s)" << std::defaultfloat;
+  }
+  out << "\n";
   Config tuned = args.config;
   for (const auto& [key, value] : chosen) {
     tuned.set(key, value, "hotloop tune");

@@ -153,4 +153,16 @@ const ConfigSchema& fit_schema();
 /// that need several keys at once throw ConfigError naming the keys.
 FitConfig to_fit_config(const Config& config);
 
+/// `config` with every default that to_fit_config derives from other keys
+/// written out as a setting: the model a table resolves to, an image
+/// folder's ImageNet statistics and unpadded crop, `[side]` as
+/// `[side, side]`, a byte file's vocabulary. A run's config.yaml and
+/// `--print_config` hold this, so that reading them back runs the same
+/// settings whatever the defaults of the keys they came from.
+Config resolve_config(const Config& config);
+
+/// YAML flow text of `values` that reads back as exactly the same doubles:
+/// `[0.48500000000000004, 0.456]`.
+std::string float_list_text(const std::vector<double>& values);
+
 } // namespace hotloop::cli
