@@ -177,9 +177,16 @@ SafetensorsEntry parse_entry(
         one_line(d.dump()),
         ", not a size");
     const auto size = d.get<uint64_t>();
+    // Each size on its own too: a zero elsewhere in the shape makes any
+    // product 0.
     const std::optional<uint64_t> product = checked_mul(numel, size);
     HOTLOOP_CHECK(
-        product.has_value(), where, "shape ", shape.dump(), " is too large");
+        product.has_value() &&
+            size <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+        where,
+        "shape ",
+        shape.dump(),
+        " is too large");
     numel = *product;
     entry.shape.push_back(static_cast<int64_t>(size));
   }

@@ -230,6 +230,12 @@ TEST(Safetensors, RefusesEachKindOfMalformedFileNamingFileAndTensor) {
       {"tensor 'w'", "too large"});
   expect_refused(
       file_bytes(
+          R"({"w":{"dtype":"F32","shape":[0,18446744073709551615],)"
+          R"("data_offsets":[0,0]}})",
+          ""),
+      {"tensor 'w'", "too large"});
+  expect_refused(
+      file_bytes(
           R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
       {"tensor 'w'", "holds -2, not a size"});
   // Names and fields given twice.
