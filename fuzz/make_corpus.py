@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import subprocess
+import zipfile
 
 from PIL import Image
 
@@ -119,6 +120,10 @@ def weights_seeds():
     for name in ("mlp.pt", "mlp_protocol4.pt", "dtypes.pt", "nanogpt_ckpt.pt"):
         with open(os.path.join(interop, name), "rb") as f:
             put("state_dict", name, f.read())
+        # Their pickles alone, for the unpickler's own target.
+        with zipfile.ZipFile(os.path.join(interop, name)) as archive:
+            pickle = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+            put("pickle", name[:-3] + ".pkl", archive.read(pickle[0]))
 
 
 def main():

@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/interop/detail/mapped_file.h"
+#include "hotloop/interop/detail/text.h"
 #include "hotloop/train/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -64,14 +65,22 @@ std::string held_dtypes() {
   return names;
 }
 
-// A JSON parser's message on one line (it can quote the bytes it read).
-std::string one_line(std::string text) {
-  for (char& c : text) {
-    if (c == '\n' || c == '\r') {
-      c = ' ';
-    }
+std::string one_line(const std::string& text) {
+  return detail::printable(text);
+}
+
+// A JSON value for a message: scalars and flat lists as written, anything
+// nested by its size only (writing out a deeply nested value would recurse
+// as deep as it is).
+std::string brief(const nlohmann::json& value) {
+  if (value.is_structured() &&
+      !std::all_of(value.begin(), value.end(), [](const nlohmann::json& e) {
+        return e.is_primitive();
+      })) {
+    return hotloop::detail::str_cat(
+        value.is_array() ? "a list of " : "an object of ", value.size());
   }
-  return text;
+  return one_line(value.dump());
 }
 
 // Parses the header, refusing a key repeated within any object (JSON
@@ -110,7 +119,7 @@ nlohmann::json parse_header(const std::string& text, const std::string& path) {
       repeated.empty(),
       path,
       ": the safetensors header names '",
-      repeated,
+      one_line(repeated),
       "' twice");
   return header;
 }
@@ -128,7 +137,7 @@ SafetensorsEntry parse_entry(
     const std::string& name,
     const nlohmann::json& value,
     const std::string& path) {
-  const std::string where = str_cat(path, ": tensor '", name, "': ");
+  const std::string where = str_cat(path, ": tensor '", one_line(name), "': ");
   HOTLOOP_CHECK(
       value.is_object(), where, "expected an object, got ", value.type_name());
   for (const auto& item : value.items()) {
@@ -137,7 +146,7 @@ SafetensorsEntry parse_entry(
             item.key() == "data_offsets",
         where,
         "unexpected field '",
-        item.key(),
+        one_line(item.key()),
         "' (expected dtype, shape and data_offsets)");
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
@@ -157,7 +166,7 @@ SafetensorsEntry parse_entry(
     throw Error(str_cat(
         where,
         known ? "dtype " : "unknown dtype '",
-        dtype_name,
+        one_line(dtype_name),
         known ? " is not one hotloop can hold (" : "' (expected one of ",
         held_dtypes(),
         ")"));
@@ -172,9 +181,9 @@ SafetensorsEntry parse_entry(
         d.is_number_unsigned(),
         where,
         "shape ",
-        one_line(shape.dump()),
+        brief(shape),
         " holds ",
-        one_line(d.dump()),
+        brief(d),
         ", not a size");
     const auto size = d.get<uint64_t>();
     // Each size on its own too: a zero elsewhere in the shape makes any
@@ -185,7 +194,7 @@ SafetensorsEntry parse_entry(
             size <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
         where,
         "shape ",
-        shape.dump(),
+        brief(shape),
         " is too large");
     numel = *product;
     entry.shape.push_back(static_cast<int64_t>(size));
@@ -196,7 +205,7 @@ SafetensorsEntry parse_entry(
           offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
       where,
       "data_offsets ",
-      one_line(offsets.dump()),
+      brief(offsets),
       " is not [begin, end]");
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
@@ -215,7 +224,7 @@ SafetensorsEntry parse_entry(
       where,
       dtype_name,
       " ",
-      shape.dump(),
+      brief(shape),
       " is ",
       bytes ? str_cat(*bytes, " bytes") : std::string("too large"),
       ", but data_offsets [",
@@ -300,7 +309,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
             field.value().is_string(),
             path,
             ": __metadata__ '",
-            field.key(),
+            one_line(field.key()),
             "' is not a string");
         metadata_[field.key()] = field.value().get<std::string>();
       }
@@ -321,13 +330,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
         e.begin >= expected,
         path,
         ": tensor '",
-        e.name,
+        one_line(e.name),
         "': data_offsets [",
         e.begin,
         ", ",
         e.end,
         "] overlap those of tensor '",
-        previous != nullptr ? previous->name : "",
+        previous != nullptr ? one_line(previous->name) : "",
         "' [",
         previous != nullptr ? previous->begin : 0,
         ", ",
@@ -337,7 +346,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
         e.begin == expected,
         path,
         ": tensor '",
-        e.name,
+        one_line(e.name),
         "': data_offsets begin at ",
         e.begin,
         ", leaving bytes ",
@@ -349,7 +358,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
         e.end <= data_bytes,
         path,
         ": tensor '",
-        e.name,
+        one_line(e.name),
         "': data_offsets [",
         e.begin,
         ", ",
@@ -376,7 +385,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
   const auto it = index_.find(name);
   HOTLOOP_CHECK(
-      it != index_.end(), path_, ": no tensor '", name, "' in the file");
+      it != index_.end(),
+      path_,
+      ": no tensor '",
+      one_line(name),
+      "' in the file");
   return entries_[it->second];
 }
 
@@ -396,7 +409,7 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
         bad == bytes + n,
         path_,
         ": tensor '",
-        name,
+        one_line(name),
         "': BOOL byte ",
         bad - bytes,
         " is ",

@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/interop/detail/mapped_file.h"
 #include "hotloop/interop/detail/pickle.h"
+#include "hotloop/interop/detail/text.h"
 #include "hotloop/interop/safetensors.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/detail/zip_archive.h"
@@ -19,9 +20,9 @@
 namespace hotloop::interop {
 namespace {
 
-using detail::PyObject;
+using detail::PickleObject;
 using hotloop::detail::str_cat;
-using Kind = PyObject::Kind;
+using Kind = PickleObject::Kind;
 
 // torch.<Name>Storage, the classes torch.save names for each dtype.
 struct StorageType {
@@ -47,7 +48,7 @@ constexpr char kLegacyMagic[] =
     "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8";
 
 // A state_dict: a dict of string keys and tensor values (empty allowed).
-bool is_state_dict(const PyObject& object) {
+bool is_state_dict(const PickleObject& object) {
   if (object.kind != Kind::kDict) {
     return false;
   }
@@ -59,7 +60,8 @@ bool is_state_dict(const PyObject& object) {
   return true;
 }
 
-const PyObject* entry_of(const PyObject& dict, const std::string& name) {
+const PickleObject* entry_of(
+    const PickleObject& dict, const std::string& name) {
   for (const auto& [key, value] : dict.entries) {
     if (key->kind == Kind::kString && key->text == name) {
       return value;
@@ -68,7 +70,7 @@ const PyObject* entry_of(const PyObject& dict, const std::string& name) {
   return nullptr;
 }
 
-std::string keys_of(const PyObject& dict) {
+std::string keys_of(const PickleObject& dict) {
   std::string keys;
   int shown = 0;
   for (const auto& [key, value] : dict.entries) {
@@ -77,13 +79,15 @@ std::string keys_of(const PyObject& dict) {
     }
     keys +=
         (keys.empty() ? "" : ", ") +
-        (key->kind == Kind::kString ? "'" + key->text + "'" : describe(*key));
+        (key->kind == Kind::kString ? "'" + detail::printable(key->text) + "'"
+                                    : describe(*key));
   }
   return keys;
 }
 
 // The state_dict in what the pickle built (see the header).
-const PyObject& find_state_dict(const PyObject& root, const std::string& path) {
+const PickleObject& find_state_dict(
+    const PickleObject& root, const std::string& path) {
   if (is_state_dict(root)) {
     return root;
   }
@@ -94,7 +98,7 @@ const PyObject& find_state_dict(const PyObject& root, const std::string& path) {
       describe(root),
       ", not a state_dict (a dict of tensors)");
   for (const char* nested : {"state_dict", "model"}) {
-    const PyObject* value = entry_of(root, nested);
+    const PickleObject* value = entry_of(root, nested);
     if (value != nullptr && is_state_dict(*value)) {
       return *value;
     }
@@ -195,10 +199,11 @@ NamedTensors load_torch_state_dict(const std::string& path) {
         "' is compressed (torch.save stores every record as is)");
     return file->data() + record.offset;
   };
-  const std::string where = path + ": " + folder + "/data.pkl";
-  std::unordered_map<std::string, PyObject*> storages;
-  const detail::PersistentLoad load = [&](PyObject& id,
-                                          detail::PyHeap& heap) -> PyObject* {
+  const std::string where =
+      path + ": " + detail::printable(folder) + "/data.pkl";
+  std::unordered_map<std::string, PickleObject*> storages;
+  const detail::PersistentLoad load =
+      [&](PickleObject& id, detail::PickleHeap& heap) -> PickleObject* {
     HOTLOOP_CHECK(
         id.kind == Kind::kTuple && id.items.size() == 5 &&
             id.items[0]->kind == Kind::kString &&
@@ -210,6 +215,7 @@ NamedTensors load_torch_state_dict(const std::string& path) {
         ": a persistent id that is not ('storage', type, key, location, "
         "numel)");
     const std::string& key = id.items[2]->text;
+    const std::string shown = detail::printable(key);
     if (const auto it = storages.find(key); it != storages.end()) {
       return it->second;
     }
@@ -224,9 +230,9 @@ NamedTensors load_torch_state_dict(const std::string& path) {
         storage_type != nullptr,
         where,
         ": storage '",
-        key,
+        shown,
         "' is a ",
-        type,
+        detail::printable(type),
         ", a dtype hotloop cannot hold (it holds float64, float32, "
         "float16, bfloat16, int64, int32, int16, int8, uint8 and bool)");
     const auto record = by_name.find(folder + "/data/" + key);
@@ -234,11 +240,11 @@ NamedTensors load_torch_state_dict(const std::string& path) {
         record != by_name.end(),
         where,
         ": storage '",
-        key,
+        shown,
         "' has no record ",
-        folder,
+        detail::printable(folder),
         "/data/",
-        key);
+        shown);
     const int64_t numel = id.items[4]->integer;
     const size_t element = c10::elementSize(storage_type->dtype);
     HOTLOOP_CHECK(
@@ -247,7 +253,7 @@ NamedTensors load_torch_state_dict(const std::string& path) {
             static_cast<uint64_t>(numel) * element == record->second->size,
         where,
         ": storage '",
-        key,
+        shown,
         "' says ",
         numel,
         " elements of ",
@@ -275,28 +281,32 @@ NamedTensors load_torch_state_dict(const std::string& path) {
             b[i] <= 1,
             where,
             ": bool storage '",
-            key,
+            shown,
             "' holds byte ",
             static_cast<int>(b[i]),
             " at ",
             i);
       }
     }
-    PyObject* object = heap.make(Kind::kStorage);
+    PickleObject* object = heap.make(Kind::kStorage);
     object->tensor = storage;
     storages[key] = object;
     return object;
   };
   const auto pickle = by_name.at(folder + "/data.pkl");
-  detail::PyHeap heap;
-  const PyObject* root =
+  detail::PickleHeap heap;
+  const PickleObject* root =
       detail::unpickle(bytes_of(*pickle), pickle->size, heap, load, where);
-  const PyObject& state_dict = find_state_dict(*root, path);
+  const PickleObject& state_dict = find_state_dict(*root, path);
   NamedTensors out;
   std::set<std::string> seen;
   for (const auto& [key, value] : state_dict.entries) {
     HOTLOOP_CHECK(
-        seen.insert(key->text).second, path, ": '", key->text, "' twice");
+        seen.insert(key->text).second,
+        path,
+        ": '",
+        detail::printable(key->text),
+        "' twice");
     out.add(key->text, value->tensor);
   }
   return out;

@@ -282,6 +282,23 @@ TEST(Safetensors, RefusesEachKindOfMalformedFileNamingFileAndTensor) {
       {"__metadata__ 'n' is not a string"});
 }
 
+TEST(Safetensors, MessagesStayOneLineWhateverTheFileHolds) {
+  // A name with an escaped newline, a dtype of control characters.
+  expect_refused(
+      file_bytes(
+          R"({"a\nb":{"dtype":"\u0001","shape":[1],"data_offsets":[0,1]}})",
+          "x"),
+      {"tensor 'a?b': unknown dtype '?'"});
+  // A shape nested 100,000 deep is named by its size, not written out.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_refused(
+      file_bytes(
+          R"({"w":{"dtype":"F32","shape":)" + deep +
+              R"(,"data_offsets":[0,4]}})",
+          "0000"),
+      {"tensor 'w': shape a list of 1 holds a list of 1, not a size"});
+}
+
 TEST(Safetensors, ABoolTensorHoldsOnlyZerosAndOnes) {
   TempDir dir;
   const std::string path = write(

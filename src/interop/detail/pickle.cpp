@@ -1,6 +1,7 @@
 #include "hotloop/interop/detail/pickle.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/interop/detail/text.h"
 
 #include <ATen/ATen.h>
 
@@ -12,7 +13,7 @@ namespace hotloop::interop::detail {
 namespace {
 
 using hotloop::detail::str_cat;
-using Kind = PyObject::Kind;
+using Kind = PickleObject::Kind;
 
 // Opcodes of Python's pickle (Lib/pickletools.py), binary protocols.
 enum Op : uint8_t {
@@ -71,12 +72,12 @@ class Unpickler {
   Unpickler(
       const uint8_t* data,
       size_t size,
-      PyHeap& heap,
+      PickleHeap& heap,
       const PersistentLoad& load,
       const std::string& where)
       : data_(data), size_(size), heap_(heap), load_(load), where_(where) {}
 
-  PyObject* run() {
+  PickleObject* run() {
     while (true) {
       HOTLOOP_CHECK(
           at_ < size_,
@@ -143,56 +144,56 @@ class Unpickler {
         reinterpret_cast<const char*>(data_ + start), at_++ - start);
   }
 
-  PyObject* pop() {
+  PickleObject* pop() {
     if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size())) {
       fail("the pickle takes a value from an empty stack");
     }
-    PyObject* top = stack_.back();
+    PickleObject* top = stack_.back();
     stack_.pop_back();
     return top;
   }
-  PyObject* top() {
+  PickleObject* top() {
     if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size())) {
       fail("the pickle reads a value from an empty stack");
     }
     return stack_.back();
   }
   // The values since the last MARK, which is removed.
-  std::vector<PyObject*> pop_mark() {
+  std::vector<PickleObject*> pop_mark() {
     if (marks_.empty()) {
       fail("the pickle has no MARK where it needs one");
     }
     const size_t mark = marks_.back();
     marks_.pop_back();
-    std::vector<PyObject*> items(stack_.begin() + mark, stack_.end());
+    std::vector<PickleObject*> items(stack_.begin() + mark, stack_.end());
     stack_.resize(mark);
     return items;
   }
-  void push(PyObject* object) {
+  void push(PickleObject* object) {
     stack_.push_back(object);
   }
-  PyObject* make(Kind kind) {
+  PickleObject* make(Kind kind) {
     return heap_.make(kind);
   }
-  PyObject* tuple(std::vector<PyObject*> items) {
-    PyObject* t = make(Kind::kTuple);
+  PickleObject* tuple(std::vector<PickleObject*> items) {
+    PickleObject* t = make(Kind::kTuple);
     t->items = std::move(items);
     return t;
   }
-  PyObject* integer(int64_t value) {
-    PyObject* i = make(Kind::kInt);
+  PickleObject* integer(int64_t value) {
+    PickleObject* i = make(Kind::kInt);
     i->integer = value;
     return i;
   }
-  PyObject* text(Kind kind, std::string value) {
-    PyObject* s = make(kind);
+  PickleObject* text(Kind kind, std::string value) {
+    PickleObject* s = make(kind);
     s->text = std::move(value);
     return s;
   }
   void memo_put(uint64_t key) {
     memo_[key] = top();
   }
-  PyObject* memo_get(uint64_t key) {
+  PickleObject* memo_get(uint64_t key) {
     const auto it = memo_.find(key);
     if (it == memo_.end()) {
       fail("the pickle refers to memo entry ", key, ", which it never set");
@@ -200,7 +201,7 @@ class Unpickler {
     return it->second;
   }
 
-  void set_items(PyObject* dict, const std::vector<PyObject*>& items) {
+  void set_items(PickleObject* dict, const std::vector<PickleObject*>& items) {
     if (items.size() % 2 != 0) {
       fail("SETITEMS with an odd number of values");
     }
@@ -214,7 +215,7 @@ class Unpickler {
       dict->entries.emplace_back(items[i], items[i + 1]);
     }
   }
-  void append(PyObject* list, const std::vector<PyObject*>& items) {
+  void append(PickleObject* list, const std::vector<PickleObject*>& items) {
     if (list->kind == Kind::kOpaque) {
       return;
     }
@@ -224,18 +225,18 @@ class Unpickler {
     list->items.insert(list->items.end(), items.begin(), items.end());
   }
 
-  int64_t int_arg(const PyObject& value, const char* what) {
+  int64_t int_arg(const PickleObject& value, const char* what) {
     if (value.kind != Kind::kInt) {
       fail(what, " is ", describe(value), ", not an integer");
     }
     return value.integer;
   }
-  std::vector<int64_t> ints(const PyObject& value, const char* what) {
+  std::vector<int64_t> ints(const PickleObject& value, const char* what) {
     if (value.kind != Kind::kTuple && value.kind != Kind::kList) {
       fail(what, " is ", describe(value), ", not a tuple of integers");
     }
     std::vector<int64_t> out;
-    for (const PyObject* item : value.items) {
+    for (const PickleObject* item : value.items) {
       const int64_t v = int_arg(*item, what);
       if (v < 0) {
         fail(what, " holds ", v);
@@ -248,7 +249,7 @@ class Unpickler {
   // torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride,
   // requires_grad, backward_hooks[, metadata]): a view of the storage,
   // checked to lie inside it.
-  PyObject* rebuild_tensor(const std::vector<PyObject*>& args) {
+  PickleObject* rebuild_tensor(const std::vector<PickleObject*>& args) {
     if (args.size() < 4 || args[0]->kind != Kind::kStorage) {
       fail("_rebuild_tensor_v2 without a storage and its view");
     }
@@ -301,13 +302,13 @@ class Unpickler {
           storage.numel(),
           " elements");
     }
-    PyObject* t = make(Kind::kTensor);
+    PickleObject* t = make(Kind::kTensor);
     t->tensor = empty ? at::empty(sizes, storage.options())
                       : storage.as_strided(sizes, strides, offset);
     return t;
   }
 
-  PyObject* call(PyObject* callable, const PyObject& args) {
+  PickleObject* call(PickleObject* callable, const PickleObject& args) {
     if (args.kind != Kind::kTuple) {
       fail("REDUCE's arguments are ", describe(args), ", not a tuple");
     }
@@ -319,7 +320,7 @@ class Unpickler {
     const std::string& name = callable->text;
     if (name == "collections.OrderedDict" || name == "builtins.dict") {
       if (!args.items.empty()) {
-        fail(name, " with arguments");
+        fail(printable(name), " with arguments");
       }
       return make(Kind::kDict);
     }
@@ -330,7 +331,7 @@ class Unpickler {
     if (name == "torch._utils._rebuild_parameter" ||
         name == "torch._utils._rebuild_parameter_with_state") {
       if (args.items.empty() || args.items[0]->kind != Kind::kTensor) {
-        fail(name, " without a tensor");
+        fail(printable(name), " without a tensor");
       }
       return args.items[0];
     }
@@ -366,7 +367,7 @@ class Unpickler {
         return;
       case kNewTrue:
       case kNewFalse: {
-        PyObject* b = make(Kind::kBool);
+        PickleObject* b = make(Kind::kBool);
         b->boolean = op == kNewTrue;
         push(b);
         return;
@@ -398,7 +399,7 @@ class Unpickler {
         for (int i = 0; i < 8; ++i) {
           bits = (bits << 8) | p[i];
         }
-        PyObject* f = make(Kind::kFloat);
+        PickleObject* f = make(Kind::kFloat);
         std::memcpy(&f->real, &bits, 8);
         push(f);
         return;
@@ -430,7 +431,7 @@ class Unpickler {
       case kTuple1:
       case kTuple2:
       case kTuple3: {
-        std::vector<PyObject*> items(op - kTuple1 + 1);
+        std::vector<PickleObject*> items(op - kTuple1 + 1);
         for (auto it = items.rbegin(); it != items.rend(); ++it) {
           *it = pop();
         }
@@ -441,18 +442,18 @@ class Unpickler {
         push(make(Kind::kList));
         return;
       case kList: {
-        PyObject* list = make(Kind::kList);
+        PickleObject* list = make(Kind::kList);
         list->items = pop_mark();
         push(list);
         return;
       }
       case kAppend: {
-        PyObject* item = pop();
+        PickleObject* item = pop();
         append(top(), {item});
         return;
       }
       case kAppends: {
-        const std::vector<PyObject*> items = pop_mark();
+        const std::vector<PickleObject*> items = pop_mark();
         append(top(), items);
         return;
       }
@@ -460,12 +461,12 @@ class Unpickler {
         push(make(Kind::kList)); // a set's items, as a list
         return;
       case kAddItems: {
-        const std::vector<PyObject*> items = pop_mark();
+        const std::vector<PickleObject*> items = pop_mark();
         append(top(), items);
         return;
       }
       case kFrozenSet: {
-        PyObject* set = make(Kind::kList);
+        PickleObject* set = make(Kind::kList);
         set->items = pop_mark();
         push(set);
         return;
@@ -474,19 +475,19 @@ class Unpickler {
         push(make(Kind::kDict));
         return;
       case kDict: {
-        PyObject* dict = make(Kind::kDict);
+        PickleObject* dict = make(Kind::kDict);
         set_items(dict, pop_mark());
         push(dict);
         return;
       }
       case kSetItem: {
-        PyObject* value = pop();
-        PyObject* key = pop();
+        PickleObject* value = pop();
+        PickleObject* key = pop();
         set_items(top(), {key, value});
         return;
       }
       case kSetItems: {
-        const std::vector<PyObject*> items = pop_mark();
+        const std::vector<PickleObject*> items = pop_mark();
         set_items(top(), items);
         return;
       }
@@ -512,8 +513,8 @@ class Unpickler {
         return;
       }
       case kStackGlobal: {
-        PyObject* name = pop();
-        PyObject* module = pop();
+        PickleObject* name = pop();
+        PickleObject* module = pop();
         if (module->kind != Kind::kString || name->kind != Kind::kString) {
           fail("STACK_GLOBAL without a module and a name");
         }
@@ -522,8 +523,8 @@ class Unpickler {
       }
       case kReduce:
       case kNewObj: {
-        PyObject* args = pop();
-        PyObject* callable = pop();
+        PickleObject* args = pop();
+        PickleObject* callable = pop();
         push(call(callable, *args));
         return;
       }
@@ -533,7 +534,7 @@ class Unpickler {
         return;
       }
       case kBinPersId: {
-        PyObject* id = pop();
+        PickleObject* id = pop();
         push(load_(*id, heap_));
         return;
       }
@@ -549,17 +550,17 @@ class Unpickler {
   size_t size_;
   size_t at_ = 0;
   size_t op_at_ = 0;
-  PyHeap& heap_;
+  PickleHeap& heap_;
   const PersistentLoad& load_;
   const std::string& where_;
-  std::vector<PyObject*> stack_;
+  std::vector<PickleObject*> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, PyObject*> memo_;
+  std::unordered_map<uint64_t, PickleObject*> memo_;
 };
 
 } // namespace
 
-std::string describe(const PyObject& object) {
+std::string describe(const PickleObject& object) {
   switch (object.kind) {
     case Kind::kNone:
       return "None";
@@ -580,21 +581,21 @@ std::string describe(const PyObject& object) {
     case Kind::kDict:
       return "a dict";
     case Kind::kGlobal:
-      return "the class or function " + object.text;
+      return "the class or function " + printable(object.text);
     case Kind::kTensor:
       return "a tensor";
     case Kind::kStorage:
       return "a storage";
     case Kind::kOpaque:
-      return "an object of " + object.text;
+      return "an object of " + printable(object.text);
   }
   return "a value";
 }
 
-PyObject* unpickle(
+PickleObject* unpickle(
     const uint8_t* data,
     size_t size,
-    PyHeap& heap,
+    PickleHeap& heap,
     const PersistentLoad& load,
     const std::string& where) {
   return Unpickler(data, size, heap, load, where).run();

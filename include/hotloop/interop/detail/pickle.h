@@ -15,7 +15,7 @@ namespace hotloop::interop::detail {
 /// PyTorch's `weights_only` unpickler accepts, plus an opaque value for
 /// objects of any other class, which are never constructed (nothing named
 /// in the file is imported or called).
-struct PyObject {
+struct PickleObject {
   enum class Kind {
     kNone,
     kBool,
@@ -41,31 +41,32 @@ struct PyObject {
   double real = 0;
   std::string text;
   /// Tuple and list items; a dict's keys and values in order.
-  std::vector<PyObject*> items;
-  std::vector<std::pair<PyObject*, PyObject*>> entries;
+  std::vector<PickleObject*> items;
+  std::vector<std::pair<PickleObject*, PickleObject*>> entries;
   at::Tensor tensor;
 };
 
 /// "a dict", "a tensor", "an object of collections.Counter", for messages.
-std::string describe(const PyObject& object);
+std::string describe(const PickleObject& object);
 
 /// Owns every object of one unpickling (a pickle may reference an object
 /// from inside itself, so objects are kept here, not by each other).
-class PyHeap {
+class PickleHeap {
  public:
-  PyObject* make(PyObject::Kind kind) {
+  PickleObject* make(PickleObject::Kind kind) {
     objects_.emplace_back();
     objects_.back().kind = kind;
     return &objects_.back();
   }
 
  private:
-  std::deque<PyObject> objects_;
+  std::deque<PickleObject> objects_;
 };
 
 /// Gives the object a persistent id stands for (BINPERSID); throws Error
 /// for an id it does not know.
-using PersistentLoad = std::function<PyObject*(PyObject& id, PyHeap& heap)>;
+using PersistentLoad =
+    std::function<PickleObject*(PickleObject& id, PickleHeap& heap)>;
 
 /// Runs the pickle in `data` (protocols 2 to 5, the binary opcodes) and
 /// returns the object it builds. Builds dicts (OrderedDict too), lists,
@@ -76,10 +77,10 @@ using PersistentLoad = std::function<PyObject*(PyObject& id, PyHeap& heap)>;
 /// `where` and the byte offset for malformed input (a truncated stream, a
 /// stack underflow, an unknown opcode, a memo reference to nothing, a
 /// tensor whose sizes and strides reach outside its storage).
-PyObject* unpickle(
+PickleObject* unpickle(
     const uint8_t* data,
     size_t size,
-    PyHeap& heap,
+    PickleHeap& heap,
     const PersistentLoad& load,
     const std::string& where);
 
