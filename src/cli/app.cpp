@@ -68,6 +68,8 @@ constexpr const char* kUsage =
     "             windows and write tuned.yaml (--budget 5m, --output)\n"
     "  checkpoint what a checkpoint holds and whether its checksum verifies\n"
     "             (hotloop checkpoint PATH)\n"
+    "  export     write a checkpoint's model for Python: safetensors or a\n"
+    "             PyTorch state_dict (hotloop export PATH --output FILE)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -303,6 +305,7 @@ int fit_in_process(
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
+  apply_init_from(config.init_from, *session.module, out);
   auto train_loader = std::make_unique<data::DataLoader>(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
@@ -449,19 +452,30 @@ int run_report(const std::vector<std::string>& args, std::ostream& out) {
   return 0;
 }
 
-int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
+// --ckpt_path, resolved; "" when the weights come from model.init_from
+// alone.
+std::string evaluated_checkpoint(
+    const ParsedArgs& args, const FitConfig& config, const char* command) {
   HOTLOOP_CHECK_AS(
       ConfigError,
-      args.extra.count("ckpt_path"),
+      args.extra.count("ckpt_path") || !config.init_from.path.empty(),
       "hotloop ",
-      test ? "test" : "validate",
-      " needs --ckpt_path PATH (or last)");
+      command,
+      " needs --ckpt_path PATH (or last), or --model.init_from=FILE");
+  return args.extra.count("ckpt_path")
+      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+      : "";
+}
+
+int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   FitConfig config = to_fit_config(args.config);
   const std::string ckpt_path =
-      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
-  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+      evaluated_checkpoint(args, config, test ? "test" : "validate");
+  const std::optional<TrainedData> trained =
+      ckpt_path.empty() ? std::nullopt : read_trained_data(ckpt_path);
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
+  apply_init_from(config.init_from, *session.module, out);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
@@ -470,7 +484,8 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   const auto metrics =
       test ? trainer.test(*session.module, loader, ckpt_path)
            : trainer.validate(*session.module, loader, ckpt_path);
-  out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
+  out << (test ? "test" : "validate") << " of "
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << "\n";
   print_metrics(out, metrics);
   report_bad_samples(out, session);
   if (test && session.val_labels.defined()) {
@@ -487,13 +502,8 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
 // class, its probability, the true class where known; with class names
 // also the names and the top-k; for image files the file.
 int run_predict(const ParsedArgs& args, std::ostream& out) {
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      args.extra.count("ckpt_path"),
-      "hotloop predict needs --ckpt_path PATH (or last)");
   FitConfig config = to_fit_config(args.config);
-  const std::string ckpt_path =
-      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  const std::string ckpt_path = evaluated_checkpoint(args, config, "predict");
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")
                                  : std::string("predictions.csv");
@@ -505,9 +515,11 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       "or table dataset, "
       "not data.dataset=",
       config.data.dataset);
-  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+  const std::optional<TrainedData> trained =
+      ckpt_path.empty() ? std::nullopt : read_trained_data(ckpt_path);
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
+  apply_init_from(config.init_from, *session.module, out);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
@@ -535,8 +547,9 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
         }
       }
     });
-    out << "predict of " << ckpt_path << ": " << rows << " rows written to "
-        << output << "\n";
+    out << "predict of "
+        << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
+        << rows << " rows written to " << output << "\n";
     return 0;
   }
   const at::Tensor targets = session.val_labels;
@@ -599,8 +612,9 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     }
     rows = index;
   });
-  out << "predict of " << ckpt_path << ": " << rows << " rows written to "
-      << output << "\n";
+  out << "predict of "
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
+      << rows << " rows written to " << output << "\n";
   return 0;
 }
 
@@ -745,14 +759,17 @@ int run(
     if (command == "checkpoint") {
       return run_checkpoint({args.begin() + 1, args.end()}, out);
     }
+    if (command == "export") {
+      return run_export({args.begin() + 1, args.end()}, out);
+    }
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
             command == "predict" || command == "generate" || command == "tune",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict, generate, tune, report or "
-        "checkpoint)");
+        "' (expected fit, validate, test, predict, generate, tune, report, "
+        "checkpoint or export)");
     known_command = true;
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -820,7 +837,8 @@ int run(
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {
     err << "hotloop: error: " << first_line(e.what()) << "\n";
-    if (known_command || command == "report" || command == "checkpoint") {
+    if (known_command || command == "report" || command == "checkpoint" ||
+        command == "export") {
       err << "hint: 'hotloop " << command << " --help' lists every option\n";
     } else {
       err << "hint: 'hotloop --help' lists the commands\n";

@@ -77,4 +77,8 @@ int run_tune(const ParsedArgs& args, std::ostream& out);
 /// checksum verifies (exit status 1 when it does not).
 int run_checkpoint(const std::vector<std::string>& args, std::ostream& out);
 
+/// `hotloop export CHECKPOINT|RUN_DIR`: the model as a safetensors file or
+/// a PyTorch state_dict, with its config (src/cli/export.cpp).
+int run_export(const std::vector<std::string>& args, std::ostream& out);
+
 } // namespace hotloop::cli

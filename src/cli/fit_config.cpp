@@ -594,6 +594,7 @@ ConfigSchema make_schema() {
       {"classification", "regression"},
       "regression (data.dataset=csv): predict the label column's number "
       "with mean squared error, reported as val_rmse and val_mae"));
+  add_init_from_options(s);
   // model_checkpoint, early_stopping, lr_monitor: the callbacks.
   s.add(
       opt("model_checkpoint.dirpath",
@@ -1346,6 +1347,7 @@ FitConfig to_fit_config(const Config& c) {
       .mode(c.get_string("model.init_mode"))
       .nonlinearity(c.get_string("model.init_nonlinearity"))
       .std(c.get_float("model.init_std"));
+  f.init_from = read_init_from(c);
   HOTLOOP_CHECK_AS(
       ConfigError,
       f.task == "classification" || f.data.dataset == "csv",

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "hotloop/cli/config.h"
+#include "hotloop/cli/init_from.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -126,6 +127,8 @@ struct FitConfig {
   int64_t top_k = 5;
   /// model.init and its options: how the network's weights are drawn.
   models::InitOptions init;
+  /// model.init_from and its options: weights made elsewhere to start from.
+  InitFromConfig init_from;
   /// model.task: classification, or regression (csv: a number per row).
   std::string task = "classification";
   /// The model_checkpoint section (used when trainer.enable_checkpointing).
