@@ -889,6 +889,13 @@ ConfigSchema make_schema() {
       "auto",
       {"auto", "true", "false"},
       "sgd/adam/adamw multi-tensor step: auto (on CUDA), true, false"));
+  s.add(choice(
+      "optimizer.fused",
+      "auto",
+      {"auto", "true", "false"},
+      "adam/adamw fused kernel step: auto (on CUDA, LibTorch >= 2.1, unless "
+      "optimizer.foreach=false), true (also the CPU with LibTorch >= 2.4), "
+      "false"));
   // lr_scheduler
   s.add(choice(
       "lr_scheduler.name",
@@ -1512,6 +1519,7 @@ FitConfig to_fit_config(const Config& c) {
   o.eps = c.get_float("optimizer.eps");
   o.no_decay_norm_and_bias = c.get_bool("optimizer.no_decay_norm_and_bias");
   o.foreach = c.get_string("optimizer.foreach");
+  o.fused = c.get_string("optimizer.fused");
 
   auto& s = f.scheduler;
   s.name = c.get_string("lr_scheduler.name");

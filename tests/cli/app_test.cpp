@@ -214,6 +214,19 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.sync_batchnorm=true"};
 }
 
+TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
+  const ParsedArgs parsed = parse_args(
+      fit_schema(),
+      {"--optimizer.fused=true", "--optimizer.foreach=false"},
+      {});
+  const FitConfig config = to_fit_config(parsed.config);
+  EXPECT_EQ(config.optimizer.fused, "true");
+  EXPECT_EQ(config.optimizer.foreach, "false");
+  EXPECT_EQ(
+      to_fit_config(parse_args(fit_schema(), {}, {}).config).optimizer.fused,
+      "auto");
+}
+
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   const ParsedArgs parsed = parse_args(fit_schema(), trainer_overrides(), {});
   const train::TrainerOptions t = to_fit_config(parsed.config).trainer;
