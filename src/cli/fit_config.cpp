@@ -452,6 +452,14 @@ ConfigSchema make_schema() {
           0));
   s.add(opt("model.bias", T::kBool, "true", "gpt: biases in linear layers"));
   s.add(
+      opt("model.loss_chunk_size",
+          T::kInt,
+          "4096",
+          "gpt: positions per chunk of the output layer and training loss "
+          "(no float32 logits for the whole batch); 0: the whole batch's "
+          "logits",
+          0));
+  s.add(
       opt("model.activation_checkpointing",
           T::kBool,
           "false",
@@ -1277,6 +1285,7 @@ FitConfig to_fit_config(const Config& c) {
       .n_embd(c.get_int("model.n_embd"))
       .bias(c.get_bool("model.bias"))
       .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
+      .loss_chunk_size(c.get_int("model.loss_chunk_size"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");

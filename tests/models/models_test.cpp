@@ -693,6 +693,11 @@ TEST(Gpt, BadOptionsNameTheOption) {
       ConfigError,
       Gpt(GptOptions::tiny().dropout(1.0)),
       "model.dropout must be in [0, 1), got 1");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions::tiny().loss_chunk_size(-1)),
+      "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), got "
+      "-1");
 }
 
 } // namespace
