@@ -263,6 +263,20 @@ ConfigSchema make_schema() {
           "optimizer steps the pytorch profiler records",
           1));
   s.add(
+      opt("trainer.profiler_skip_steps",
+          T::kInt,
+          "2",
+          "steps before the ones the pytorch profiler records (0: from the "
+          "first)",
+          0));
+  s.add(
+      opt("trainer.peak_tflops",
+          T::kFloat,
+          "0",
+          "device peak (TFLOP/s) for the step profile's MFU and verdict; 0: "
+          "measure the matmul rate",
+          0));
+  s.add(
       opt("trainer.inference_mode",
           T::kBool,
           "true",
@@ -1243,7 +1257,9 @@ FitConfig to_fit_config(const Config& c) {
       .seed(c.get_int("trainer.seed"))
       .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))
-      .profiler_steps(c.get_int("trainer.profiler_steps"));
+      .profiler_steps(c.get_int("trainer.profiler_steps"))
+      .profiler_skip_steps(c.get_int("trainer.profiler_skip_steps"))
+      .peak_tflops(c.get_float("trainer.peak_tflops"));
   f.strategy = c.get_string("trainer.strategy");
   f.num_nodes = c.get_int("trainer.num_nodes");
   f.group.backend(c.get_string("trainer.process_group_backend"))

@@ -357,6 +357,13 @@ int64_t GptImpl::num_params(bool non_embedding) const {
   return non_embedding ? n - wpe_->weight.numel() : n;
 }
 
+double GptImpl::forward_flops_per_token(int64_t block) const {
+  return 2.0 * static_cast<double>(num_params()) +
+         4.0 * static_cast<double>(options_.n_layer()) *
+             static_cast<double>(options_.n_embd()) *
+             static_cast<double>(block);
+}
+
 at::Tensor gpt_loss(const at::Tensor& logits, const at::Tensor& targets) {
   namespace F = torch::nn::functional;
   return F::cross_entropy(

@@ -194,6 +194,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.seed=11",
       "--trainer.profiler=pytorch",
       "--trainer.profiler_steps=3",
+      "--trainer.profiler_skip_steps=0",
+      "--trainer.peak_tflops=989.4",
       "--trainer.default_root_dir=elsewhere",
       "--trainer.name=other",
       "--trainer.num_threads=3",
@@ -259,6 +261,8 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.seed(), 11);
   EXPECT_EQ(t.profiler(), "pytorch");
   EXPECT_EQ(t.profiler_steps(), 3);
+  EXPECT_EQ(t.profiler_skip_steps(), 0);
+  EXPECT_EQ(t.peak_tflops(), 989.4);
   EXPECT_EQ(t.default_root_dir(), "elsewhere");
   EXPECT_EQ(t.name(), "other");
   EXPECT_EQ(t.num_threads(), 3);
@@ -286,7 +290,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 47);
+  EXPECT_EQ(trainer_options, 49);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {

@@ -262,7 +262,37 @@ struct HasUseLibUV<
     StoreOptions,
     std::void_t<decltype(std::declval<StoreOptions&>().useLibUV)>>
     : std::true_type {};
+
+template <typename Event, typename = void>
+struct HasStartNs : std::false_type {};
+template <typename Event>
+struct HasStartNs<
+    Event,
+    std::void_t<decltype(std::declval<const Event&>().startNs())>>
+    : std::true_type {};
 } // namespace detail
+
+/// The start and duration of one of LibTorch's profiler events
+/// (`torch::autograd::profiler::KinetoEvent`) in microseconds, the unit of
+/// Chrome traces: LibTorch 2.x gives nanoseconds (`startNs`,
+/// `durationNs`), 1.13 microseconds (`startUs`, `durationUs`); looked up by
+/// member, not by version.
+template <typename Event>
+double profiler_event_start_us(const Event& event) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<double>(event.startNs()) / 1000.0;
+  } else {
+    return static_cast<double>(event.startUs());
+  }
+}
+template <typename Event>
+double profiler_event_duration_us(const Event& event) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<double>(event.durationNs()) / 1000.0;
+  } else {
+    return static_cast<double>(event.durationUs());
+  }
+}
 
 /// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
 /// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise

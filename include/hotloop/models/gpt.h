@@ -120,6 +120,14 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   /// `non_embedding` (nanoGPT's get_num_params: 123.65M for gpt2_124m).
   int64_t num_params(bool non_embedding = true) const;
 
+  /// Forward FLOPs per token of a sequence of `block` tokens, nanoGPT's
+  /// estimate_mfu divided by 3: 2 N (N = num_params()) for the matrix
+  /// products with the weights plus 4 L C T for attention's scores and
+  /// their weighted sum. Three times this is the training FLOPs per token
+  /// that bench/run's MFU column counts (bench/python_train.py's
+  /// gpt_flops_per_token).
+  double forward_flops_per_token(int64_t block) const;
+
   /// The options the model was built with.
   const GptOptions& options() const {
     return options_;
