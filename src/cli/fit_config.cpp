@@ -318,6 +318,20 @@ ConfigSchema make_schema() {
           "optimizer steps the pytorch profiler records",
           1));
   s.add(
+      opt("trainer.profiler_skip_steps",
+          T::kInt,
+          "2",
+          "steps before the ones the pytorch profiler records (0: from the "
+          "first)",
+          0));
+  s.add(
+      opt("trainer.peak_tflops",
+          T::kFloat,
+          "0",
+          "device peak (TFLOP/s) for the step profile's MFU and verdict; 0: "
+          "measure the matmul rate",
+          0));
+  s.add(
       opt("trainer.inference_mode",
           T::kBool,
           "true",
@@ -508,6 +522,14 @@ ConfigSchema make_schema() {
           "gpt: vocabulary; 0: 256 for data.token_bytes=1, else required",
           0));
   s.add(opt("model.bias", T::kBool, "true", "gpt: biases in linear layers"));
+  s.add(
+      opt("model.loss_chunk_size",
+          T::kInt,
+          "4096",
+          "gpt: positions per chunk of the output layer and training loss "
+          "(no float32 logits for the whole batch); 0: the whole batch's "
+          "logits",
+          0));
   s.add(
       opt("model.activation_checkpointing",
           T::kBool,
@@ -953,6 +975,13 @@ ConfigSchema make_schema() {
       "auto",
       {"auto", "true", "false"},
       "sgd/adam/adamw multi-tensor step: auto (on CUDA), true, false"));
+  s.add(choice(
+      "optimizer.fused",
+      "auto",
+      {"auto", "true", "false"},
+      "adam/adamw fused kernel step: auto (on CUDA, LibTorch >= 2.1, unless "
+      "optimizer.foreach=false), true (also the CPU with LibTorch >= 2.4), "
+      "false"));
   // lr_scheduler
   s.add(choice(
       "lr_scheduler.name",
@@ -1293,7 +1322,9 @@ FitConfig to_fit_config(const Config& c) {
       .seed(c.get_int("trainer.seed"))
       .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))
-      .profiler_steps(c.get_int("trainer.profiler_steps"));
+      .profiler_steps(c.get_int("trainer.profiler_steps"))
+      .profiler_skip_steps(c.get_int("trainer.profiler_skip_steps"))
+      .peak_tflops(c.get_float("trainer.peak_tflops"));
   f.strategy = c.get_string("trainer.strategy");
   f.num_nodes = c.get_int("trainer.num_nodes");
   f.group.backend(c.get_string("trainer.process_group_backend"))
@@ -1335,6 +1366,7 @@ FitConfig to_fit_config(const Config& c) {
       .n_embd(c.get_int("model.n_embd"))
       .bias(c.get_bool("model.bias"))
       .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
+      .loss_chunk_size(c.get_int("model.loss_chunk_size"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");
@@ -1589,6 +1621,7 @@ FitConfig to_fit_config(const Config& c) {
   o.eps = c.get_float("optimizer.eps");
   o.no_decay_norm_and_bias = c.get_bool("optimizer.no_decay_norm_and_bias");
   o.foreach = c.get_string("optimizer.foreach");
+  o.fused = c.get_string("optimizer.fused");
 
   auto& s = f.scheduler;
   s.name = c.get_string("lr_scheduler.name");

@@ -481,10 +481,9 @@ Session text_session(const FitConfig& config) {
   auto module = std::make_shared<train::LanguageModel>(
       torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
   // nanoGPT's estimate: 2 FLOPs per parameter and token, plus attention.
-  const double block = static_cast<double>(d.block_size);
   module->set_flops_per_sample(
-      block * (2.0 * static_cast<double>(gpt->num_params()) +
-               4.0 * config.gpt.n_layer() * config.gpt.n_embd() * block));
+      static_cast<double>(d.block_size) *
+      gpt->forward_flops_per_token(d.block_size));
   session.module = module;
   return session;
 }

@@ -35,7 +35,24 @@ double StepProfile::steady_samples_per_s() const {
 }
 
 double StepProfile::flops_per_s() const {
-  return flops_per_sample * samples_per_s();
+  return flops_per_sample * steady_samples_per_s();
+}
+
+std::string StepProfile::utilization_text() const {
+  const double share = utilization();
+  if (share <= 0) {
+    return "";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(share < 0.01 ? 2 : 1) << 100 * share
+      << "% MFU (training FLOPs per sample x the steady rate / ";
+  if (peak_flops >= 1e12) {
+    out << std::setprecision(1) << peak_flops / 1e12 << " TFLOP/s, ";
+  } else {
+    out << std::setprecision(2) << peak_flops / 1e9 << " GFLOP/s, ";
+  }
+  out << (peak_source.empty() ? std::string("measured") : peak_source) << ")";
+  return out.str();
 }
 
 std::map<std::string, double> StepProfile::phases() const {
@@ -113,15 +130,11 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   // are too small to fill it, and it waits for the host to launch them.
   const double share = utilization();
   if (context.cuda && !context.cuda_graphs && share > 0 && share < 0.1) {
-    std::ostringstream peak;
-    peak << std::fixed << std::setprecision(share < 0.01 ? 2 : 1) << 100 * share
-         << "%";
     return "launch-bound: forward+backward take " +
            percent(forward + backward, total) + " of step time at " +
-           peak.str() +
-           " of the device's matmul peak - its kernels are too small to "
-           "keep it busy and wait for the host to launch them: try "
-           "trainer.cuda_graphs=true" +
+           utilization_text() +
+           " - its kernels are too small to keep the device busy and wait "
+           "for the host to launch them: try trainer.cuda_graphs=true" +
            std::string(
                context.batch_can_grow ? ", or raise data.batch_size" : "");
   }
@@ -145,8 +158,10 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   } else {
     advice = "a smaller model, trainer.num_threads, or a GPU";
   }
+  const std::string mfu = utilization_text();
   return "compute-bound: forward+backward take " +
-         percent(forward + backward, total) + " of step time - " + advice;
+         percent(forward + backward, total) + " of step time" +
+         (mfu.empty() ? std::string() : " at " + mfu) + " - " + advice;
 }
 
 void StepProfile::print(
@@ -180,17 +195,22 @@ void StepProfile::print(
   out << std::setprecision(1) << "; validation " << validation << " s";
   if (flops_per_sample > 0) {
     out << std::setprecision(2) << "; " << flops_per_s() / 1e9
-        << " GFLOP/s achieved";
+        << " GFLOP/s achieved at the steady rate";
     if (peak_flops > 0) {
-      out << ", " << std::setprecision(1) << 100 * utilization()
-          << "% of the device's measured matmul peak (" << std::setprecision(2)
-          << peak_flops / 1e9 << " GFLOP/s";
+      out << ", " << utilization_text();
       if (utilization() > 1) {
         // Counted FLOPs are nominal: Winograd or FFT convolutions do fewer.
-        out << "; over 100%: the kernels do fewer operations than the "
+        out << " - over 100%: the kernels do fewer operations than the "
                "nominal count, as Winograd convolutions do";
       }
-      out << ")";
+    }
+  }
+  if (process_to_first_step >= 0) {
+    out << std::setprecision(2) << "; from process start: the first step at "
+        << process_to_first_step << " s";
+    if (process_to_warmup_end >= 0) {
+      out << ", the end of step " << kWarmupSteps << " at "
+          << process_to_warmup_end << " s";
     }
   }
   out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";

@@ -197,6 +197,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.seed=11",
       "--trainer.profiler=pytorch",
       "--trainer.profiler_steps=3",
+      "--trainer.profiler_skip_steps=0",
+      "--trainer.peak_tflops=989.4",
       "--trainer.default_root_dir=elsewhere",
       "--trainer.name=other",
       "--trainer.num_threads=3",
@@ -215,6 +217,19 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.process_group_backend=gloo",
       "--trainer.dist_timeout=42",
       "--trainer.sync_batchnorm=true"};
+}
+
+TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
+  const ParsedArgs parsed = parse_args(
+      fit_schema(),
+      {"--optimizer.fused=true", "--optimizer.foreach=false"},
+      {});
+  const FitConfig config = to_fit_config(parsed.config);
+  EXPECT_EQ(config.optimizer.fused, "true");
+  EXPECT_EQ(config.optimizer.foreach, "false");
+  EXPECT_EQ(
+      to_fit_config(parse_args(fit_schema(), {}, {}).config).optimizer.fused,
+      "auto");
 }
 
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
@@ -249,6 +264,8 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.seed(), 11);
   EXPECT_EQ(t.profiler(), "pytorch");
   EXPECT_EQ(t.profiler_steps(), 3);
+  EXPECT_EQ(t.profiler_skip_steps(), 0);
+  EXPECT_EQ(t.peak_tflops(), 989.4);
   EXPECT_EQ(t.default_root_dir(), "elsewhere");
   EXPECT_EQ(t.name(), "other");
   EXPECT_EQ(t.num_threads(), 3);
@@ -276,7 +293,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 47);
+  EXPECT_EQ(trainer_options, 49);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
