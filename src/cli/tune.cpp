@@ -401,9 +401,12 @@ class Tuner {
                 config_.trainer.accelerator(), config_.trainer.devices())
                 .is_cuda();
     cores_ = hardware_threads();
+    // Windows end a little before the budget does: the verdicts, the table
+    // and tuned.yaml come after the last one.
+    reserve_s_ = std::min(2.0, 0.02 * budget_s_);
     windows_.set_deadline(
         start_ + std::chrono::duration_cast<Clock::duration>(
-                     std::chrono::duration<double>(budget_s_)));
+                     std::chrono::duration<double>(budget_s_ - reserve_s_)));
   }
 
   /// Seconds since the session started.
@@ -461,6 +464,31 @@ class Tuner {
         }
       }
     }
+    // As many candidates as the budget's training share can measure
+    // repeats_ times each, with the given config's windows between them, in
+    // the order above; the rest are named as not measured, rather than all
+    // of them measured once and none judged.
+    const auto window_of = [&](const Candidate& c) {
+      const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
+      return startup_s_ +
+          (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
+    };
+    const double available = budget_s_ * 0.75 - elapsed() - window_s_;
+    double round_s = 0;
+    size_t fits = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const double with = round_s + window_of(*order[i]) +
+          ((i + 1) % kBaselineEvery == 0 ? window_s_ : 0);
+      if (static_cast<double>(repeats_) * (with + window_s_) > available) {
+        break;
+      }
+      round_s = with;
+      fits = i + 1;
+    }
+    for (size_t i = fits; i < order.size(); ++i) {
+      skipped_.push_back(describe(order[i]->settings));
+    }
+    order.resize(fits);
     // Every candidate once per repeat, and the given config before, after
     // and between every few of them: each window is compared with the given
     // config's windows around it, which cancels the machine's drift.
@@ -474,9 +502,9 @@ class Tuner {
       }
     }
     run_schedule(schedule, "");
-    for (const Candidate& c : candidates_) {
-      if (c.runs.size() < 2) {
-        skipped_.push_back(describe(c.settings));
+    for (const Candidate* c : order) {
+      if (c->runs.size() < 2) {
+        skipped_.push_back(describe(c->settings));
       }
     }
     measure_validation();
@@ -519,17 +547,21 @@ class Tuner {
       const std::string& tag,
       double budget_share = 0.75) {
     const auto total = static_cast<int64_t>(schedule.size());
+    // The given config runs first, and then only after a candidate ran:
+    // its windows are there to compare the candidates' with.
+    bool candidate_since_baseline = true;
     for (int64_t i = 0; i < total && !windows_.interrupted(); ++i) {
       Candidate& c = *schedule[i];
-      const bool last = i + 1 == total;
+      const bool given = &c == &baseline_;
       // A candidate's window within its share of the budget; the given
       // config's (what candidates are compared with) within the whole.
-      if (over_budget(c, &c == &baseline_ ? 1.0 : budget_share)) {
+      if (over_budget(c, given ? 1.0 : budget_share)) {
         continue;
       }
-      if (&c == &baseline_ && !last && i > 0 && schedule[i - 1] == &baseline_) {
-        continue; // nothing ran since the last one
+      if (given && !candidate_since_baseline) {
+        continue;
       }
+      candidate_since_baseline = !given;
       show(
           tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
           i + 1,
@@ -638,7 +670,9 @@ class Tuner {
     const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
     const double window = startup_s_ + (window_s_ - startup_s_) * steps /
                                            static_cast<double>(steps_);
-    return elapsed() + window > budget_s_ * share;
+    const double limit =
+        share >= 1 ? budget_s_ - reserve_s_ : budget_s_ * share;
+    return elapsed() + window > limit;
   }
 
   void add(
@@ -698,6 +732,7 @@ class Tuner {
   int64_t steps_ = kWarmupSteps + 20;
   double startup_s_ = 0;
   double finder_s_ = 0;
+  double reserve_s_ = 0;
   double window_s_ = 0;
   Candidate baseline_;
   std::vector<Candidate> candidates_;
@@ -827,7 +862,7 @@ void Tuner::measure_validation() {
       const std::vector<double> seen =
           field(val_baseline_.runs, &Measurement::process_s);
       const double expected = seen.empty() ? window_s_ : median(seen);
-      if (elapsed() + expected > budget_s_) {
+      if (elapsed() + expected > budget_s_ - reserve_s_) {
         break;
       }
       progress_.show(
