@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace hotloop::cli {
@@ -227,9 +228,14 @@ int run_export(const std::vector<std::string>& args, std::ostream& out) {
   train::write_file_atomically(json_path.string(), [&](std::ostream& file) {
     file << json.dump(2) << "\n";
   });
+  // Values stored, each shared tensor once (a .pt's lm_head.weight is
+  // the token embedding's storage).
   int64_t values = 0;
+  std::set<std::pair<const void*, int64_t>> counted;
   for (const auto& [name, tensor] : written.tensors) {
-    values += tensor.numel();
+    if (counted.emplace(tensor.data_ptr(), tensor.numel()).second) {
+      values += tensor.numel();
+    }
   }
   out << "export: " << written.size() << " tensors (" << values
       << " values) of " << ckpt << " written to " << output << " ("

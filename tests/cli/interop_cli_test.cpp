@@ -298,6 +298,22 @@ TEST(CliInterop, AGptExportsToHuggingFacesLayoutAndGeneratesTheSameFromIt) {
       file.entry("h.0.attn.c_attn.weight").shape,
       (std::vector<int64_t>{32, 96}));
   EXPECT_FALSE(file.contains("lm_head.weight"));
+  // A state_dict has the tied lm_head.weight as a key of its own, sharing
+  // the embedding's storage: its values are counted once.
+  r = run_cli({"export", last, "--output", dir.file("pt/model.pt")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const interop::NamedTensors pt =
+      interop::read_weights(dir.file("pt/model.pt"));
+  ASSERT_NE(pt.find("lm_head.weight"), nullptr);
+  int64_t stored = 0;
+  for (const auto& [name, tensor] : pt.tensors) {
+    stored += name == "lm_head.weight" ? 0 : tensor.numel();
+  }
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          std::to_string(pt.size()) + " tensors (" + std::to_string(stored) +
+          " values)"));
   std::ifstream json_file(dir.file("hf/config.json"));
   const nlohmann::json config = nlohmann::json::parse(json_file);
   EXPECT_EQ(config["model_type"], "gpt2");
