@@ -12,3 +12,4 @@
 #include "hotloop/train.h"
 #include "hotloop/dist.h"
 #include "hotloop/log.h"
+#include "hotloop/compress.h"

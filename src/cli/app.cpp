@@ -82,6 +82,10 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
     trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
         config.lr_monitor_interval, config.lr_monitor_momentum));
   }
+  if (config.pruning) {
+    trainer.add_callback(
+        std::make_shared<compress::ModelPruning>(*config.pruning));
+  }
 }
 
 // Processes per node of a ddp run: trainer.devices as a count; auto is

@@ -1181,6 +1181,7 @@ const ConfigSchema& fit_schema() {
     ConfigSchema s = make_schema();
     add_registered_options(s, registered_models(), "model");
     add_registered_options(s, registered_datasets(), "dataset");
+    add_pruning_options(s);
     return s;
   }();
   return schema;
@@ -1568,6 +1569,7 @@ FitConfig to_fit_config(const Config& c) {
       "tuner.batch_size and tuner.lr_find search in one process: run them "
       "without trainer.strategy=ddp, then set data.batch_size and "
       "optimizer.lr");
+  f.pruning = pruning_options(c);
   return f;
 }
 

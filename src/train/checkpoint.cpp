@@ -1,5 +1,6 @@
 #include "hotloop/train/checkpoint.h"
 
+#include "hotloop/compress/parametrization.h"
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/zip_archive.h"
@@ -626,12 +627,24 @@ TrainingProgress load_checkpoint(
     // LibTorch's load would take the checkpoint's shapes without a word.
     c10::IValue signature;
     if (archive.try_read("model_parameters", signature)) {
-      check_same_model(
-          path, parse_signature(signature.toStringRef()), model_signature(model));
+      const auto saved = parse_signature(signature.toStringRef());
+      // A pruned model's checkpoint (weight_orig + weight_mask) loads into
+      // the same model unpruned: it is reparametrised to match first.
+      std::vector<std::string> names;
+      for (const auto& entry : saved) {
+        names.push_back(entry.first);
+      }
+      compress::match_pruning(model, names);
+      check_same_model(path, saved, model_signature(model));
     }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
+    {
+      // What a pruned model's forward reads, from the loaded values.
+      const at::NoGradGuard no_grad;
+      compress::recompute_pruned(model);
+    }
     if (state == nullptr) {
       return progress;
     }

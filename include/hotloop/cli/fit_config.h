@@ -1,6 +1,7 @@
 #pragma once
 
 #include "hotloop/cli/config.h"
+#include "hotloop/cli/pruning_config.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -142,6 +143,8 @@ struct FitConfig {
   optim::OptimizerOptions optimizer;
   optim::SchedulerOptions scheduler;
   TunerConfig tuner;
+  /// The pruning section: a ModelPruning callback when pruning.enabled.
+  std::optional<compress::ModelPruningOptions> pruning;
 };
 
 /// Every key of the fit/validate/test config with its default, type, range

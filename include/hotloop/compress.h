@@ -1,0 +1,11 @@
+#pragma once
+
+// Every public header of hotloop::compress: pruning (torch.nn.utils.prune's
+// semantics) and the ModelPruning callback.
+
+#include "hotloop/compress/forward_tensor.h"
+#include "hotloop/compress/model_pruning.h"
+#include "hotloop/compress/parametrization.h"
+#include "hotloop/compress/prune.h"
+#include "hotloop/compress/pruning_amount.h"
+#include "hotloop/compress/pruning_method.h"

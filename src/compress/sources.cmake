@@ -1,0 +1,13 @@
+# The compress area (pruning): its
+# sources, and the command line's pruning section, added to the library by
+# the top-level CMakeLists.txt.
+target_sources(hotloop PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/detail/module_access.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/forward_tensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_pruning.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/parametrization.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pruning_amount.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pruning_method.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prune.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../cli/pruning_config.cpp
+)

@@ -1,0 +1,140 @@
+// The command line's pruning section.
+
+#include "hotloop/cli/app.h"
+#include "test_util.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hotloop::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::hotloop::testing::TempDir;
+using ::testing::HasSubstr;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result run_cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::vector<std::string> small_fit(
+    const TempDir& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--data.root=" + dir.file("data"),
+      "--trainer.default_root_dir=" + dir.file("runs"),
+      "--trainer.max_epochs=2",
+      "--data.batch_size=32",
+      "--data.val_batch_size=50",
+      "--model.channels=[4, 8]",
+      "--model.hidden=16",
+      "--optimizer.lr=0.01"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+fs::path run_folder(const TempDir& dir, int version = 0) {
+  return fs::path(dir.file("runs")) / "fashion_mnist" /
+         ("version_" + std::to_string(version));
+}
+
+TEST(CompressCli, PruningSectionPrunesReportsSparsityAndTheCheckpointTests) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  Result r = run_cli({"fit", "--help"});
+  EXPECT_THAT(r.out, HasSubstr("--pruning.amount"));
+  EXPECT_THAT(r.out, HasSubstr("--pruning.pruning_fn"));
+  r = run_cli(small_fit(
+      dir,
+      {"--pruning.enabled=true",
+       "--pruning.amount=0.3",
+       "--pruning.verbose=1",
+       "--pruning.parameter_names=weight"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // The weights: 36 + 4 + 288 + 8 + 16 * 392 + 16 * 10; 0.3 of them, then
+  // 0.3 of what is left.
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("Applied `L1Unstructured`. Pruned: 0/6768 (0.00%) -> "
+                "2030/6768 (29.99%)\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("Applied `L1Unstructured`. Pruned: 2030/6768 (29.99%) -> "
+                "3451/6768 (50.99%)\n"));
+  std::ifstream in(run_folder(dir) / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  ASSERT_TRUE(summary.contains("pruning")) << summary.dump(2);
+  EXPECT_EQ(summary.at("pruning").at("prunings"), 2);
+  EXPECT_NEAR(
+      summary.at("pruning").at("total_sparsity").get<double>(), 0.51, 0.001);
+  EXPECT_TRUE(summary.at("pruning")
+                  .at("sparsity")
+                  .contains("network.features.0.weight"));
+  // The report shows it as a table of its own.
+  r = run_cli({"report", run_folder(dir).string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream report(run_folder(dir) / "report.html");
+  const std::string html(
+      (std::istreambuf_iterator<char>(report)),
+      std::istreambuf_iterator<char>());
+  EXPECT_THAT(html, HasSubstr("network.features.0.weight"));
+  // The last checkpoint carries the masks and tests on a fresh model.
+  r = run_cli(
+      {"test",
+       "--config=" + (run_folder(dir) / "config.yaml").string(),
+       "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+}
+
+TEST(CompressCli, BadPruningSettingsAreNamedAndWriteNothing) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  Result r = run_cli(
+      small_fit(dir, {"--pruning.enabled=true", "--pruning.amount=1.5"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("pruning.amount: '1.5': amount=1.5 should either be a float in "
+                "the range [0, 1] or a non-negative integer"));
+  r = run_cli(small_fit(
+      dir,
+      {"--pruning.enabled=true",
+       "--pruning.pruning_fn=ln_structured",
+       "--pruning.pruning_dim=0",
+       "--pruning.pruning_norm=2"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("pruning: Only the \"unstructured\" PRUNING_TYPE is supported "
+                "with `use_global_unstructured=True`"));
+  r = run_cli(small_fit(
+      dir,
+      {"--pruning.enabled=true",
+       "--pruning.parameters_to_prune=network.features.9.weight"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("no parameter 'network.features.9.weight' in the model; its "
+                "parameters: network.features.0.weight, "));
+  EXPECT_FALSE(fs::exists(run_folder(dir)));
+}
+
+} // namespace
+} // namespace hotloop::cli
