@@ -1,7 +1,7 @@
 #pragma once
 
 // Every public header of hotloop::compress: pruning (torch.nn.utils.prune's
-// semantics) and the ModelPruning callback.
+// semantics), the ModelPruning callback and structural shrinking.
 
 #include "hotloop/compress/forward_tensor.h"
 #include "hotloop/compress/model_pruning.h"
@@ -9,3 +9,4 @@
 #include "hotloop/compress/prune.h"
 #include "hotloop/compress/pruning_amount.h"
 #include "hotloop/compress/pruning_method.h"
+#include "hotloop/compress/shrink.h"

@@ -1,4 +1,4 @@
-# The compress area (pruning): its
+# The compress area (pruning, structural shrinking): its
 # sources, and the command line's pruning section, added to the library by
 # the top-level CMakeLists.txt.
 target_sources(hotloop PRIVATE
@@ -9,5 +9,6 @@ target_sources(hotloop PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pruning_amount.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pruning_method.cpp
   ${CMAKE_CURRENT_LIST_DIR}/prune.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/shrink.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../cli/pruning_config.cpp
 )
