@@ -6,6 +6,7 @@
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/session.h"
 #include "hotloop/cli/trained_data.h"
+#include "hotloop/compress/quantized_net.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/data/subset.h"
@@ -64,6 +65,11 @@ constexpr const char* kUsage =
     "             windows and write tuned.yaml (--budget 5m, --output)\n"
     "  checkpoint what a checkpoint holds and whether its checksum verifies\n"
     "             (hotloop checkpoint PATH)\n"
+    "  quantize   an int8 checkpoint from a trained one (--ckpt_path, --mode\n"
+    "             static|dynamic, --calibration_batches 32, --engine auto,\n"
+    "             --output); test and predict run it\n"
+    "  shrink     a smaller model from a structurally pruned one\n"
+    "             (--ckpt_path, --output)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -459,9 +465,14 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   // Evaluation writes no run folder.
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
-  const auto metrics =
-      test ? trainer.test(*session.module, loader, ckpt_path)
-           : trainer.validate(*session.module, loader, ckpt_path);
+  // An int8 checkpoint runs as it is, in a module of its own.
+  std::string load = ckpt_path;
+  if (compress::is_quantized_checkpoint(ckpt_path)) {
+    session.module = int8_module(config, ckpt_path);
+    load.clear();
+  }
+  const auto metrics = test ? trainer.test(*session.module, loader, load)
+                            : trainer.validate(*session.module, loader, load);
   out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
   print_metrics(out, metrics);
   report_bad_samples(out, session);
@@ -503,8 +514,13 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
+  std::string load = ckpt_path;
+  if (compress::is_quantized_checkpoint(ckpt_path)) {
+    session.module = int8_module(config, ckpt_path);
+    load.clear();
+  }
   const std::vector<at::Tensor> batches =
-      trainer.predict(*session.module, loader, ckpt_path);
+      trainer.predict(*session.module, loader, load);
   if (config.task == "regression") {
     // One number per row: the prediction and the table's value.
     const auto* subset =
@@ -658,11 +674,12 @@ int run(
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
-            command == "predict" || command == "generate" || command == "tune",
+            command == "predict" || command == "generate" ||
+            command == "tune" || command == "quantize" || command == "shrink",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict, generate, tune, report or "
-        "checkpoint)");
+        "' (expected fit, validate, test, predict, generate, tune, quantize, "
+        "shrink, report or checkpoint)");
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     std::set<std::string> flags = {"ckpt_path", "output", "help", "print_config"};
@@ -675,6 +692,14 @@ int run(
     if (command == "tune") {
       flags.erase("ckpt_path");
       for (const char* const* flag = kTuneFlags; *flag != nullptr; ++flag) {
+        flags.insert(*flag);
+      }
+    }
+    if (command == "quantize" || command == "shrink") {
+      for (const char* const* flag = command == "quantize" ? kQuantizeFlags
+                                                           : kShrinkFlags;
+           *flag != nullptr;
+           ++flag) {
         flags.insert(*flag);
       }
     }
@@ -715,6 +740,12 @@ int run(
     }
     if (command == "tune") {
       return run_tune(parsed, out);
+    }
+    if (command == "quantize") {
+      return run_quantize(parsed, out);
+    }
+    if (command == "shrink") {
+      return run_shrink(parsed, out);
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {

@@ -70,4 +70,18 @@ int run_tune(const ParsedArgs& args, std::ostream& out);
 /// checksum verifies (exit status 1 when it does not).
 int run_checkpoint(const std::vector<std::string>& args, std::ostream& out);
 
+/// `hotloop quantize`: an int8 checkpoint from a float one (static,
+/// calibrated on training batches, or dynamic), with both models' accuracy
+/// and inference speed; `hotloop shrink`: a structurally pruned model made
+/// smaller. The flags they read besides the config's keys.
+extern const char* const kQuantizeFlags[];
+int run_quantize(const ParsedArgs& args, std::ostream& out);
+extern const char* const kShrinkFlags[];
+int run_shrink(const ParsedArgs& args, std::ostream& out);
+
+/// The classifier that runs the int8 checkpoint `ckpt_path` (hotloop test
+/// and predict).
+std::shared_ptr<train::Module> int8_module(
+    const FitConfig& config, const std::string& ckpt_path);
+
 } // namespace hotloop::cli

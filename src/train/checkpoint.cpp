@@ -624,6 +624,18 @@ TrainingProgress load_checkpoint(
     progress.epoch = read_int("epoch", 0);
     progress.global_step = read_int("global_step", 0);
     progress.epoch_batches = read_int("epoch_batches", 0);
+    {
+      // compress::save_quantized's files hold an int8 model's records, which
+      // no float model matches: say so rather than name a first difference.
+      c10::IValue kept;
+      HOTLOOP_CHECK(
+          !archive.try_read("callbacks", kept) ||
+              !nlohmann::json::parse(kept.toStringRef()).contains("int8_model"),
+          path,
+          ": an int8 (quantized) checkpoint, not a float model's: load it "
+          "with compress::load_quantized, or run it with hotloop test or "
+          "predict");
+    }
     // LibTorch's load would take the checkpoint's shapes without a word.
     c10::IValue signature;
     if (archive.try_read("model_parameters", signature)) {

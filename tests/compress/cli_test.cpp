@@ -1,6 +1,8 @@
-// The command line's pruning section.
+// The command line's pruning section, hotloop quantize and hotloop shrink,
+// and int8 checkpoints through test and predict.
 
 #include "hotloop/cli/app.h"
+#include "hotloop/compress/quantized_net.h"
 #include "test_util.h"
 
 #include <gmock/gmock.h>
@@ -19,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int code;
@@ -134,6 +137,88 @@ TEST(CompressCli, BadPruningSettingsAreNamedAndWriteNothing) {
       HasSubstr("no parameter 'network.features.9.weight' in the model; its "
                 "parameters: network.features.0.weight, "));
   EXPECT_FALSE(fs::exists(run_folder(dir)));
+}
+
+TEST(CompressCli, QuantizeWritesAnInt8CheckpointThatTestAndPredictRun) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string config =
+      "--config=" + (run_folder(dir) / "config.yaml").string();
+  const std::string int8 = dir.file("model.int8.ckpt");
+  r = run_cli(
+      {"quantize",
+       config,
+       "--ckpt_path=last",
+       "--calibration_batches=2",
+       "--output=" + int8});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("quantize: static int8 on the "));
+  EXPECT_THAT(r.out, HasSubstr("calibrated on 2 training batches"));
+  EXPECT_THAT(r.out, HasSubstr("int8: val_acc "));
+  EXPECT_TRUE(compress::is_quantized_checkpoint(int8));
+  r = run_cli({"test", config, "--ckpt_path=" + int8});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  r = run_cli(
+      {"predict",
+       config,
+       "--ckpt_path=" + int8,
+       "--output=" + dir.file("p.csv")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(dir.file("p.csv")));
+  r = run_cli({"checkpoint", int8});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("int8_model"));
+
+  // A CNN has no Linear-only path for dynamic quantization: named, nothing
+  // written.
+  r = run_cli(
+      {"quantize",
+       config,
+       "--ckpt_path=last",
+       "--mode=dynamic",
+       "--output=" + dir.file("dynamic.ckpt")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("cannot quantize hotloop::models::FashionCnnImpl "
+                "dynamically: hotloop quantizes the Linear layers of an mlp"));
+  EXPECT_FALSE(fs::exists(dir.file("dynamic.ckpt")));
+  r = run_cli({"quantize", config});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("hotloop quantize needs --ckpt_path"));
+}
+
+TEST(CompressCli, ShrinkMakesAStructurallyPrunedCnnSmallerWithTheSameResults) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  // Half the last block's filters, pruned by their L1 norm.
+  Result r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--pruning.enabled=true",
+       "--pruning.pruning_fn=ln_structured",
+       "--pruning.use_global_unstructured=false",
+       "--pruning.pruning_dim=0",
+       "--pruning.pruning_norm=1",
+       "--pruning.parameters_to_prune=network.features.4.weight"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string config =
+      "--config=" + (run_folder(dir) / "config.yaml").string();
+  const std::string small = dir.file("small.ckpt");
+  r = run_cli({"shrink", config, "--ckpt_path=last", "--output=" + small});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("shrink: [4, 8, 16] -> [4, 4, 16] units"));
+  EXPECT_THAT(r.out, HasSubstr("--model.channels=[4, 4] --model.hidden=16"));
+  r = run_cli({"test", config, "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string pruned_line = r.out.substr(r.out.find("test_acc"), 30);
+  r = run_cli(
+      {"test", config, "--model.channels=[4, 4]", "--ckpt_path=" + small});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(r.out.find("test_acc"), 30), pruned_line);
 }
 
 } // namespace
