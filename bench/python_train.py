@@ -42,7 +42,7 @@ Usage:
       [--threads N] [--workers N] [--batch-size N] [--device cpu|cuda]
       [--precision auto|32|bf16-mixed|16-mixed] [--data-root DIR]
       [--text-file PATH] [--token-file PATH] [--block-size N]
-      [--synthetic-size N] [--seed N]
+      [--synthetic-size N] [--seed N] [--trace PATH [--trace-steps N]]
   python3 bench/python_train.py --write-tokens PATH [--num-tokens N] [--seed N]
 
 Progress goes to stderr; the only output on stdout is one JSON line: impl,
@@ -52,7 +52,10 @@ batches, leaving out the step of each batch shape first seen after them:
 compilation and warm-up do not count), epoch_samples_per_s, epochs, steps,
 final_acc, time_to_target_s (seconds from the start of training to the end of
 the first evaluation reaching --target-acc: compilation counts here),
-peak_rss_mb (this process), wall_s, tokens_per_s / steady_tokens_per_s and
+peak_rss_mb (this process), wall_s, process_to_first_step_s and
+process_to_step10_s (from the process's start, by the kernel's record of
+it, to the first training step's start and to the end of step 10 with the
+device's work done), tokens_per_s / steady_tokens_per_s and
 flops_per_token / mfu (gpt workloads), evals. On CUDA every clock reading
 follows torch.cuda.synchronize(). Failures print {"error": "..."} and exit
 with status 2.
@@ -62,14 +65,30 @@ import time
 
 _PROCESS_START = time.perf_counter()
 
-import argparse
-import contextlib
-import json
-import math
-import os
-import random
-import resource
-import sys
+
+def seconds_since_process_start():
+    """Seconds since this process started by the kernel's record of it
+    (/proc/self/stat's start time against CLOCK_BOOTTIME, to the clock tick)
+    — hotloop's core/process_clock.h reads the same, so the warm-up of both
+    sides is counted from the same moment: the interpreter's start and its
+    imports included. Since this module's import where /proc is missing."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+        start = ticks / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _PROCESS_START
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
 
 MEAN = 0.2860
 STD = 0.3530
@@ -672,6 +691,14 @@ def parse_args(argv=None):
                         help="resnet18: input channels; 1 feeds the grey "
                         "images as hotloop does, 3 expands them (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace", metavar="PATH", default=None,
+                        help="record torch.profiler over the first "
+                        "--trace-steps training steps (each marked "
+                        "ProfilerStep#N) and write its Chrome trace to PATH "
+                        "(not the lightning style)")
+    parser.add_argument("--trace-steps", type=int, default=13,
+                        help="steps --trace records (default 13: the 10 "
+                        "warm-up steps and 3 steady ones)")
     parser.add_argument("--write-tokens", metavar="PATH", default=None,
                         help="write --num-tokens random uint16 token ids "
                         "(seeded by --seed) to PATH and exit")
@@ -695,6 +722,11 @@ def parse_args(argv=None):
         parser.error("--batch-size, --block-size and --stride must be >= 0")
     if args.synthetic_size < 1:
         parser.error("--synthetic-size must be >= 1")
+    if args.trace_steps < 1:
+        parser.error(f"--trace-steps must be >= 1, got {args.trace_steps}")
+    if args.trace and args.style == "lightning":
+        parser.error("--trace: the lightning style is not traced (its loop is "
+                     "Lightning's)")
     text = args.cnn_channels
     try:
         args.cnn_channels = tuple(int(c) for c in text.split(","))
@@ -816,6 +848,11 @@ class Meter:
         self.excluded_seconds = 0.0
         self.shapes = set()
         self.new_shape_start = None
+        # From the process start (seconds_since_process_start): the first
+        # step's start, and the end of step WARMUP_BATCHES with the device's
+        # work done.
+        self.process_to_first_step = None
+        self.process_to_warmup_end = None
 
     def now(self):
         self.sync()
@@ -835,6 +872,8 @@ class Meter:
         return self.epoch_start is not None
 
     def before_step(self, shape):
+        if self.process_to_first_step is None:
+            self.process_to_first_step = seconds_since_process_start()
         new = shape not in self.shapes
         self.shapes.add(shape)
         if new and self.steady_start is not None:
@@ -850,6 +889,7 @@ class Meter:
             self.steady_samples += samples
         if self.steps == WARMUP_BATCHES:
             self.steady_start = self.now()
+            self.process_to_warmup_end = seconds_since_process_start()
 
     def end_epoch(self):
         """Closes the epoch's training time; returns its seconds."""
@@ -875,6 +915,58 @@ class Meter:
         if self.steady_samples == 0 or seconds <= 0:
             return None
         return self.steady_samples / seconds
+
+
+class StepTracer:
+    """--trace: torch.profiler over the first `steps` training steps, each
+    marked "ProfilerStep#N" from its start to the next step's (as hotloop's
+    trainer.profiler=pytorch marks them), written as a Chrome trace for
+    bench/trace_summary.py. CPU operators, and on CUDA the kernels, copies
+    and runtime calls (Kineto)."""
+
+    def __init__(self, torch, path, steps, device):
+        import torch.profiler as profiler
+        self.torch = torch
+        self.path = path
+        self.steps = steps
+        self.device = device
+        activities = [profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(profiler.ProfilerActivity.CUDA)
+        self.profiler = profiler.profile(activities=activities)
+        self.profiler.start()
+        self.step = None
+        self.done = False
+
+    def begin_step(self, number):
+        """Before training step `number` (from 1)."""
+        if self.done:
+            return
+        self.end_step()
+        if number > self.steps:
+            self.finish()
+            return
+        self.step = self.torch.profiler.record_function(
+            f"ProfilerStep#{number}")
+        self.step.__enter__()
+
+    def end_step(self):
+        if self.step is not None:
+            self.step.__exit__(None, None, None)
+            self.step = None
+
+    def finish(self):
+        if self.done:
+            return
+        self.end_step()
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+        self.profiler.stop()
+        partial = self.path + ".tmp"
+        self.profiler.export_chrome_trace(partial)
+        os.replace(partial, self.path)
+        self.done = True
+        log(f"trace of {self.steps} steps written to {self.path}")
 
 
 # --------------------------------------------------------------------------
@@ -1049,6 +1141,8 @@ def train_eager(args, run):
     evals = []
     time_to_target = None
     final_acc = None
+    tracer = (StepTracer(torch, args.trace, args.trace_steps, run.device)
+              if args.trace else None)
     meter.start_fit()
     for epoch in range(args.epochs):
         meter.start_epoch()
@@ -1060,6 +1154,8 @@ def train_eager(args, run):
         for i, (x, y) in enumerate(run.train_loader):
             if i >= run.steps_per_epoch:
                 break
+            if tracer is not None:
+                tracer.begin_step(meter.steps + 1)
             meter.before_step(tuple(x.shape))
             x, y = to_device(run, args, x, y)
             optimizer.zero_grad(set_to_none=tuned)
@@ -1090,6 +1186,8 @@ def train_eager(args, run):
             else:
                 losses.append(loss)  # keeps every step's graph alive
             meter.after_step(y.shape[0])
+        if tracer is not None:
+            tracer.end_step()  # evaluation is no step's
         epoch_samples = meter.epoch_samples
         epoch_seconds = meter.end_epoch()
         if tuned:
@@ -1112,6 +1210,8 @@ def train_eager(args, run):
                 time_to_target = elapsed
             line += f"  val_acc {acc:.4f}  elapsed {elapsed:.1f}s"
         log(line)
+    if tracer is not None:
+        tracer.finish()
     return meter, evals, final_acc, time_to_target, {}
 
 
@@ -1287,6 +1387,8 @@ def train(args):
         "threads": torch.get_num_threads(),
         "workers": args.workers,
         "device": str(device),
+        "process_to_first_step_s": meter.process_to_first_step,
+        "process_to_step10_s": meter.process_to_warmup_end,
         "precision": args.precision,
         "channels_last": run.channels_last,
         "torch": torch.__version__,

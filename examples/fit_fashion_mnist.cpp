@@ -1,7 +1,9 @@
-// Trains the Fashion-MNIST CNN from C++, as `hotloop fit --config
-// configs/fashion_mnist.yaml` does: crop + flip + normalize, AdamW with a
-// one-cycle schedule, validation every epoch, early stopping, checkpoints
-// and CSV/TensorBoard logs in runs/fashion_mnist/version_N.
+// Trains the Fashion-MNIST CNN from C++ with the model, data, optimizer and
+// schedule of `hotloop fit --config configs/fashion_mnist.yaml` (the model's
+// defaults are the config's): crop + flip + normalize, AdamW with a
+// one-cycle schedule, validation every epoch; plus early stopping on
+// val_loss; checkpoints and CSV/TensorBoard logs in
+// runs/fashion_mnist/version_N.
 //
 //   fit_fashion_mnist [DATA_ROOT] [EPOCHS]
 #include <hotloop/hotloop.h>

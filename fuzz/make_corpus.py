@@ -13,10 +13,12 @@ sealing were. Deterministic: the same files every run.
 import argparse
 import gzip
 import io
+import json
 import os
 import shutil
 import struct
 import subprocess
+import zipfile
 
 from PIL import Image
 
@@ -51,6 +53,20 @@ def encoded(img, fmt, **options):
     return out.getvalue()
 
 
+def safetensors(tensors, metadata=None, pad=True):
+    """A safetensors file: {name: (dtype, shape, bytes)} in that order."""
+    header = {"__metadata__": metadata} if metadata else {}
+    data = b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
 def as_zip64(zip_bytes):
     """The same archive in zip64 form, as a writer makes it past 4 GiB:
     every entry's sizes and local header offset in a zip64 extra field, the
@@ -79,6 +95,35 @@ def as_zip64(zip_bytes):
     out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF,
                        0xFFFFFFFF, 0xFFFFFFFF, 0)
     return bytes(out)
+
+
+def weights_seeds():
+    """The safetensors and state_dict targets' seeds."""
+    # Weights files: safetensors written here from the format's
+    # specification, and state_dicts that Python's torch.save wrote
+    # (tests/reference/make_interop_reference.py).
+    put("safetensors", "i32_metadata.safetensors",
+        safetensors({"test": ("I32", [2, 2], struct.pack("<4i", 0, 1, -2, 3))},
+                    {"foo": "bar"}))
+    put("safetensors", "dtypes.safetensors", safetensors({
+        "f64": ("F64", [1], struct.pack("<d", 0.5)),
+        "f32": ("F32", [2, 1], struct.pack("<2f", 1, -2)),
+        "f16": ("F16", [1], b"\x00\x3c"), "bf16": ("BF16", [1], b"\x80\x3f"),
+        "i64": ("I64", [], struct.pack("<q", -7)),
+        "i16": ("I16", [1], struct.pack("<h", 300)),
+        "i8": ("I8", [1], b"\xff"), "u8": ("U8", [3], b"abc"),
+        "bool": ("BOOL", [2], b"\x01\x00"), "empty": ("F32", [0, 3], b"")}))
+    put("safetensors", "unaligned.safetensors",
+        safetensors({"a": ("U8", [1], b"\x07"),
+                     "b": ("F32", [1], struct.pack("<f", 1.5))}, pad=False))
+    interop = os.path.join(REPO, "tests", "reference", "interop")
+    for name in ("mlp.pt", "mlp_protocol4.pt", "dtypes.pt", "nanogpt_ckpt.pt"):
+        with open(os.path.join(interop, name), "rb") as f:
+            put("state_dict", name, f.read())
+        # Their pickles alone, for the unpickler's own target.
+        with zipfile.ZipFile(os.path.join(interop, name)) as archive:
+            pickle = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+            put("pickle", name[:-3] + ".pkl", archive.read(pickle[0]))
 
 
 def main():
@@ -147,6 +192,7 @@ def main():
     end = data.rfind(b"PK\x05\x06")
     put("checkpoint", "unsealed.ckpt", data[:end + 20] + b"\x00\x00")
     put("checkpoint", "zip64.ckpt", as_zip64(data[:end + 20] + b"\x00\x00"))
+    weights_seeds()
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)

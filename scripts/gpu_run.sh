@@ -7,6 +7,12 @@
 # build folder is still there. docs/GPU.md says how to run it on a GPU
 # machine and what each stage checks.
 #
+#   scripts/gpu_run.sh --plan measure       # one call on a bare machine:
+#                                           # configure, build the hotloop
+#                                           # program, time and trace the
+#                                           # three workloads
+#   scripts/gpu_run.sh --plan test          # one call: configure, build
+#                                           # everything, the test suite
 #   scripts/gpu_run.sh                      # the stages not done yet
 #   scripts/gpu_run.sh --stages test,bench-gpt2
 #   scripts/gpu_run.sh --cpu                # the same on a machine without
@@ -14,12 +20,27 @@
 #                                           # benchmarks as dry runs
 #   scripts/gpu_run.sh --list               # the stages and what is done
 #
-# Stages, in order: configure build test bench-cnn bench-resnet18_cifar
-# bench-gpt2 ablation (a stage brings the ones it needs). The checks of what
+# Stages, in order: configure build test bench-gpt2 bench-resnet18_cifar
+# bench-cnn ablation (a stage brings the ones it needs). The checks of what
 # the machine has always come first; anything missing stops the run with
 # one line.
 #
+# Plans: the two calls a GPU session of 15 minutes of device time makes,
+# each on a fresh machine (docs/GPU.md); each runs its stages whatever an
+# earlier call on the same folder did, measure with a deadline of 450 s
+# (the stages in order of priority; what does not fit is left, named on
+# the summary's next: line), test with 570 s.
+#   measure   configure, build (the hotloop program only), bench-gpt2,
+#             bench-resnet18_cifar, bench-cnn: hotloop and python-tuned on
+#             each workload (HOTLOOP_GPU_BENCH_IMPLS), the CNN on
+#             configs/bench/fast with trainer.cuda_graphs=true, every run
+#             followed by a traced run whose tables go to traces.txt
+#   test      configure, build (everything), test
+#
 # Options:
+#   --plan NAME       measure or test (above); the environment's settings
+#                     win over the plan's, and --stages picks some of its
+#                     stages (what a call cut at its deadline left)
 #   --stages A,B      run these (again, if done), with what they need
 #   --redo            forget which stages are done
 #   --deadline S      seconds this call may take in all (default 540 with a
@@ -31,6 +52,8 @@
 #                     mount namespace) so that only the carried prefix can
 #                     satisfy the build
 #   --bench-quick     bench/run --quick and a short ablation: a smoke test
+#   --traces          bench/run --traces: each benchmark run followed by a
+#                     traced run (the measure plan's default)
 #   --list            print the stages and their state, then exit
 #
 # Environment: HOTLOOP_GPU_RESULTS (where summary.txt, ctest-junit.xml,
@@ -46,21 +69,31 @@
 # of them), HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS (space-separated KEY=VALUE
 # options for every hotloop run of the benchmark stages, bench/run
 # --hotloop-option; e.g. trainer.cuda_graphs=true) and
-# HOTLOOP_GPU_BENCH_CONFIGS_CNN, _RESNET18_CIFAR, _GPT2 (bench/run --configs
-# for one of them: a folder with its <workload>.yaml, such as
-# configs/bench/fast).
+# HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN, _RESNET18_CIFAR, _GPT2 (for one
+# of them, after those), HOTLOOP_GPU_BENCH_CONFIGS_CNN, _RESNET18_CIFAR,
+# _GPT2 (bench/run --configs for one of them: a folder with its
+# <workload>.yaml, such as configs/bench/fast) and HOTLOOP_GPU_TRACES=1
+# (as --traces).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
 REPO=$PWD
 ARGS=("$@")
 
-STAGES=(configure build test bench-cnn bench-resnet18_cifar bench-gpt2 ablation)
+STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
 # stage not yet run there an estimate (docs/GPU.md). build is resumable
 # (ninja goes on where a cut build stopped), so it starts with less.
 declare -A NEEDS=([configure]=60 [build]=90 [test]=120 [bench-cnn]=300
                   [bench-resnet18_cifar]=240 [bench-gpt2]=300 [ablation]=150)
+# What a traced run adds to a benchmark stage, per implementation traced
+# (an estimate: a short run, the trace's export and its tables).
+TRACE_NEEDS=20
+# The measure plan's stages with hotloop and python-tuned only, as the
+# H200 took them on 2026-11-26 (ResNet-18 65 s, the CNN on
+# configs/bench/fast 69 s; GPT-2 an estimate), rounded up.
+declare -A MEASURE_NEEDS=([bench-gpt2]=70 [bench-resnet18_cifar]=70
+                          [bench-cnn]=75)
 # "cli": a hotloop program that runs, built here or carried (below).
 declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
                      [bench-cnn]="cli" [bench-resnet18_cifar]="cli"
@@ -72,24 +105,19 @@ bench_impls() {
   local var="HOTLOOP_GPU_BENCH_IMPLS_${1^^}"
   echo "${!var:-${HOTLOOP_GPU_BENCH_IMPLS:-}}"
 }
-# A stage that runs some of them needs a share of its time, 90 s at least.
-for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
-  chosen=$(bench_impls "${s#bench-}")
-  [[ -n $chosen ]] || continue
-  IFS=',' read -r -a impls <<<"$chosen"
-  share=$((NEEDS[$s] * ${#impls[@]} / 6))
-  NEEDS[$s]=$((share > 90 ? share : 90))
-done
-
 STOPPED_BY=""
 CLI_KIT=${HOTLOOP_GPU_CLI:-.gpu-cli/hotloop-cli.tar.gz}
 die() { echo "gpu_run: error: $*" >&2; STOPPED_BY=$*; exit 2; }
 note() { echo "gpu_run: $*"; }
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SELF"; }
 
-CPU=0 REDO=0 LIST=0 BENCH_QUICK=0 REQUESTED="" DEADLINE=""
+CPU=0 REDO=0 LIST=0 BENCH_QUICK=0 REQUESTED="" DEADLINE="" PLAN=""
+TRACES=${HOTLOOP_GPU_TRACES:-0}
 while (($#)); do
   case $1 in
+    --plan) [[ $# -ge 2 ]] || die "--plan needs a name (measure or test)"; PLAN=$2; shift ;;
+    --plan=*) PLAN=${1#*=} ;;
+    --traces) TRACES=1 ;;
     --stages) [[ $# -ge 2 ]] || die "--stages needs a list"; REQUESTED=$2; shift ;;
     --stages=*) REQUESTED=${1#*=} ;;
     --deadline) [[ $# -ge 2 ]] || die "--deadline needs seconds"; DEADLINE=$2; shift ;;
@@ -103,6 +131,57 @@ while (($#)); do
   esac
   shift
 done
+# A plan: fixed stages, run whatever an earlier call did (each call of a
+# GPU session starts on a bare machine), and its settings where the
+# environment gives none.
+case $PLAN in
+  "") ;;
+  measure|test)
+    REDO=1
+    # A command may run 10 minutes (test: 570 s, 30 s left for the results
+    # to come back); --cpu (the 2-core machine) keeps no limit.
+    # measure: 450 s, so that two machine starts, this call and the test
+    # call (about 280 s) fit 15 minutes of device time (docs/GPU.md).
+    if ((!CPU)); then
+      if [[ $PLAN == measure ]]; then
+        DEADLINE=${DEADLINE:-${HOTLOOP_GPU_DEADLINE:-450}}
+      else
+        DEADLINE=${DEADLINE:-${HOTLOOP_GPU_DEADLINE:-570}}
+      fi
+    fi
+    # --stages picks some of them (what a cut call left), with the plan's
+    # settings.
+    if [[ $PLAN == test ]]; then
+      REQUESTED=${REQUESTED:-configure,build,test}
+    else
+      REQUESTED=${REQUESTED:-configure,build,bench-gpt2,bench-resnet18_cifar,bench-cnn}
+      TRACES=${HOTLOOP_GPU_TRACES:-1}
+      export HOTLOOP_GPU_BENCH_IMPLS=${HOTLOOP_GPU_BENCH_IMPLS:-hotloop,python-tuned}
+      export HOTLOOP_GPU_BENCH_CONFIGS_CNN=${HOTLOOP_GPU_BENCH_CONFIGS_CNN:-configs/bench/fast}
+      export HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN=${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN:-trainer.cuda_graphs=true}
+    fi
+    ;;
+  *) die "--plan: expected measure or test, got '$PLAN'" ;;
+esac
+[[ $TRACES == 0 || $TRACES == 1 ]] || die "HOTLOOP_GPU_TRACES: expected 0 or 1, got '$TRACES'"
+
+# A benchmark stage that runs some of the six implementations needs a share
+# of its time, 90 s at least, and a traced run more for each.
+for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
+  chosen=$(bench_impls "${s#bench-}")
+  count=6
+  if [[ -n $chosen ]]; then
+    IFS=',' read -r -a impls <<<"$chosen"
+    count=${#impls[@]}
+    share=$((NEEDS[$s] * count / 6))
+    NEEDS[$s]=$((share > 90 ? share : 90))
+    if [[ $PLAN == measure && $chosen == hotloop,python-tuned ]]; then
+      NEEDS[$s]=${MEASURE_NEEDS[$s]}
+    fi
+  fi
+  ((TRACES)) && NEEDS[$s]=$((NEEDS[$s] + TRACE_NEEDS * count))
+done
+
 if [[ -n $REQUESTED ]]; then
   IFS=',' read -r -a asked <<<"$REQUESTED"
   for s in "${asked[@]}"; do
@@ -207,7 +286,7 @@ publish() {
       local next
       next=$(IFS=,; echo "${LEFT_STAGES[*]}")
       echo "left: ${LEFT_STAGES[*]}"
-      echo "next: scripts/gpu_run.sh --stages $next$( ((CPU)) && echo " --cpu")"
+      echo "next: scripts/gpu_run.sh${PLAN:+ --plan $PLAN} --stages $next$( ((CPU)) && echo " --cpu")"
       echo "  (on a fresh machine it configures and builds what these need, except that the benchmarks"
       echo "  and the ablation take the hotloop program from this call's hotloop-cli.tar.gz when it is"
       echo "  carried back as $CLI_KIT)"
@@ -222,10 +301,19 @@ publish() {
   local out=$RESULTS_ABS
   mkdir -p "$out"
   cp "$summary" "$out/summary.txt"
+  # The traced runs' tables, one file (bench/trace_summary.py; well under
+  # 1 MB): what the diagnosis on a machine without a GPU reads.
+  local w f traced=()
+  for w in gpt2 resnet18_cifar cnn; do
+    for f in "$ART/traces/$w"-*.txt; do [[ -f $f ]] && traced+=("$f"); done
+  done
+  if ((${#traced[@]})); then
+    for f in "${traced[@]}"; do cat "$f"; echo; done >"$out/traces.txt"
+  fi
   [[ -f $ART/ctest-junit.xml ]] && cp "$ART/ctest-junit.xml" "$out/ctest-junit.xml"
   [[ -f $ART/hotloop-cli.tar.gz ]] && cp "$ART/hotloop-cli.tar.gz" "$out/hotloop-cli.tar.gz"
-  local w tables=()
-  for w in cnn resnet18_cifar gpt2; do
+  local tables=()
+  for w in gpt2 resnet18_cifar cnn; do
     [[ -f $ART/bench-$w.txt ]] && tables+=("$ART/bench-$w.txt")
   done
   [[ -f $ART/ablation.md ]] && tables+=("$ART/ablation.md")
@@ -640,10 +728,14 @@ bench_stage() {
   [[ -n $impls ]] && args+=(--impls "$impls")
   local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
   [[ -n ${!configs:-} ]] && args+=(--configs "${!configs}")
-  local option
-  for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-}; do
+  local option options_var="HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_${workload^^}"
+  for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} ${!options_var:-}; do
     args+=(--hotloop-option "$option")
   done
+  if ((TRACES)); then
+    mkdir -p "$ART/traces"
+    args+=(--traces "$ART/traces")
+  fi
   rm -f "$ART/bench-$workload.json" "$ART/bench-$workload.txt"
   echo "\$ $PY_REAL bench/run ${args[*]}"
   bounded "$PY_REAL" bench/run "${args[@]}" >"$ART/bench-$workload.txt" || rc=$?

@@ -33,6 +33,16 @@ std::string TempDir::file(const std::string& name) const {
   return path_ + "/" + name;
 }
 
+ScopedWorkingDirectory::ScopedWorkingDirectory(const std::string& path)
+    : previous_(fs::current_path().string()) {
+  fs::current_path(path);
+}
+
+ScopedWorkingDirectory::~ScopedWorkingDirectory() {
+  std::error_code ec;
+  fs::current_path(previous_, ec);
+}
+
 void write_bytes(
     const std::string& path, const std::vector<uint8_t>& bytes, bool gzip) {
   if (gzip) {
@@ -153,11 +163,12 @@ const Reference& Reference::get(const std::string& file) {
   static std::map<std::string, Reference> cache;
   auto it = cache.find(file);
   if (it == cache.end()) {
-    it = cache
-             .emplace(
-                 file,
-                 Reference(std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
-             .first;
+    it =
+        cache
+            .emplace(
+                file,
+                Reference(std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/" + file))
+            .first;
   }
   return it->second;
 }

@@ -42,6 +42,19 @@ class TempDir {
   std::string path_;
 };
 
+/// Makes `path` the process's working directory for the object's lifetime,
+/// then goes back to the one before.
+class ScopedWorkingDirectory {
+ public:
+  explicit ScopedWorkingDirectory(const std::string& path);
+  ~ScopedWorkingDirectory();
+  ScopedWorkingDirectory(const ScopedWorkingDirectory&) = delete;
+  ScopedWorkingDirectory& operator=(const ScopedWorkingDirectory&) = delete;
+
+ private:
+  std::string previous_;
+};
+
 /// Writes `bytes` to `path`, gzip-compressed when `gzip` is true.
 void write_bytes(
     const std::string& path,

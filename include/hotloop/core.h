@@ -5,5 +5,6 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/core/memory.h"
+#include "hotloop/core/process_clock.h"
 #include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"

@@ -13,3 +13,4 @@
 #include "hotloop/dist.h"
 #include "hotloop/log.h"
 #include "hotloop/compress.h"
+#include "hotloop/interop.h"

@@ -28,9 +28,13 @@
 #include "hotloop/version.h"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -70,6 +74,8 @@ constexpr const char* kUsage =
     "             --output); test and predict run it\n"
     "  shrink     a smaller model from a structurally pruned one\n"
     "             (--ckpt_path, --output)\n"
+    "  export     write a checkpoint's model for Python: safetensors or a\n"
+    "             PyTorch state_dict (hotloop export PATH --output FILE)\n"
     "\n"
     "  hotloop <command> --help   lists every option with its default\n"
     "  hotloop --version\n";
@@ -309,6 +315,7 @@ int fit_in_process(
     const std::shared_ptr<dist::ProcessGroup>& group,
     std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
+  apply_init_from(config.init_from, *session.module, out);
   auto train_loader = std::make_unique<data::DataLoader>(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
@@ -330,8 +337,10 @@ int fit_in_process(
   const std::string& run_dir = trainer.log_dir(ckpt_path);
   // The run's own config, with the model it resolved (csv's mlp) and what
   // the tuners found.
-  Config resolved = args.config;
-  resolved.set("model.name", config.model_name, "the resolved model");
+  Config resolved = resolve_config(args.config);
+  for (const auto& [key, value] : session.settings) {
+    resolved.set(key, value, "the data");
+  }
   if (ckpt_path.empty()) {
     tune_before_fit(config, session, train_loader, run_dir, resolved, out);
   }
@@ -392,8 +401,9 @@ int fit_in_process(
     }
     return 130; // the shell's code for a run ended by SIGINT
   }
-  out << std::fixed << std::setprecision(4) << "done: " << result.epochs
-      << " epochs, " << result.steps << " steps";
+  out << std::fixed << std::setprecision(4)
+      << "done: " << hotloop::detail::counted(result.epochs, "epoch") << ", "
+      << hotloop::detail::counted(result.steps, "step");
   for (const auto& [name, value] : result.metrics) {
     out << ", " << name << " " << value;
   }
@@ -443,23 +453,39 @@ int run_report(const std::vector<std::string>& args, std::ostream& out) {
           "' (expected --output FILE.html)");
     }
   }
-  out << "wrote " << log::write_run_report(args[0], output) << "\n";
+  if (!output.empty()) {
+    prepare_output(output, "output");
+  }
+  // Written first: the stream would print "wrote " before a failure.
+  const std::string written = log::write_run_report(args[0], output);
+  out << "wrote " << written << "\n";
   return 0;
 }
 
-int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
+// --ckpt_path, resolved; "" when the weights come from model.init_from
+// alone.
+std::string evaluated_checkpoint(
+    const ParsedArgs& args, const FitConfig& config, const char* command) {
   HOTLOOP_CHECK_AS(
       ConfigError,
-      args.extra.count("ckpt_path"),
+      args.extra.count("ckpt_path") || !config.init_from.path.empty(),
       "hotloop ",
-      test ? "test" : "validate",
-      " needs --ckpt_path PATH (or last)");
+      command,
+      " needs --ckpt_path PATH (or last), or --model.init_from=FILE");
+  return args.extra.count("ckpt_path")
+      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+      : "";
+}
+
+int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   FitConfig config = to_fit_config(args.config);
   const std::string ckpt_path =
-      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
-  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+      evaluated_checkpoint(args, config, test ? "test" : "validate");
+  const std::optional<TrainedData> trained =
+      ckpt_path.empty() ? std::nullopt : read_trained_data(ckpt_path);
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
+  apply_init_from(config.init_from, *session.module, out);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
@@ -467,13 +493,14 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
   // An int8 checkpoint runs as it is, in a module of its own.
   std::string load = ckpt_path;
-  if (compress::is_quantized_checkpoint(ckpt_path)) {
+  if (!ckpt_path.empty() && compress::is_quantized_checkpoint(ckpt_path)) {
     session.module = int8_module(config, ckpt_path);
     load.clear();
   }
   const auto metrics = test ? trainer.test(*session.module, loader, load)
                             : trainer.validate(*session.module, loader, load);
-  out << (test ? "test" : "validate") << " of " << ckpt_path << "\n";
+  out << (test ? "test" : "validate") << " of "
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << "\n";
   print_metrics(out, metrics);
   report_bad_samples(out, session);
   if (test && session.val_labels.defined()) {
@@ -490,16 +517,12 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
 // class, its probability, the true class where known; with class names
 // also the names and the top-k; for image files the file.
 int run_predict(const ParsedArgs& args, std::ostream& out) {
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      args.extra.count("ckpt_path"),
-      "hotloop predict needs --ckpt_path PATH (or last)");
   FitConfig config = to_fit_config(args.config);
-  const std::string ckpt_path =
-      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+  const std::string ckpt_path = evaluated_checkpoint(args, config, "predict");
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")
                                  : std::string("predictions.csv");
+  prepare_output(output, "output");
   HOTLOOP_CHECK_AS(
       ConfigError,
       config.data.dataset != "text",
@@ -507,15 +530,17 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       "or table dataset, "
       "not data.dataset=",
       config.data.dataset);
-  const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
+  const std::optional<TrainedData> trained =
+      ckpt_path.empty() ? std::nullopt : read_trained_data(ckpt_path);
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
+  apply_init_from(config.init_from, *session.module, out);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
   std::string load = ckpt_path;
-  if (compress::is_quantized_checkpoint(ckpt_path)) {
+  if (!ckpt_path.empty() && compress::is_quantized_checkpoint(ckpt_path)) {
     session.module = int8_module(config, ckpt_path);
     load.clear();
   }
@@ -542,8 +567,9 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
         }
       }
     });
-    out << "predict of " << ckpt_path << ": " << rows << " rows written to "
-        << output << "\n";
+    out << "predict of "
+        << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
+        << rows << " rows written to " << output << "\n";
     return 0;
   }
   const at::Tensor targets = session.val_labels;
@@ -557,13 +583,13 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   train::write_file_atomically(output, [&](std::ostream& csv) {
     // With class names (image folders), also the file, the classes' names
     // and the top-k as "name:probability" pairs, most likely first.
-    const int64_t k = named
-        ? std::min<int64_t>(
-              std::max<int64_t>(config.top_k, 1),
-              static_cast<int64_t>(names.size()))
-        : 0;
+    const int64_t k = named ? std::min<int64_t>(
+                                  std::max<int64_t>(config.top_k, 1),
+                                  static_cast<int64_t>(names.size()))
+                            : 0;
     if (named) {
-      csv << "index," << (files ? "file," : "") << "prediction,class,probability,"
+      csv << "index," << (files ? "file," : "")
+          << "prediction,class,probability,"
           << (labeled ? "target,target_class," : "") << "top" << k << "\n";
     } else {
       csv << "index,prediction,probability,target\n";
@@ -573,7 +599,8 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
       const at::Tensor probabilities = batch.to(at::kCPU).to(at::kDouble);
       const auto [best, predicted] = probabilities.max(1);
       const auto [top, top_classes] =
-          named ? probabilities.topk(k, 1) : std::tuple<at::Tensor, at::Tensor>();
+          named ? probabilities.topk(k, 1)
+                : std::tuple<at::Tensor, at::Tensor>();
       for (int64_t i = 0; i < probabilities.size(0); ++i, ++index) {
         const int64_t prediction = predicted[i].item<int64_t>();
         const int64_t target = labeled ? targets[index].item<int64_t>() : -1;
@@ -590,8 +617,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
           csv << "," << target;
         }
         if (named) {
-          csv << (labeled ? "," + log::csv_field(names.at(target)) : "")
-              << ",";
+          csv << (labeled ? "," + log::csv_field(names.at(target)) : "") << ",";
           std::string pairs;
           for (int64_t j = 0; j < k; ++j) {
             std::ostringstream pair;
@@ -606,9 +632,36 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     }
     rows = index;
   });
-  out << "predict of " << ckpt_path << ": " << rows << " rows written to "
-      << output << "\n";
+  out << "predict of "
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
+      << rows << " rows written to " << output << "\n";
   return 0;
+}
+
+// The hint under a data error: the data key whose file or folder the
+// message names (data.val_root's missing folder is not data.root's).
+std::string data_hint(const std::string& message, const Config* config) {
+  if (config != nullptr) {
+    std::string key;
+    size_t longest = 0;
+    for (const char* candidate :
+         {"data.root",
+          "data.val_root",
+          "data.predict_root",
+          "data.path",
+          "data.predict_path"}) {
+      const std::string value = config->get_string(candidate);
+      if (!value.empty() && value.size() > longest &&
+          message.find(value) != std::string::npos) {
+        key = candidate;
+        longest = value.size();
+      }
+    }
+    if (!key.empty()) {
+      return "hint: check " + key + "=" + config->get_string(key) + "\n";
+    }
+  }
+  return "hint: check the data.* settings and the dataset files\n";
 }
 
 std::string first_line(const std::string& text) {
@@ -616,6 +669,59 @@ std::string first_line(const std::string& text) {
 }
 
 } // namespace
+
+void prepare_output(const std::string& path, const std::string& flag) {
+  HOTLOOP_CHECK_AS(
+      ConfigError, !path.empty(), "--", flag, ": expected a file name, got ''");
+  std::error_code ec;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !fs::is_directory(path, ec),
+      "--",
+      flag,
+      "=",
+      path,
+      ": is a folder; expected a file name");
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) {
+    folder = ".";
+  }
+  if (!fs::exists(folder, ec)) {
+    fs::create_directories(folder, ec);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !ec,
+        "--",
+        flag,
+        "=",
+        path,
+        ": cannot make its folder '",
+        folder.string(),
+        "': ",
+        ec.message());
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      fs::is_directory(folder, ec),
+      "--",
+      flag,
+      "=",
+      path,
+      ": '",
+      folder.string(),
+      "' is not a folder");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      ::access(folder.c_str(), W_OK) == 0,
+      "--",
+      flag,
+      "=",
+      path,
+      ": cannot write in folder '",
+      folder.string(),
+      "': ",
+      std::strerror(errno));
+}
 
 // `auto` finds none at a fresh start, and the newest after a restart
 // (torchrun --max_restarts, a requeued job).
@@ -653,6 +759,8 @@ int run(
     std::ostream& out,
     std::ostream& err) {
   std::string command = args.empty() ? "" : args[0];
+  bool known_command = false;
+  std::optional<Config> config; // for the hints, once parsed
   try {
     if (command.empty() || command == "--help" || command == "-h" ||
         command == "help") {
@@ -671,6 +779,9 @@ int run(
     if (command == "checkpoint") {
       return run_checkpoint({args.begin() + 1, args.end()}, out);
     }
+    if (command == "export") {
+      return run_export({args.begin() + 1, args.end()}, out);
+    }
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
@@ -679,10 +790,12 @@ int run(
         "unknown command '",
         command,
         "' (expected fit, validate, test, predict, generate, tune, quantize, "
-        "shrink, report or checkpoint)");
+        "shrink, report, checkpoint or export)");
+    known_command = true;
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    std::set<std::string> flags = {"ckpt_path", "output", "help", "print_config"};
+    std::set<std::string> flags = {
+        "ckpt_path", "output", "help", "print_config"};
     if (command == "generate") {
       flags.erase("output");
       for (const char* const* flag = kGenerateFlags; *flag != nullptr; ++flag) {
@@ -704,10 +817,11 @@ int run(
       }
     }
     ParsedArgs parsed = parse_args(schema, rest, flags);
+    config = parsed.config;
     if (parsed.extra.count("help")) {
       out << "usage: hotloop " << command
           << " [--config FILE.yaml] [--section.key=VALUE ...]"
-          << (command == "fit" ? " [--ckpt_path PATH|last]"
+          << (command == "fit"    ? " [--ckpt_path PATH|last]"
               : command == "tune" ? ""
                                   : " --ckpt_path PATH|last")
           << (command == "predict" ? " [--output FILE.csv]" : "")
@@ -725,8 +839,16 @@ int run(
       return 0;
     }
     if (parsed.extra.count("print_config")) {
-      to_fit_config(parsed.config); // validates
-      out << parsed.config.to_yaml();
+      Config resolved = resolve_config(parsed.config); // validates
+      if (to_fit_config(resolved).data.stats_from_data) {
+        // The statistics the run would take from the training images.
+        const Session session =
+            build_session(to_fit_config(resolved), /*with_train=*/false);
+        for (const auto& [key, value] : session.settings) {
+          resolved.set(key, value, "the data");
+        }
+      }
+      out << resolved.to_yaml();
       return 0;
     }
     if (command == "fit") {
@@ -749,13 +871,17 @@ int run(
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {
-    err << "hotloop: error: " << first_line(e.what()) << "\n"
-        << "hint: 'hotloop " << (command.empty() ? "" : command + " ")
-        << "--help' lists every option\n";
+    err << "hotloop: error: " << first_line(e.what()) << "\n";
+    if (known_command || command == "report" || command == "checkpoint" ||
+        command == "export") {
+      err << "hint: 'hotloop " << command << " --help' lists every option\n";
+    } else {
+      err << "hint: 'hotloop --help' lists the commands\n";
+    }
     return 2;
   } catch (const DataError& e) {
     err << "hotloop: error: " << first_line(e.what()) << "\n"
-        << "hint: check data.root and the dataset files\n";
+        << data_hint(e.what(), config ? &*config : nullptr);
     return 1;
   } catch (const c10::Error& e) {
     err << "hotloop: error: " << first_line(e.what_without_backtrace()) << "\n";

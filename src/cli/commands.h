@@ -33,7 +33,7 @@ T number_flag(
   T value{};
   in >> value;
   const bool bounded = lo != std::numeric_limits<T>::lowest() ||
-      hi != std::numeric_limits<T>::max();
+                       hi != std::numeric_limits<T>::max();
   HOTLOOP_CHECK_AS(
       ConfigError,
       !it->second.empty() && !in.fail() && in.peek() == EOF && value >= lo &&
@@ -53,6 +53,13 @@ T number_flag(
 /// fresh start); anything else is the path itself. Throws Error for `last`
 /// when there is none.
 std::string resolve_ckpt_path(const std::string& path, const FitConfig& config);
+
+/// Readies `path`, the file a command's `--flag` names, before the command
+/// spends any time: its folder is made when missing (as Lightning makes its
+/// log folders); ConfigError naming the flag when the path is a folder or
+/// its folder cannot be made or written. A bare file name is written in the
+/// working directory.
+void prepare_output(const std::string& path, const std::string& flag);
 
 /// `hotloop generate`: text (or token ids) from a GPT checkpoint, nanoGPT's
 /// sample.py. The flags it reads besides the config's keys.
@@ -83,5 +90,9 @@ int run_shrink(const ParsedArgs& args, std::ostream& out);
 /// and predict).
 std::shared_ptr<train::Module> int8_module(
     const FitConfig& config, const std::string& ckpt_path);
+
+/// `hotloop export CHECKPOINT|RUN_DIR`: the model as a safetensors file or
+/// a PyTorch state_dict, with its config (src/cli/export.cpp).
+int run_export(const std::vector<std::string>& args, std::ostream& out);
 
 } // namespace hotloop::cli

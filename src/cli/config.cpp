@@ -187,17 +187,43 @@ Value parse_value(
   if (!is_list(spec.type)) {
     return parse_scalar(spec, spec.type, node, prefix);
   }
-  if (!node.IsSequence()) {
+  // As Lightning's CLI: a scalar where a list is expected is a one-element
+  // list (`image_size: 32`, `--data.mean=0.5`), and a scalar with commas
+  // its elements (`--model.channels=8,16`).
+  std::vector<YAML::Node> elements;
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      elements.push_back(node[i]);
+    }
+  } else if (
+      node.IsScalar() && !node.Scalar().empty() && node.Scalar()[0] != '[') {
+    const std::string& text = node.Scalar();
+    size_t start = 0;
+    while (true) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      std::string piece = text.substr(start, comma - start);
+      const size_t first = piece.find_first_not_of(' ');
+      piece =
+          first == std::string::npos
+              ? std::string()
+              : piece.substr(first, piece.find_last_not_of(' ') - first + 1);
+      elements.push_back(piece.empty() ? YAML::Node() : YAML::Node(piece));
+      if (comma == text.size()) {
+        break;
+      }
+      start = comma + 1;
+    }
+  } else {
     throw type_error(prefix, spec.type, node);
   }
   const bool ints = spec.type == OptionType::kIntList;
   std::vector<double> floats;
   std::vector<int64_t> integers;
-  for (size_t i = 0; i < node.size(); ++i) {
+  for (size_t i = 0; i < elements.size(); ++i) {
     const Value element = parse_scalar(
         spec,
         ints ? OptionType::kInt : OptionType::kFloat,
-        node[i],
+        elements[i],
         str_cat(location, ": ", spec.key, "[", i, "]: "));
     if (ints) {
       integers.push_back(std::get<int64_t>(element));
@@ -275,8 +301,10 @@ size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
 }
 
 // The candidate nearest to `key`, also matching candidates' last segment,
-// within edits of fewer than half the key's length plus one (further is
-// not a typo of it); none for a key longer than any option could be
+// within edits of fewer than half the length of key's last segment plus one
+// (further is not a typo of it: the section a key shares with a candidate
+// says nothing of its name, so `trainer.bogus` is no typo of
+// `trainer.logger`); none for a key longer than any option could be
 // mistyped from (the cost grows with the key's length times each
 // candidate's).
 std::string closest(
@@ -286,7 +314,10 @@ std::string closest(
     return {};
   }
   std::string best;
-  size_t best_distance = key.size() / 2 + 1;
+  const size_t dot = key.rfind('.');
+  const size_t name_size =
+      dot == std::string::npos ? key.size() : key.size() - dot - 1;
+  size_t best_distance = name_size / 2 + 1;
   const auto gap = [&](const std::string& other) {
     return key.size() > other.size() ? key.size() - other.size()
                                      : other.size() - key.size();
@@ -480,7 +511,8 @@ void Config::set(
   }
   // A string may be empty as in YAML: `--key=`, `--key=""` (the quotes a
   // shell passes on when quoted again), `--key=null`, `--key=~`.
-  const bool empty_string = spec->type == OptionType::kString &&
+  const bool empty_string =
+      spec->type == OptionType::kString &&
       (value_text.empty() || value_text == "\"\"" || value_text == "''" ||
        value_text == "null" || value_text == "~");
   if (value_text.empty() && !empty_string) {
@@ -648,7 +680,8 @@ std::string help_text(const ConfigSchema& schema) {
   // follow the section's general options under a "<kind>:" subheading.
   const auto kind_of = [](const std::string& help) -> std::string {
     const size_t colon = help.find(": ");
-    if (colon == std::string::npos || colon == 0 || !std::islower(static_cast<unsigned char>(help[0])) ||
+    if (colon == std::string::npos || colon == 0 ||
+        !std::islower(static_cast<unsigned char>(help[0])) ||
         help.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
             colon) {
       return "";
@@ -685,8 +718,7 @@ std::string help_text(const ConfigSchema& schema) {
       }
       if (kind.empty()) {
         print(row, row.help);
-      } else if (
-          std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      } else if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
         kinds.push_back(kind);
       }
     }

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 namespace hotloop::cli {
@@ -46,6 +48,58 @@ OptionSpec choice(
   return spec;
 }
 
+// YAML text of a library default, so that the CLI and the library share one
+// source of defaults (models::FashionCnnOptions for the model section).
+std::string default_text(int64_t value) {
+  return std::to_string(value);
+}
+std::string default_text(bool value) {
+  return value ? "true" : "false";
+}
+std::string default_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+std::string default_text(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(values[i]);
+  }
+  return text + "]";
+}
+
+// trainer.name when none is given: the data, and the model where it is not
+// the data's default, so that runs of other data or another model never
+// share a folder (and --ckpt_path=last never takes another model's run).
+std::string run_name(const FitConfig& f) {
+  const DataConfig& d = f.data;
+  const auto base = [](const std::string& path, bool stem) {
+    std::filesystem::path p(path);
+    while (!p.empty() && p.filename().empty()) {
+      p = p.parent_path(); // "flowers/" names flowers
+    }
+    const std::string name = (stem ? p.stem() : p.filename()).string();
+    return name.empty() || name == "." || name == ".." ? std::string("data")
+                                                       : name;
+  };
+  std::string name = d.dataset;
+  std::string default_model = "fashion_cnn";
+  if (d.dataset == "idx" || d.dataset == "image_folder") {
+    name = base(d.root, false);
+  } else if (d.dataset == "csv") {
+    name = base(d.path.empty() ? d.predict_path : d.path, true);
+    default_model = "mlp";
+  } else if (d.dataset == "text") {
+    name = base(d.path, true);
+    default_model = "gpt";
+  }
+  if (f.model_name != default_model) {
+    name += "_" + f.model_name;
+  }
+  return name;
+}
+
 // A number, or "" for none: the config's way of writing Python's None.
 std::optional<double> optional_number(const Config& c, const std::string& key) {
   const std::string text = c.get_string(key);
@@ -67,7 +121,8 @@ std::optional<double> optional_number(const Config& c, const std::string& key) {
 // The built-in names followed by those registered from the user's code.
 template <typename R>
 std::vector<std::string> with_registered(
-    const std::vector<std::string>& built_in, const std::vector<R>& registered) {
+    const std::vector<std::string>& built_in,
+    const std::vector<R>& registered) {
   std::vector<std::string> names = built_in;
   for (const R& r : registered) {
     names.push_back(r.name());
@@ -95,8 +150,8 @@ void add_registered_options(
         s.add(spec);
       } catch (const std::logic_error& e) {
         throw std::logic_error(
-            std::string("register_") + what + "(" + r.name() +
-            "): option " + spec.key + ": " + e.what());
+            std::string("register_") + what + "(" + r.name() + "): option " +
+            spec.key + ": " + e.what());
       }
     }
   }
@@ -263,6 +318,20 @@ ConfigSchema make_schema() {
           "optimizer steps the pytorch profiler records",
           1));
   s.add(
+      opt("trainer.profiler_skip_steps",
+          T::kInt,
+          "2",
+          "steps before the ones the pytorch profiler records (0: from the "
+          "first)",
+          0));
+  s.add(
+      opt("trainer.peak_tflops",
+          T::kFloat,
+          "0",
+          "device peak (TFLOP/s) for the step profile's MFU and verdict; 0: "
+          "measure the matmul rate",
+          0));
+  s.add(
       opt("trainer.inference_mode",
           T::kBool,
           "true",
@@ -358,8 +427,10 @@ ConfigSchema make_schema() {
   s.add(
       opt("trainer.name",
           T::kString,
-          "fashion_mnist",
-          "run name, the folder under default_root_dir"));
+          "",
+          "run name, the folder under default_root_dir; empty: named after "
+          "the data and a model not its default (fashion_mnist, flowers, "
+          "flowers_resnet18, iris)"));
   s.add(
       opt("trainer.seed",
           T::kInt,
@@ -452,37 +523,51 @@ ConfigSchema make_schema() {
           0));
   s.add(opt("model.bias", T::kBool, "true", "gpt: biases in linear layers"));
   s.add(
+      opt("model.loss_chunk_size",
+          T::kInt,
+          "4096",
+          "gpt: positions per chunk of the output layer and training loss "
+          "(no float32 logits for the whole batch); 0: the whole batch's "
+          "logits",
+          0));
+  s.add(
       opt("model.activation_checkpointing",
           T::kBool,
           "false",
           "gpt, resnet: keep only each block's (gpt) or stage's (resnet) "
           "input and recompute it in backward: less memory, one more forward"));
+  const models::FashionCnnOptions cnn; // the library's defaults
   s.add(opt(
       "model.channels",
       T::kIntList,
-      "[16, 32]",
+      default_text(cnn.channels),
       "output channels of each conv block (conv -> BatchNorm -> ReLU -> pool)",
       1,
       4096));
   s.add(
       opt("model.hidden",
           T::kInt,
-          "128",
+          default_text(cnn.hidden),
           "hidden width of the MLP head; 0: linear head",
           0));
   s.add(
       opt("model.conv_bias",
           T::kBool,
-          "false",
+          default_text(cnn.conv_bias),
           "fashion_cnn: biases on the convolutions (BatchNorm cancels them)"));
   s.add(
       opt("model.dropout",
           T::kFloat,
-          "0",
+          default_text(cnn.dropout),
           "dropout before the last layer",
           0,
           0.99));
-  s.add(opt("model.num_classes", T::kInt, "10", "number of classes", 2));
+  s.add(
+      opt("model.num_classes",
+          T::kInt,
+          default_text(cnn.num_classes),
+          "number of classes",
+          2));
   s.add(
       opt("model.top_k",
           T::kInt,
@@ -531,6 +616,7 @@ ConfigSchema make_schema() {
       {"classification", "regression"},
       "regression (data.dataset=csv): predict the label column's number "
       "with mean squared error, reported as val_rmse and val_mae"));
+  add_init_from_options(s);
   // model_checkpoint, early_stopping, lr_monitor: the callbacks.
   s.add(
       opt("model_checkpoint.dirpath",
@@ -696,8 +782,8 @@ ConfigSchema make_schema() {
           T::kFloat,
           "0.1",
           "text: the file's last fraction of windows kept for validation; "
-      "image_folder: the share of data.root validated on without "
-      "data.val_root; csv: the seeded share of rows validated on",
+          "image_folder: the share of data.root validated on without "
+          "data.val_root; csv: the seeded share of rows validated on",
           0,
           0.9));
   s.add(
@@ -889,6 +975,13 @@ ConfigSchema make_schema() {
       "auto",
       {"auto", "true", "false"},
       "sgd/adam/adamw multi-tensor step: auto (on CUDA), true, false"));
+  s.add(choice(
+      "optimizer.fused",
+      "auto",
+      {"auto", "true", "false"},
+      "adam/adamw fused kernel step: auto (on CUDA, LibTorch >= 2.1, unless "
+      "optimizer.foreach=false), true (also the CPU with LibTorch >= 2.4), "
+      "false"));
   // lr_scheduler
   s.add(choice(
       "lr_scheduler.name",
@@ -1081,8 +1174,8 @@ ConfigSchema make_schema() {
           "3",
           "batch_size: optimizer steps per batch size tried",
           1));
-  s.add(
-      opt("tuner.init_val", T::kInt, "2", "batch_size: the first size tried", 1));
+  s.add(opt(
+      "tuner.init_val", T::kInt, "2", "batch_size: the first size tried", 1));
   s.add(
       opt("tuner.max_trials",
           T::kInt,
@@ -1169,7 +1262,8 @@ int64_t parse_bytes(const Config& c, const std::string& key) {
     }
   }
   throw ConfigError(
-      key + ": expected a size such as 6GiB, 500MB or a number of bytes, got '" +
+      key +
+      ": expected a size such as 6GiB, 500MB or a number of bytes, got '" +
       text + "'");
 }
 
@@ -1229,7 +1323,9 @@ FitConfig to_fit_config(const Config& c) {
       .seed(c.get_int("trainer.seed"))
       .zero_grad_set_to_none(c.get_bool("trainer.zero_grad_set_to_none"))
       .profiler(c.get_string("trainer.profiler"))
-      .profiler_steps(c.get_int("trainer.profiler_steps"));
+      .profiler_steps(c.get_int("trainer.profiler_steps"))
+      .profiler_skip_steps(c.get_int("trainer.profiler_skip_steps"))
+      .peak_tflops(c.get_float("trainer.peak_tflops"));
   f.strategy = c.get_string("trainer.strategy");
   f.num_nodes = c.get_int("trainer.num_nodes");
   f.group.backend(c.get_string("trainer.process_group_backend"))
@@ -1242,9 +1338,9 @@ FitConfig to_fit_config(const Config& c) {
       .sync_batchnorm(c.get_bool("trainer.sync_batchnorm"));
   HOTLOOP_CHECK_AS(
       ConfigError,
-      !f.trainer.name().empty() &&
-          f.trainer.name().find('/') == std::string::npos,
-      "trainer.name must be a non-empty folder name without '/', got '",
+      f.trainer.name().find('/') == std::string::npos &&
+          f.trainer.name() != "." && f.trainer.name() != "..",
+      "trainer.name must be a folder name without '/', got '",
       f.trainer.name(),
       "'");
   // A run of max_steps=0 would be a no-op; -1 or positive only.
@@ -1271,6 +1367,7 @@ FitConfig to_fit_config(const Config& c) {
       .n_embd(c.get_int("model.n_embd"))
       .bias(c.get_bool("model.bias"))
       .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
+      .loss_chunk_size(c.get_int("model.loss_chunk_size"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");
@@ -1283,6 +1380,7 @@ FitConfig to_fit_config(const Config& c) {
       .mode(c.get_string("model.init_mode"))
       .nonlinearity(c.get_string("model.init_nonlinearity"))
       .std(c.get_float("model.init_std"));
+  f.init_from = read_init_from(c);
   HOTLOOP_CHECK_AS(
       ConfigError,
       f.task == "classification" || f.data.dataset == "csv",
@@ -1313,8 +1411,8 @@ FitConfig to_fit_config(const Config& c) {
       std::string name = columns.substr(start, comma - start);
       const size_t first = name.find_first_not_of(' ');
       name = first == std::string::npos
-          ? ""
-          : name.substr(first, name.find_last_not_of(' ') - first + 1);
+                 ? ""
+                 : name.substr(first, name.find_last_not_of(' ') - first + 1);
       HOTLOOP_CHECK_AS(
           ConfigError,
           !name.empty(),
@@ -1381,10 +1479,19 @@ FitConfig to_fit_config(const Config& c) {
   f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
 
+  // A regression logs no accuracy: its checkpoints keep the lowest
+  // val_loss unless told otherwise.
+  const bool regression_defaults = f.task == "regression" &&
+                                   !c.is_set("model_checkpoint.monitor") &&
+                                   !c.is_set("model_checkpoint.mode");
   f.checkpoint.dirpath(c.get_string("model_checkpoint.dirpath"))
       .filename(c.get_string("model_checkpoint.filename"))
-      .monitor(c.get_string("model_checkpoint.monitor"))
-      .mode(c.get_string("model_checkpoint.mode"))
+      .monitor(
+          regression_defaults ? std::string("val_loss")
+                              : c.get_string("model_checkpoint.monitor"))
+      .mode(
+          regression_defaults ? std::string("min")
+                              : c.get_string("model_checkpoint.mode"))
       .save_top_k(c.get_int("model_checkpoint.save_top_k"))
       .save_last(c.get_bool("model_checkpoint.save_last"))
       .every_n_epochs(c.get_int("model_checkpoint.every_n_epochs"))
@@ -1400,7 +1507,9 @@ FitConfig to_fit_config(const Config& c) {
   // Fail now rather than after the first epoch's training.
   for (const char* key :
        {"model_checkpoint.monitor", "early_stopping.monitor"}) {
-    const std::string monitor = c.get_string(key);
+    const std::string monitor = std::string(key) == "model_checkpoint.monitor"
+                                    ? f.checkpoint.monitor()
+                                    : c.get_string(key);
     const bool used = std::string(key) == "model_checkpoint.monitor"
                           ? f.trainer.enable_checkpointing()
                           : c.get_bool("early_stopping.enabled");
@@ -1477,8 +1586,8 @@ FitConfig to_fit_config(const Config& c) {
   f.data.jpeg_draft = c.get_bool("data.jpeg_draft");
   f.data.on_bad_sample = c.get_string("data.on_bad_sample");
   f.data.idx_prefix = c.get_string("data.idx_prefix");
-  f.data.stats_from_data = f.data.dataset == "idx" &&
-      !c.is_set("data.mean") && !c.is_set("data.std");
+  f.data.stats_from_data = f.data.dataset == "idx" && !c.is_set("data.mean") &&
+                           !c.is_set("data.std");
   if (f.data.dataset == "image_folder") {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -1492,13 +1601,13 @@ FitConfig to_fit_config(const Config& c) {
     }
     if (!c.is_set("data.mean")) {
       f.data.transform.mean = f.data.channels == 3
-          ? std::vector<double>{0.485, 0.456, 0.406}
-          : std::vector<double>{0.449};
+                                  ? std::vector<double>{0.485, 0.456, 0.406}
+                                  : std::vector<double>{0.449};
     }
     if (!c.is_set("data.std")) {
       f.data.transform.std = f.data.channels == 3
-          ? std::vector<double>{0.229, 0.224, 0.225}
-          : std::vector<double>{0.226};
+                                 ? std::vector<double>{0.229, 0.224, 0.225}
+                                 : std::vector<double>{0.226};
     }
   }
 
@@ -1513,6 +1622,7 @@ FitConfig to_fit_config(const Config& c) {
   o.eps = c.get_float("optimizer.eps");
   o.no_decay_norm_and_bias = c.get_bool("optimizer.no_decay_norm_and_bias");
   o.foreach = c.get_string("optimizer.foreach");
+  o.fused = c.get_string("optimizer.fused");
 
   auto& s = f.scheduler;
   s.name = c.get_string("lr_scheduler.name");
@@ -1569,8 +1679,48 @@ FitConfig to_fit_config(const Config& c) {
       "tuner.batch_size and tuner.lr_find search in one process: run them "
       "without trainer.strategy=ddp, then set data.batch_size and "
       "optimizer.lr");
+  if (f.trainer.name().empty()) {
+    f.trainer.name(run_name(f));
+  }
   f.pruning = pruning_options(c);
   return f;
+}
+
+std::string float_list_text(const std::vector<double>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%.17g", values[i]);
+    text += (i == 0 ? "" : ", ") + std::string(number);
+  }
+  return text + "]";
+}
+
+Config resolve_config(const Config& config) {
+  const FitConfig f = to_fit_config(config);
+  Config resolved = config;
+  const char* const why = "resolved";
+  resolved.set("model.name", f.model_name, why);
+  resolved.set("trainer.name", f.trainer.name(), why);
+  resolved.set("model_checkpoint.monitor", f.checkpoint.monitor(), why);
+  resolved.set("model_checkpoint.mode", f.checkpoint.mode(), why);
+  if (f.data.dataset == "image_folder") {
+    const std::vector<int64_t>& size = f.data.image_size;
+    resolved.set(
+        "data.image_size",
+        "[" + std::to_string(size[0]) + ", " + std::to_string(size[1]) + "]",
+        why);
+    resolved.set(
+        "data.crop_padding",
+        std::to_string(f.data.transform.crop_padding),
+        why);
+    resolved.set("data.mean", float_list_text(f.data.transform.mean), why);
+    resolved.set("data.std", float_list_text(f.data.transform.std), why);
+  }
+  if (f.data.dataset == "text") {
+    resolved.set("model.vocab_size", std::to_string(f.gpt.vocab_size()), why);
+  }
+  return resolved;
 }
 
 } // namespace hotloop::cli

@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include "hotloop/cli/init_from.h"
 #include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
 #include "hotloop/models/gpt_generate.h"
@@ -107,17 +108,18 @@ void write_tokens(
 } // namespace
 
 int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  const FitConfig config = to_fit_config(args.config);
   HOTLOOP_CHECK_AS(
       ConfigError,
-      args.extra.count("ckpt_path"),
-      "hotloop generate needs --ckpt_path PATH (or last)");
-  const FitConfig config = to_fit_config(args.config);
+      args.extra.count("ckpt_path") || !config.init_from.path.empty(),
+      "hotloop generate needs --ckpt_path PATH (or last), or "
+      "--model.init_from=FILE");
   HOTLOOP_CHECK_AS(
       ConfigError,
       config.model_name == "gpt",
       "hotloop generate samples from a GPT: it needs model.name=gpt, not ",
       config.model_name);
-  const auto options =
+  auto options =
       models::GenerateOptions()
           .max_new_tokens(number_flag<int64_t>(args, "max_new_tokens", 500))
           .temperature(number_flag<double>(args, "temperature", 0.8))
@@ -133,12 +135,18 @@ int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   const std::vector<int64_t> prompt = prompt_tokens(
       args.extra.count("prompt") ? args.extra.at("prompt") : "\n", config);
 
-  const std::string ckpt_path =
-      resolve_ckpt_path(args.extra.at("ckpt_path"), config);
   models::Gpt gpt(config.gpt);
   train::LanguageModel module(
       torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
-  train::load_checkpoint(ckpt_path, module);
+  // The table goes to stderr with the timing: stdout is the text.
+  const InitFromResult init = apply_init_from(config.init_from, module, err);
+  if (init.file_vocab_size > 0) {
+    options.vocab_limit(init.file_vocab_size);
+  }
+  if (args.extra.count("ckpt_path")) {
+    train::load_checkpoint(
+        resolve_ckpt_path(args.extra.at("ckpt_path"), config), module);
+  }
   const c10::Device device =
       train::resolve_device(config.trainer.accelerator(), config.trainer.devices());
   module.to(device);

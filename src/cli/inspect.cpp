@@ -51,8 +51,8 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
   const std::string& path = args[0];
   const train::CheckpointSummary s = train::describe_checkpoint(path);
   std::error_code ec;
-  out << "checkpoint " << path << " (" << grouped(static_cast<int64_t>(
-                                              std::filesystem::file_size(path, ec)))
+  out << "checkpoint " << path << " ("
+      << grouped(static_cast<int64_t>(std::filesystem::file_size(path, ec)))
       << " bytes)\n";
   char crc[9];
   std::snprintf(crc, sizeof(crc), "%08x", s.seal.stored_crc);
@@ -73,11 +73,13 @@ int run_checkpoint(const std::vector<std::string>& args, std::ostream& out) {
         << s.seal.format << ", written by hotloop " << s.seal.hotloop_version
         << " with LibTorch " << s.seal.libtorch_version << "\n";
   }
-  out << "  progress: " << s.progress.epoch << " epochs completed, step "
-      << s.progress.global_step;
+  out << "  progress: " << hotloop::detail::counted(s.progress.epoch, "epoch")
+      << " completed, step " << s.progress.global_step;
   if (s.progress.epoch_batches > 0) {
-    out << ", " << s.progress.epoch_batches << " batches into epoch "
-        << s.progress.epoch + 1;
+    out << ", "
+        << hotloop::detail::counted(
+               s.progress.epoch_batches, "batch", "batches")
+        << " into epoch " << s.progress.epoch + 1;
   }
   out << "\n";
   if (!s.model.empty()) {

@@ -6,9 +6,9 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/csv_dataset.h"
 #include "hotloop/data/fashion_mnist.h"
-#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/image_folder.h"
 #include "hotloop/data/subset.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/data/token_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
@@ -127,7 +127,8 @@ Session image_session(const FitConfig& config, bool with_train) {
   const auto split = [&](bool train) {
     const auto& transform = train ? config.data.transform : eval_transform;
     if (const DatasetRegistration* own = find_dataset(config.data.dataset)) {
-      auto set = own->builder()(DatasetInputs{*config.config, train, transform});
+      auto set =
+          own->builder()(DatasetInputs{*config.config, train, transform});
       HOTLOOP_CHECK_AS(
           DataError,
           set != nullptr,
@@ -166,18 +167,20 @@ Session image_session(const FitConfig& config, bool with_train) {
 Session idx_session(const FitConfig& config, bool with_train) {
   const DataConfig& d = config.data;
   const bool idx = d.dataset == "idx";
-  const auto val =
-      data::load_mnist_split(d.root, /*train=*/false, std::nullopt, d.idx_prefix);
+  const auto val = data::load_mnist_split(
+      d.root, /*train=*/false, std::nullopt, d.idx_prefix);
   std::shared_ptr<data::ImageClassificationDataset> train;
   if (with_train || d.stats_from_data) {
-    train = data::load_mnist_split(d.root, /*train=*/true, std::nullopt, d.idx_prefix);
+    train = data::load_mnist_split(
+        d.root, /*train=*/true, std::nullopt, d.idx_prefix);
   }
   data::ImageTransformOptions train_transform = d.transform;
   if (d.stats_from_data) {
     std::tie(train_transform.mean, train_transform.std) =
         data::channel_statistics(train->images());
   }
-  const data::ImageTransformOptions eval_transform = evaluation(train_transform);
+  const data::ImageTransformOptions eval_transform =
+      evaluation(train_transform);
   Session session;
   if (with_train) {
     session.train_set = std::make_shared<data::ImageClassificationDataset>(
@@ -193,9 +196,24 @@ Session idx_session(const FitConfig& config, bool with_train) {
       classes = std::max(classes, train->num_classes());
     }
   }
+  if (d.stats_from_data) {
+    session.settings.emplace_back(
+        "data.mean", float_list_text(train_transform.mean));
+    session.settings.emplace_back(
+        "data.std", float_list_text(train_transform.std));
+  }
+  if (idx) {
+    session.settings.emplace_back("model.num_classes", std::to_string(classes));
+  } else if (classes == 10) {
+    // Fashion-MNIST's own names: test, predict and the report show them.
+    session.data.class_names = data::fashion_mnist_classes();
+  }
   const auto& images = val->images();
   add_image_classifier(
-      session, config, {images.size(1), images.size(2), images.size(3)}, classes);
+      session,
+      config,
+      {images.size(1), images.size(2), images.size(3)},
+      classes);
   return session;
 }
 
@@ -266,6 +284,18 @@ Session csv_session(
         mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
     data.feature_std = std::vector<double>(
         std.data_ptr<float>(), std.data_ptr<float>() + std.numel());
+    if (regression) {
+      // The target too: the network learns it standardized, whatever its
+      // units (a target near 250 would otherwise take many epochs to
+      // reach from outputs near 0).
+      const at::Tensor targets =
+          table->targets()
+              .index_select(0, at::tensor(train_rows, at::kLong))
+              .to(at::kDouble);
+      const double target_std = targets.std(/*unbiased=*/false).item<double>();
+      data.target_mean = targets.mean().item<double>();
+      data.target_std = target_std > 0 ? target_std : 1.0;
+    }
   }
   if (predict) {
     table = read_table(config, d.predict_path, &session.data, true);
@@ -315,8 +345,12 @@ Session csv_session(
   auto [network, flops] = image_network(sized, features, 1, 1);
   std::shared_ptr<train::NetworkModule> module;
   if (regression) {
-    module = std::make_shared<train::Regressor>(
+    auto regressor = std::make_shared<train::Regressor>(
         std::move(network), config.optimizer, config.scheduler);
+    if (data.target_mean && data.target_std) {
+      regressor->set_target_scale(*data.target_mean, *data.target_std);
+    }
+    module = regressor;
   } else {
     module = std::make_shared<train::ImageClassifier>(
         std::move(network), config.optimizer, config.scheduler, config.top_k);
@@ -367,8 +401,8 @@ Session image_folder_session(
     session.labeled = false;
   } else if (d.val_root.empty()) {
     val_folder = std::make_shared<data::ImageFolder>(d.root, eval_options);
-    auto [train_indices, held_out] = data::random_split(
-        train_folder->size(), d.val_fraction, config.seed);
+    auto [train_indices, held_out] =
+        data::random_split(train_folder->size(), d.val_fraction, config.seed);
     if (with_train) {
       session.train_set = std::make_shared<data::Subset>(
           train_folder, std::move(train_indices));
@@ -447,10 +481,9 @@ Session text_session(const FitConfig& config) {
   auto module = std::make_shared<train::LanguageModel>(
       torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
   // nanoGPT's estimate: 2 FLOPs per parameter and token, plus attention.
-  const double block = static_cast<double>(d.block_size);
   module->set_flops_per_sample(
-      block * (2.0 * static_cast<double>(gpt->num_params()) +
-               4.0 * config.gpt.n_layer() * config.gpt.n_embd() * block));
+      static_cast<double>(d.block_size) *
+      gpt->forward_flops_per_token(d.block_size));
   session.module = module;
   return session;
 }

@@ -52,6 +52,10 @@ nlohmann::json TrainedData::to_json() const {
     state["mean"] = feature_mean;
     state["std"] = feature_std;
   }
+  if (target_mean && target_std) {
+    state["target_mean"] = *target_mean;
+    state["target_std"] = *target_std;
+  }
   return state;
 }
 
@@ -72,6 +76,10 @@ TrainedData TrainedData::from_json(
       data.feature_names = state.at("columns").get<std::vector<std::string>>();
       data.feature_mean = state.at("mean").get<std::vector<double>>();
       data.feature_std = state.at("std").get<std::vector<double>>();
+    }
+    if (state.contains("target_mean")) {
+      data.target_mean = state.at("target_mean").get<double>();
+      data.target_std = state.at("target_std").get<double>();
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(hotloop::detail::str_cat(
@@ -110,7 +118,11 @@ nlohmann::json TrainedDataCallback::state_dict() const {
 }
 
 void require_same_data(const TrainedData& trained, const TrainedData& now) {
-  require_same(trained.class_names, now.class_names, "classes", "the data");
+  // A checkpoint that kept no names (Fashion-MNIST's, before hotloop named
+  // its classes) has numbered classes, which any names fit.
+  if (!trained.class_names.empty()) {
+    require_same(trained.class_names, now.class_names, "classes", "the data");
+  }
   require_same(
       trained.feature_names, now.feature_names, "feature columns", "the table");
 }

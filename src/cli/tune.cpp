@@ -19,9 +19,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -137,8 +137,8 @@ double parse_duration(const std::string& text) {
   const double value = std::strtod(text.c_str(), &end);
   const std::string unit(end);
   const double scale = unit.empty() || unit == "s" ? 1
-      : unit == "m"                                ? 60
-      : unit == "h"                                ? 3600
+                       : unit == "m"               ? 60
+                       : unit == "h"               ? 3600
                                                    : -1;
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -156,7 +156,7 @@ bool cpu_has_bf16() {
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("flags", 0) == 0) {
       return line.find(" avx512_bf16") != std::string::npos ||
-          line.find(" amx_bf16") != std::string::npos;
+             line.find(" amx_bf16") != std::string::npos;
     }
   }
   return false;
@@ -196,19 +196,19 @@ class Windows {
 
   // The batch-size finder's answer from `from` up to `trials` doublings.
   int64_t largest_batch(int64_t from, int64_t trials, std::string* log) {
-    const Measurement m = run(
-        {{"tuner.batch_size", "power"},
-         {"tuner.init_val", std::to_string(from)},
-         {"tuner.max_trials", std::to_string(trials)},
-         {"tuner.steps_per_trial", "2"},
-         {"trainer.max_steps", "1"},
-         {"trainer.limit_val_batches", "0"}},
-        log);
+    const Measurement m =
+        run({{"tuner.batch_size", "power"},
+             {"tuner.init_val", std::to_string(from)},
+             {"tuner.max_trials", std::to_string(trials)},
+             {"tuner.steps_per_trial", "2"},
+             {"trainer.max_steps", "1"},
+             {"trainer.limit_val_batches", "0"}},
+            log);
     const std::string tag = "scale_batch_size: batch size ";
     const size_t at = log->rfind(tag);
     return m.ok && at != std::string::npos
-        ? std::atoll(log->c_str() + at + tag.size())
-        : 0;
+               ? std::atoll(log->c_str() + at + tag.size())
+               : 0;
   }
 
   bool interrupted() const {
@@ -218,12 +218,21 @@ class Windows {
   void set_timeout(double seconds) {
     timeout_s_ = seconds;
   }
+  /// The end of --budget: a window still running then is stopped (and
+  /// counts as failed), and none starts after it.
+  void set_deadline(Clock::time_point deadline) {
+    deadline_ = deadline;
+  }
 
  private:
   Measurement run(const Settings& settings, std::string* log_text = nullptr) {
     const int64_t index = count_++;
     Measurement m;
     m.sequence = index;
+    if (Clock::now() >= deadline_) {
+      m.failure = "not started: --budget spent";
+      return m;
+    }
     const fs::path root = workdir_ / ("w" + std::to_string(index));
     const fs::path log = workdir_ / ("w" + std::to_string(index) + ".log");
     std::vector<std::string> args = {
@@ -269,6 +278,7 @@ class Windows {
     ::close(fd);
     HOTLOOP_CHECK(pid > 0, "hotloop tune: cannot start a window: fork failed");
     bool timed_out = false;
+    bool cut = false;
     for (;;) {
       const pid_t done = ::wait4(pid, &status, WNOHANG, &usage);
       if (done == pid || (done < 0 && errno != EINTR)) {
@@ -276,9 +286,13 @@ class Windows {
       }
       const double elapsed =
           std::chrono::duration<double>(Clock::now() - start).count();
-      if (!timed_out && elapsed > timeout_s_) {
+      if (!timed_out && !cut && elapsed > timeout_s_) {
         ::kill(pid, SIGKILL);
         timed_out = true;
+      }
+      if (!timed_out && !cut && Clock::now() > deadline_) {
+        ::kill(pid, SIGKILL);
+        cut = true;
       }
       if (StopSignalGuard::received() != 0) {
         ::kill(pid, SIGTERM);
@@ -292,20 +306,26 @@ class Windows {
     if (log_text != nullptr) {
       *log_text = text;
     }
+    if (cut) {
+      m.failure = "cut at the end of --budget";
+      return m;
+    }
     if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       // The error line the window printed, or its last line.
       std::string last = text.substr(0, text.find_last_not_of('\n') + 1);
       const size_t error = last.rfind("error: ");
       last = error != std::string::npos
-          ? last.substr(error, last.find('\n', error) - error)
-          : last.substr(last.rfind('\n') + 1);
-      m.failure = timed_out
-          ? "stopped after " + std::to_string(static_cast<int>(timeout_s_)) +
-              " s, four times the given config's window"
-          : describe_status(status) + (last.empty() ? "" : ": " + last);
+                 ? last.substr(error, last.find('\n', error) - error)
+                 : last.substr(last.rfind('\n') + 1);
+      m.failure = timed_out ? "stopped after " +
+                                  std::to_string(static_cast<int>(timeout_s_)) +
+                                  " s, four times the given config's window"
+                            : describe_status(status) +
+                                  (last.empty() ? "" : ": " + last);
       return m;
     }
-    const fs::path summary_path = root / "window" / "version_0" / "summary.json";
+    const fs::path summary_path =
+        root / "window" / "version_0" / "summary.json";
     std::ifstream summary_file(summary_path);
     const nlohmann::json summary =
         nlohmann::json::parse(summary_file, nullptr, false);
@@ -318,10 +338,10 @@ class Windows {
     m.ok = true;
     m.samples_per_s = profile.value("steady_samples_per_s", 0.0) * world;
     m.validation_s = profile.value("validation", 0.0);
-    m.loss = summary.contains("train_loss") &&
-            summary.at("train_loss").is_number()
-        ? summary.at("train_loss").get<double>()
-        : kNaN;
+    m.loss =
+        summary.contains("train_loss") && summary.at("train_loss").is_number()
+            ? summary.at("train_loss").get<double>()
+            : kNaN;
     m.fit_s = summary.value("wall_s", 0.0);
     m.steps = summary.value("steps", int64_t{0});
     m.peak_bytes = world > 1 ? 0 : static_cast<int64_t>(usage.ru_maxrss) * 1024;
@@ -331,6 +351,7 @@ class Windows {
   std::string config_path_;
   fs::path workdir_;
   double timeout_s_;
+  Clock::time_point deadline_ = Clock::time_point::max();
   int64_t count_ = 0;
   bool interrupted_ = false;
 };
@@ -380,12 +401,36 @@ class Tuner {
                 config_.trainer.accelerator(), config_.trainer.devices())
                 .is_cuda();
     cores_ = hardware_threads();
+    // Windows end a little before the budget does: the verdicts, the table
+    // and tuned.yaml come after the last one.
+    reserve_s_ = std::min(2.0, 0.02 * budget_s_);
+    windows_.set_deadline(
+        start_ + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(budget_s_ - reserve_s_)));
+  }
+
+  /// Seconds since the session started.
+  double seconds() const {
+    return elapsed();
   }
 
   // Measures everything; returns the settings to write.
   Settings run() {
     baseline_.strategy = "given";
-    measure(baseline_, "sizing the windows on the given config", 1, kWarmupSteps + 20);
+    measure(
+        baseline_,
+        "sizing the windows on the given config",
+        1,
+        kWarmupSteps + 20);
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        baseline_.runs.front().ok ||
+            baseline_.runs.front().failure != "cut at the end of --budget",
+        "--budget ",
+        static_cast<int64_t>(std::ceil(budget_s_)),
+        " s is too small to compare anything on this config: one window of ",
+        kWarmupSteps + 20,
+        " steps of the given config did not finish within it");
     HOTLOOP_CHECK(
         baseline_.runs.front().ok,
         "hotloop tune: the given config does not train: ",
@@ -397,8 +442,15 @@ class Tuner {
     // short budget still sees every strategy, those that pay most often
     // first.
     static const std::vector<std::string> kPriority = {
-        "num_threads", "ddp", "num_workers", "batch_size", "channels_last",
-        "pin_memory", "cuda_graphs", "precision", "activation_checkpointing"};
+        "num_threads",
+        "ddp",
+        "num_workers",
+        "batch_size",
+        "channels_last",
+        "pin_memory",
+        "cuda_graphs",
+        "precision",
+        "activation_checkpointing"};
     std::vector<Candidate*> order;
     for (size_t round = 0;
          order.size() < candidates_.size() && round < candidates_.size();
@@ -412,6 +464,31 @@ class Tuner {
         }
       }
     }
+    // As many candidates as the budget's training share can measure
+    // repeats_ times each, with the given config's windows between them, in
+    // the order above; the rest are named as not measured, rather than all
+    // of them measured once and none judged.
+    const auto window_of = [&](const Candidate& c) {
+      const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
+      return startup_s_ +
+          (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
+    };
+    const double available = budget_s_ * 0.75 - elapsed() - window_s_;
+    double round_s = 0;
+    size_t fits = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const double with = round_s + window_of(*order[i]) +
+          ((i + 1) % kBaselineEvery == 0 ? window_s_ : 0);
+      if (static_cast<double>(repeats_) * (with + window_s_) > available) {
+        break;
+      }
+      round_s = with;
+      fits = i + 1;
+    }
+    for (size_t i = fits; i < order.size(); ++i) {
+      skipped_.push_back(describe(order[i]->settings));
+    }
+    order.resize(fits);
     // Every candidate once per repeat, and the given config before, after
     // and between every few of them: each window is compared with the given
     // config's windows around it, which cancels the machine's drift.
@@ -425,9 +502,9 @@ class Tuner {
       }
     }
     run_schedule(schedule, "");
-    for (const Candidate& c : candidates_) {
-      if (c.runs.size() < 2) {
-        skipped_.push_back(describe(c.settings));
+    for (const Candidate* c : order) {
+      if (c->runs.size() < 2) {
+        skipped_.push_back(describe(c->settings));
       }
     }
     measure_validation();
@@ -470,18 +547,27 @@ class Tuner {
       const std::string& tag,
       double budget_share = 0.75) {
     const auto total = static_cast<int64_t>(schedule.size());
+    // The given config runs first, and then only after a candidate ran:
+    // its windows are there to compare the candidates' with.
+    bool candidate_since_baseline = true;
     for (int64_t i = 0; i < total && !windows_.interrupted(); ++i) {
       Candidate& c = *schedule[i];
-      const bool last = i + 1 == total;
-      if (&c != &baseline_ && over_budget(c, budget_share)) {
+      const bool given = &c == &baseline_;
+      // A candidate's window within its share of the budget; the given
+      // config's (what candidates are compared with) within the whole.
+      if (over_budget(c, given ? 1.0 : budget_share)) {
         continue;
       }
-      if (&c == &baseline_ && !last && i > 0 && schedule[i - 1] == &baseline_) {
-        continue; // nothing ran since the last one
+      if (given && !candidate_since_baseline) {
+        continue;
       }
-      show(tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
-           i + 1, total);
-      c.runs.push_back(windows_.train(c.settings, c.steps > 0 ? c.steps : steps_));
+      candidate_since_baseline = !given;
+      show(
+          tag + (&c == &baseline_ ? "the given config" : describe(c.settings)),
+          i + 1,
+          total);
+      c.runs.push_back(
+          windows_.train(c.settings, c.steps > 0 ? c.steps : steps_));
     }
   }
 
@@ -557,15 +643,36 @@ class Tuner {
         steps_for(repeats_), kWarmupSteps + 20, kWarmupSteps + 300);
     window_s_ = startup_s_ + per_step * static_cast<double>(steps_);
     windows_.set_timeout(4 * window_s_ + 20);
+    // The least that compares anything: the batch-size search (two steps
+    // at up to 8x the batch, a process each trial) and one strategy's two
+    // windows between the given config's three, within the three quarters
+    // of the budget the training windows get.
+    const double shortest =
+        startup_s_ + per_step * static_cast<double>(kWarmupSteps + 20);
+    finder_s_ = 3 * startup_s_ + per_step * 2 * (2 + 4 + 8);
+    const double needed = (elapsed() + finder_s_ + 5 * shortest) / 0.75;
+    if (needed > budget_s_) {
+      std::ostringstream why;
+      why << "--budget " << static_cast<int64_t>(std::ceil(budget_s_))
+          << " s is too small to compare anything on this config: a window of "
+          << kWarmupSteps + 20 << " steps takes " << std::fixed
+          << std::setprecision(1) << shortest << " s here (measured), and one "
+          << "strategy against the given config takes 5 windows and a "
+          << "batch-size search: use --budget "
+          << static_cast<int64_t>(std::ceil(needed / 10) * 10) << "s or more";
+      throw ConfigError(why.str());
+    }
   }
 
   // Whether one more window of `c` would take the session past this share
   // of the budget.
   bool over_budget(const Candidate& c, double share) const {
     const double steps = static_cast<double>(c.steps > 0 ? c.steps : steps_);
-    const double window =
-        startup_s_ + (window_s_ - startup_s_) * steps / static_cast<double>(steps_);
-    return elapsed() + window > budget_s_ * share;
+    const double window = startup_s_ + (window_s_ - startup_s_) * steps /
+                                           static_cast<double>(steps_);
+    const double limit =
+        share >= 1 ? budget_s_ - reserve_s_ : budget_s_ * share;
+    return elapsed() + window > limit;
   }
 
   void add(
@@ -608,7 +715,8 @@ class Tuner {
 
   // The best candidate of `strategy`, if any beats the given config beyond
   // the noise with the loss within tolerance; its verdict in `verdicts_`.
-  const Candidate* winner(const std::string& strategy, const std::string& label);
+  const Candidate* winner(
+      const std::string& strategy, const std::string& label);
   // The spread of the given config's windows against their neighbours.
   double baseline_noise() const;
 
@@ -623,6 +731,8 @@ class Tuner {
   int64_t cores_ = 1;
   int64_t steps_ = kWarmupSteps + 20;
   double startup_s_ = 0;
+  double finder_s_ = 0;
+  double reserve_s_ = 0;
   double window_s_ = 0;
   Candidate baseline_;
   std::vector<Candidate> candidates_;
@@ -654,7 +764,13 @@ void Tuner::add_candidates() {
   }
   // A bigger batch, as far as memory allows, with its learning-rate rule.
   const int64_t batch = c.data.batch_size;
-  const int64_t largest = windows_.largest_batch(batch, 3, &largest_batch_log_);
+  const int64_t largest =
+      elapsed() + finder_s_ < budget_s_ / 2
+          ? windows_.largest_batch(batch, 3, &largest_batch_log_)
+          : -1; // no time for the search
+  if (largest < 0) {
+    skipped_.push_back("the batch-size search");
+  }
   largest_batch_ = largest;
   const std::string rule =
       c.tuner.scale_lr == "none" ? std::string("sqrt") : c.tuner.scale_lr;
@@ -665,8 +781,8 @@ void Tuner::add_candidates() {
       lr << std::setprecision(6)
          << train::scale_learning_rate(c.optimizer.lr, batch, size, rule);
       // As many samples as the given config's window.
-      const int64_t steps = std::max<int64_t>(
-          kWarmupSteps + 10, steps_ * batch / size);
+      const int64_t steps =
+          std::max<int64_t>(kWarmupSteps + 10, steps_ * batch / size);
       add("batch_size",
           {{"data.batch_size", std::to_string(size)},
            {"optimizer.lr", lr.str()}},
@@ -682,10 +798,12 @@ void Tuner::add_candidates() {
     add("precision", {{"trainer.precision", "16-mixed"}});
   }
   const bool convolutional = c.model_name == "fashion_cnn" ||
-      c.model_name == "resnet18" || c.model_name == "resnet34";
+                             c.model_name == "resnet18" ||
+                             c.model_name == "resnet34";
   if (convolutional) {
     add("channels_last",
-        {{"trainer.channels_last", c.trainer.channels_last() ? "false" : "true"}});
+        {{"trainer.channels_last",
+          c.trainer.channels_last() ? "false" : "true"}});
   }
   if (cuda_ && !c.data.pin_memory) {
     add("pin_memory", {{"data.pin_memory", "true"}});
@@ -695,8 +813,9 @@ void Tuner::add_candidates() {
   }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
-  const bool checkpointable = c.model_name == "gpt" || c.model_name == "resnet18" ||
-      c.model_name == "resnet34";
+  const bool checkpointable = c.model_name == "gpt" ||
+                              c.model_name == "resnet18" ||
+                              c.model_name == "resnet34";
   if (checkpointable && largest > 0 && largest < 2 * batch &&
       !c.activation_checkpointing && !c.gpt.activation_checkpointing()) {
     std::ostringstream lr;
@@ -738,6 +857,14 @@ void Tuner::measure_validation() {
   }
   const auto validate = [&](Candidate& c) {
     for (int64_t r = 0; r < repeats_ && !windows_.interrupted(); ++r) {
+      // A validation window is a start, one step and the whole split: the
+      // given config's first one tells its length.
+      const std::vector<double> seen =
+          field(val_baseline_.runs, &Measurement::process_s);
+      const double expected = seen.empty() ? window_s_ : median(seen);
+      if (elapsed() + expected > budget_s_ - reserve_s_) {
+        break;
+      }
       progress_.show(
           "tune: validation " + describe(c.settings) + " (run " +
           std::to_string(r + 1) + "/" + std::to_string(repeats_) + ")");
@@ -747,12 +874,16 @@ void Tuner::measure_validation() {
   val_baseline_.strategy = "val_batch_size";
   validate(val_baseline_);
   for (const int64_t size : sizes) {
-    if (elapsed() > budget_s_ * 0.9) {
+    if (elapsed() > budget_s_ * 0.9 || val_baseline_.runs.empty()) {
       skipped_.push_back("data.val_batch_size=" + std::to_string(size));
       continue;
     }
-    val_candidates_.push_back(
-        Candidate{"val_batch_size", {{"data.val_batch_size", std::to_string(size)}}, false, 0, {}});
+    val_candidates_.push_back(Candidate{
+        "val_batch_size",
+        {{"data.val_batch_size", std::to_string(size)}},
+        false,
+        0,
+        {}});
     validate(val_candidates_.back());
   }
 }
@@ -760,8 +891,8 @@ void Tuner::measure_validation() {
 double Tuner::baseline_noise() const {
   const Ratios own = ratios(baseline_);
   return own.values.size() >= 2
-      ? own.noise
-      : noise(field(baseline_.runs, &Measurement::samples_per_s));
+             ? own.noise
+             : noise(field(baseline_.runs, &Measurement::samples_per_s));
 }
 
 const Candidate* Tuner::winner(
@@ -796,8 +927,8 @@ const Candidate* Tuner::winner(
     const double loss = median(field(c.runs, &Measurement::loss));
     const double loss_change =
         std::isfinite(loss) && std::isfinite(base_loss) && base_loss != 0
-        ? (loss - base_loss) / std::abs(base_loss)
-        : 0;
+            ? (loss - base_loss) / std::abs(base_loss)
+            : 0;
     // Beyond the noise: a gain larger than either spread, and every window
     // faster than the given config's around it.
     const double margin = std::max({base_noise, r.noise, kMinimumGain});
@@ -808,10 +939,10 @@ const Candidate* Tuner::winner(
     if (loss_change > tolerance_ ||
         (!c.changes_recipe && std::abs(loss_change) > tolerance_)) {
       std::ostringstream why;
-      why << describe(c.settings) << " is " << std::fixed << std::setprecision(2)
-          << r.median << "x but changes the loss by " << std::showpos
-          << std::setprecision(1) << 100 * loss_change << std::noshowpos
-          << "% (tolerance " << 100 * tolerance_ << "%)";
+      why << describe(c.settings) << " is " << std::fixed
+          << std::setprecision(2) << r.median << "x but changes the loss by "
+          << std::showpos << std::setprecision(1) << 100 * loss_change
+          << std::noshowpos << "% (tolerance " << 100 * tolerance_ << "%)";
       rejected = why.str();
       continue;
     }
@@ -876,7 +1007,9 @@ void Tuner::decide() {
       "data.batch_size (" + batch_rule_ + " rule for optimizer.lr)",
       largest_batch_ > 0
           ? "twice the batch does not fit in memory (the finder stopped at " +
-              std::to_string(largest_batch_) + "): kept the given"
+                std::to_string(largest_batch_) + "): kept the given"
+      : largest_batch_ < 0
+          ? std::string("not measured within --budget")
           : std::string("the batch-size finder failed: kept the given"));
   consider(
       "precision",
@@ -896,7 +1029,7 @@ void Tuner::decide() {
   consider(
       "cuda_graphs",
       "trainer.cuda_graphs",
-      !cuda_                 ? std::string("needs a CUDA device: not tried")
+      !cuda_                ? std::string("needs a CUDA device: not tried")
       : graphable().empty() ? std::string("not measured within the budget")
                             : graphable() + ": not tried");
   // fp16's loss scaling decides on the host whether a step happens, which a
@@ -925,9 +1058,10 @@ void Tuner::decide() {
   consider(
       "ddp",
       "trainer.strategy=ddp (processes x threads)",
-      std::string(cuda_ ? "one device here"
-                  : config_.strategy == "ddp" ? "already on"
-                                              : "too few cores") +
+      std::string(
+          cuda_                       ? "one device here"
+          : config_.strategy == "ddp" ? "already on"
+                                      : "too few cores") +
           ": not tried");
   // Settings of the winners; DDP's per-process batch follows the chosen
   // global batch, and its threads replace the single process's.
@@ -970,11 +1104,13 @@ void Tuner::decide() {
   }
   // The validation batch.
   {
-    const std::vector<double> base = field(val_baseline_.runs, &Measurement::validation_s);
+    const std::vector<double> base =
+        field(val_baseline_.runs, &Measurement::validation_s);
     const Candidate* best = nullptr;
     double best_s = median(base);
     for (const Candidate& c : val_candidates_) {
-      const std::vector<double> times = field(c.runs, &Measurement::validation_s);
+      const std::vector<double> times =
+          field(c.runs, &Measurement::validation_s);
       const double t = median(times);
       const double margin = std::max({noise(base), noise(times), kMinimumGain});
       if (!times.empty() && t < median(base) * (1 - margin) &&
@@ -1031,7 +1167,8 @@ void Tuner::decide() {
       Settings alone;
       for (const auto& kv : settings) {
         const bool in_single = std::any_of(
-            single->settings.begin(), single->settings.end(),
+            single->settings.begin(),
+            single->settings.end(),
             [&](const auto& s) { return s.first == kv.first; });
         if (in_single || kv.first == "data.val_batch_size") {
           alone.push_back(kv);
@@ -1053,7 +1190,8 @@ void Tuner::decide() {
 
 void Tuner::print(std::ostream& out) const {
   const auto row = [&](const Candidate& c, const std::string& label) {
-    const std::vector<double> rates = field(c.runs, &Measurement::samples_per_s);
+    const std::vector<double> rates =
+        field(c.runs, &Measurement::samples_per_s);
     out << "  " << std::left << std::setw(16) << label << std::setw(58)
         << describe(c.settings).substr(0, 57) << std::right;
     if (rates.empty()) {
@@ -1069,9 +1207,9 @@ void Tuner::print(std::ostream& out) const {
     const Ratios r = ratios(c);
     const bool given = &c == &baseline_;
     out << std::fixed << std::setprecision(0) << std::setw(10) << median(rates)
-        << std::setprecision(2) << std::setw(8)
-        << (given ? 1.0 : r.median) << "x" << std::setprecision(1)
-        << std::setw(7) << 100 * (given ? baseline_noise() : r.noise) << "%"
+        << std::setprecision(2) << std::setw(8) << (given ? 1.0 : r.median)
+        << "x" << std::setprecision(1) << std::setw(7)
+        << 100 * (given ? baseline_noise() : r.noise) << "%"
         << std::setprecision(0) << std::setw(9)
         << (peak > 0 ? std::to_string(static_cast<int64_t>(peak / (1 << 20)))
                      : std::string("-"))
@@ -1082,7 +1220,8 @@ void Tuner::print(std::ostream& out) const {
   out << "  " << std::left << std::setw(16) << "strategy" << std::setw(58)
       << "setting" << std::right << std::setw(10) << "samples/s" << std::setw(9)
       << "vs given" << std::setw(8) << "noise" << std::setw(9) << "peak MiB"
-      << std::setw(9) << "loss" << "\n";
+      << std::setw(9) << "loss"
+      << "\n";
   row(baseline_, "given");
   for (const Candidate& c : candidates_) {
     if (!c.runs.empty()) {
@@ -1092,7 +1231,8 @@ void Tuner::print(std::ostream& out) const {
   if (!combined_.runs.empty()) {
     row(combined_, "together");
   }
-  const std::vector<double> base_val = field(val_baseline_.runs, &Measurement::validation_s);
+  const std::vector<double> base_val =
+      field(val_baseline_.runs, &Measurement::validation_s);
   if (!base_val.empty()) {
     out << "\n  validation of the whole split: data.val_batch_size="
         << config_.data.val_batch_size << " " << std::fixed
@@ -1125,8 +1265,8 @@ std::string Tuner::header() const {
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  text << "# Written by hotloop tune on " << date << ", "
-       << hardware_threads() << " cores: the given config";
+  text << "# Written by hotloop tune on " << date << ", " << hardware_threads()
+       << " cores: the given config";
   if (chosen_.empty()) {
     text << " unchanged (nothing measured beat it beyond the noise).\n";
   } else {
@@ -1175,16 +1315,16 @@ class WorkDir {
 
 int run_tune(const ParsedArgs& args, std::ostream& out) {
   const double budget_s = args.extra.count("budget")
-      ? parse_duration(args.extra.at("budget"))
-      : 300;
-  const int64_t repeats =
-      number_flag<int64_t>(args, "repeats", 3, 2, 20);
+                              ? parse_duration(args.extra.at("budget"))
+                              : 300;
+  const int64_t repeats = number_flag<int64_t>(args, "repeats", 3, 2, 20);
   const double tolerance =
       number_flag<double>(args, "loss_tolerance", 0.02, 0, 1);
   const std::string output = args.extra.count("output")
-      ? args.extra.at("output")
-      : std::string("tuned.yaml");
-  to_fit_config(args.config); // the config's own errors first
+                                 ? args.extra.at("output")
+                                 : std::string("tuned.yaml");
+  to_fit_config(args.config);       // the config's own errors first
+  prepare_output(output, "output"); // before the budget is spent
   WorkDir workdir;
   if (args.extra.count("keep_windows")) {
     workdir.keep();
@@ -1193,7 +1333,7 @@ int run_tune(const ParsedArgs& args, std::ostream& out) {
   const std::string given = (workdir.path() / "given.yaml").string();
   std::ofstream(given) << args.config.to_yaml();
   const StopSignalGuard signals;
-  Windows windows(given, workdir.path(), std::max(budget_s, 60.0));
+  Windows windows(given, workdir.path(), budget_s);
   Tuner tuner(args, windows, budget_s, repeats, tolerance, out);
   out << "tune: measuring the given config and its variations in windows of "
          "training, "
@@ -1202,6 +1342,15 @@ int run_tune(const ParsedArgs& args, std::ostream& out) {
   const Settings chosen = tuner.run();
   out << "\n";
   tuner.print(out);
+  // --budget bounds the session's wall time: say what it took.
+  const double took = tuner.seconds();
+  out << "\ntune: " << static_cast<int64_t>(std::lround(took)) << " s of the "
+      << static_cast<int64_t>(std::lround(budget_s)) << " s --budget";
+  if (took > budget_s) {
+    out << " (exceeded by " << std::fixed << std::setprecision(1)
+        << took - budget_s << " s)" << std::defaultfloat;
+  }
+  out << "\n";
   Config tuned = args.config;
   for (const auto& [key, value] : chosen) {
     tuned.set(key, value, "hotloop tune");

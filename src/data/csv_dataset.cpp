@@ -252,7 +252,8 @@ CsvDataset::Parsed CsvDataset::parse(
               at != names.end() && at - names.begin() != label,
               "data.feature_columns: '",
               wanted,
-              at == names.end() ? "' is not a column of " : "' is the label of ",
+              at == names.end() ? "' is not a column of "
+                                : "' is the label of ",
               path);
           feature_slot[at - names.begin()] = feature_count++;
         }
@@ -291,7 +292,7 @@ CsvDataset::Parsed CsvDataset::parse(
             ":",
             line,
             ": column ",
-            j,
+            j + 1,
             names.empty() ? "" : " ('" + names[j] + "')",
             field.empty() ? ": missing value" : ": expected a number, got '",
             field,
@@ -313,9 +314,11 @@ CsvDataset::Parsed CsvDataset::parse(
       at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
   if (label < 0) {
     parsed.labeled = false;
-    parsed.labels = options.regression()
-        ? at::full({rows}, std::numeric_limits<float>::quiet_NaN(), at::kFloat)
-        : at::full({rows}, -1, at::kLong);
+    parsed.labels =
+        options.regression()
+            ? at::full(
+                  {rows}, std::numeric_limits<float>::quiet_NaN(), at::kFloat)
+            : at::full({rows}, -1, at::kLong);
     parsed.class_names = options.classes();
     parsed.num_classes = static_cast<int64_t>(parsed.class_names.size());
   } else if (options.regression()) {
@@ -333,7 +336,7 @@ CsvDataset::Parsed CsvDataset::parse(
             ":",
             label_lines[i],
             ": column ",
-            label,
+            label + 1,
             names.empty() ? "" : " ('" + names[label] + "')",
             ": '",
             label_texts[i],
@@ -371,7 +374,7 @@ CsvDataset::Parsed CsvDataset::parse(
           ":",
           label_lines[first_bad],
           ": column ",
-          label,
+          label + 1,
           names.empty() ? "" : " ('" + names[label] + "')",
           ": expected a class index (an integer >= 0), got '",
           label_texts[first_bad],
@@ -386,7 +389,7 @@ CsvDataset::Parsed CsvDataset::parse(
             ":",
             label_lines[i],
             ": column ",
-            label,
+            label + 1,
             names.empty() ? "" : " ('" + names[label] + "')",
             ": missing label");
       }
@@ -400,7 +403,7 @@ CsvDataset::Parsed CsvDataset::parse(
                          parsed.class_names.begin(),
                          parsed.class_names.end(),
                          label_texts[i]) -
-            parsed.class_names.begin();
+                     parsed.class_names.begin();
       }
     }
     parsed.labels = at::from_blob(classes.data(), {rows}, at::kLong).clone();

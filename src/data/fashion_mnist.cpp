@@ -11,6 +11,21 @@
 #include <vector>
 
 namespace hotloop::data {
+
+const std::vector<std::string>& fashion_mnist_classes() {
+  static const std::vector<std::string> names = {
+      "T-shirt/top",
+      "Trouser",
+      "Pullover",
+      "Dress",
+      "Coat",
+      "Sandal",
+      "Shirt",
+      "Sneaker",
+      "Bag",
+      "Ankle boot"};
+  return names;
+}
 namespace {
 
 namespace fs = std::filesystem;

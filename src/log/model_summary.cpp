@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/modules/container/sequential.h>
 
@@ -90,6 +91,114 @@ at::Tensor trace_sequentials(
   return input;
 }
 
+// What the op observer below fills in while the model runs its example:
+// the leaf module owning each parameter's storage, and each one's output
+// shape in the order they ran.
+struct OpShapes {
+  std::map<const c10::StorageImpl*, std::string> owner;
+  std::map<std::string, int> open; // ops of the module in progress
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::vector<std::string> order;
+};
+thread_local OpShapes* active_shapes = nullptr;
+
+struct OwnerContext : at::ObserverContext {
+  explicit OwnerContext(std::string name) : name(std::move(name)) {}
+  std::string name;
+};
+
+const c10::StorageImpl* storage_of(const c10::IValue& value) {
+  if (!value.isTensor()) {
+    return nullptr;
+  }
+  const at::Tensor& tensor = value.toTensor();
+  return tensor.defined() && tensor.has_storage()
+             ? tensor.storage().unsafeGetStorageImpl()
+             : nullptr;
+}
+
+// An op that reads a module's parameter (or a view of it: LibTorch's
+// Linear passes weight.t() to addmm) works for that module. Of such ops,
+// the outermost one that makes a new tensor gives the module's output:
+// aten::addmm, aten::conv2d, aten::embedding, aten::layer_norm, not the
+// aten::t view before them nor the ops inside them.
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  OpShapes* state = active_shapes;
+  if (state == nullptr) {
+    return nullptr;
+  }
+  for (const c10::IValue& input : fn.inputs()) {
+    const auto found = state->owner.find(storage_of(input));
+    if (found != state->owner.end() && !state->shapes.count(found->second)) {
+      ++state->open[found->second];
+      return std::make_unique<OwnerContext>(found->second);
+    }
+  }
+  return nullptr;
+}
+
+void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
+  OpShapes* state = active_shapes;
+  if (state == nullptr || context == nullptr) {
+    return;
+  }
+  const std::string& name = static_cast<OwnerContext*>(context)->name;
+  const bool outermost = --state->open[name] == 0;
+  const auto& outputs = fn.outputs();
+  if (!outermost || state->shapes.count(name) || outputs.empty() ||
+      !outputs[0].isTensor() || state->owner.count(storage_of(outputs[0]))) {
+    return; // an inner op, already known, or a view of a parameter
+  }
+  state->shapes[name] = outputs[0].toTensor().sizes().vec();
+  state->order.push_back(name);
+}
+
+// Output shapes from the ops that use each module's parameters, for models
+// whose forward is code rather than a chain of Sequentials (the MLP, the
+// GPT): every layer with parameters gets its own, and a module holding
+// layers the shape of the last of them to run (a residual block's, a
+// transformer stack's).
+std::map<std::string, std::vector<int64_t>> shapes_from_ops(
+    torch::nn::Module& model,
+    const at::Tensor& example,
+    const std::function<at::Tensor(const at::Tensor&)>& forward) {
+  OpShapes state;
+  for (const auto& item : model.named_modules(
+           /*name_prefix=*/"", /*include_self=*/false)) {
+    for (const auto& parameter : item.value()->named_parameters(false)) {
+      // A tied weight (the GPT's wte and lm head) belongs to its first owner.
+      if (parameter.value().has_storage()) {
+        state.owner.emplace(
+            parameter.value().storage().unsafeGetStorageImpl(), item.key());
+      }
+    }
+  }
+  active_shapes = &state;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_op_start, on_op_end)
+          .needsInputs(true)
+          .needsOutputs(true));
+  try {
+    forward(example);
+  } catch (...) {
+    at::removeCallback(handle);
+    active_shapes = nullptr;
+    throw;
+  }
+  at::removeCallback(handle);
+  active_shapes = nullptr;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& name : state.order) {
+    shapes[name] = state.shapes[name];
+    // Every enclosing module: the last of its layers to run.
+    for (size_t dot = name.find('.'); dot != std::string::npos;
+         dot = name.find('.', dot + 1)) {
+      shapes[name.substr(0, dot)] = state.shapes[name];
+    }
+  }
+  return shapes;
+}
+
 } // namespace
 
 ModelSummary summarize_model(
@@ -111,6 +220,13 @@ ModelSummary summarize_model(
       }
     } catch (const std::exception&) {
       shapes.clear();
+    }
+    if (shapes.empty()) {
+      try {
+        shapes = shapes_from_ops(model, example, forward);
+      } catch (const std::exception&) {
+        shapes.clear();
+      }
     }
     model.train(was_training);
   }

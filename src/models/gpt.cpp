@@ -2,6 +2,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/models/chunked_cross_entropy.h"
 #include "hotloop/train/activation_checkpoint.h"
 
 #include <ATen/ops/arange.h>
@@ -233,6 +234,12 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
       options_.dropout() >= 0 && options_.dropout() < 1,
       "model.dropout must be in [0, 1), got ",
       options_.dropout());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.loss_chunk_size() >= 0,
+      "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), "
+      "got ",
+      options_.loss_chunk_size());
 
   // nanoGPT's nn.ModuleDict `transformer`; lm_head has no parameter of its
   // own (it is wte's weight), so it is not a module here.
@@ -278,11 +285,24 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& idx) {
+  return at::linear(run(idx, nullptr), wte_->weight);
+}
+
+at::Tensor GptImpl::hidden(const at::Tensor& idx) {
   return run(idx, nullptr);
 }
 
 at::Tensor GptImpl::decode(const at::Tensor& idx, GptKvCache& cache) {
-  return run(idx, &cache);
+  return at::linear(run(idx, &cache), wte_->weight);
+}
+
+at::Tensor GptImpl::token_loss(
+    const at::Tensor& idx, const at::Tensor& targets) {
+  if (options_.loss_chunk_size() == 0) {
+    return gpt_loss(forward(idx), targets);
+  }
+  return chunked_cross_entropy(
+      hidden(idx), wte_->weight, targets, options_.loss_chunk_size());
 }
 
 at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
@@ -316,7 +336,7 @@ at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
           x, cache == nullptr ? nullptr : &cache->blocks[i]);
     }
   }
-  return at::linear(ln_f_->forward(x), wte_->weight);
+  return ln_f_->forward(x);
 }
 
 int64_t GptKvCache::length() const {
@@ -335,6 +355,13 @@ int64_t GptImpl::num_params(bool non_embedding) const {
     n += param.numel();
   }
   return non_embedding ? n - wpe_->weight.numel() : n;
+}
+
+double GptImpl::forward_flops_per_token(int64_t block) const {
+  return 2.0 * static_cast<double>(num_params()) +
+         4.0 * static_cast<double>(options_.n_layer()) *
+             static_cast<double>(options_.n_embd()) *
+             static_cast<double>(block);
 }
 
 at::Tensor gpt_loss(const at::Tensor& logits, const at::Tensor& targets) {

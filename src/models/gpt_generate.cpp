@@ -33,6 +33,11 @@ at::Tensor generate(
       options.top_k() >= 0,
       "top_k must be >= 0 (0: every token), got ",
       options.top_k());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.vocab_limit() >= 0,
+      "vocab_limit must be >= 0 (0: every token), got ",
+      options.vocab_limit());
   HOTLOOP_CHECK(
       idx.dim() == 2 && idx.size(1) >= 1 && idx.scalar_type() == at::kLong,
       "generate: the prompt must be [B, T] int64 token ids with T >= 1, got ",
@@ -64,6 +69,9 @@ at::Tensor generate(
       logits = model.forward(tokens.slice(1, std::max<int64_t>(t - block, 0)));
     }
     logits = logits.select(1, -1).to(at::kFloat) / options.temperature();
+    if (options.vocab_limit() > 0 && options.vocab_limit() < vocab) {
+      logits.slice(1, options.vocab_limit()).fill_(-INFINITY);
+    }
     if (options.top_k() > 0) {
       const at::Tensor kth = std::get<0>(
           at::topk(logits, std::min(options.top_k(), vocab))).slice(1, -1);

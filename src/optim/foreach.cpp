@@ -1,5 +1,8 @@
 #include "hotloop/optim/foreach.h"
 
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -284,6 +287,116 @@ void adam_graph_step(
       });
 }
 
+// The tensors of one fused update: a param group's stepped parameters of
+// one device and dtype, with their state and float32 step counts.
+struct FusedBucket {
+  c10::Device device = c10::Device(c10::kCPU);
+  at::ScalarType dtype = at::kFloat;
+  Tensors params;
+  Tensors grads;
+  Tensors exp_avgs;
+  Tensors exp_avg_sqs;
+  Tensors max_exp_avg_sqs;
+  Tensors steps;
+};
+
+// Sorts `stepped` into fused updates by device and dtype, in the order the
+// parameters come; `count(p, state)` gives each one's step count tensor.
+template <typename State, typename Options, typename StateMap, typename Count>
+std::vector<FusedBucket> fused_buckets(
+    StateMap& states,
+    const Options& options,
+    const Stepped& stepped,
+    const Count& count) {
+  std::vector<FusedBucket> buckets;
+  for (size_t i = 0; i < stepped.params.size(); ++i) {
+    const at::Tensor& p = stepped.params[i];
+    State& state = adam_state<State>(states, options, p);
+    auto bucket =
+        std::find_if(buckets.begin(), buckets.end(), [&](const FusedBucket& b) {
+          return b.device == p.device() && b.dtype == p.scalar_type();
+        });
+    if (bucket == buckets.end()) {
+      buckets.emplace_back();
+      bucket = std::prev(buckets.end());
+      bucket->device = p.device();
+      bucket->dtype = p.scalar_type();
+    }
+    bucket->params.push_back(p);
+    bucket->grads.push_back(stepped.grads[i]);
+    bucket->exp_avgs.push_back(state.exp_avg());
+    bucket->exp_avg_sqs.push_back(state.exp_avg_sq());
+    if (options.amsgrad()) {
+      bucket->max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+    }
+    bucket->steps.push_back(count(p, state));
+  }
+  return buckets;
+}
+
+// Advances the step counts on the device, then runs the fused update of
+// each bucket.
+template <typename Options>
+void run_fused(
+    bool decoupled,
+    const Options& options,
+    std::vector<FusedBucket>& buckets,
+    const compat::FusedRate& lr) {
+  for (FusedBucket& b : buckets) {
+    at::_foreach_add_(b.steps, 1);
+    compat::fused_adam(
+        decoupled,
+        b.params,
+        b.grads,
+        b.exp_avgs,
+        b.exp_avg_sqs,
+        b.max_exp_avg_sqs,
+        b.steps,
+        lr,
+        std::get<0>(options.betas()),
+        std::get<1>(options.betas()),
+        options.weight_decay(),
+        options.eps(),
+        options.amsgrad());
+  }
+}
+
+// What the fused kernels take as numbers, per param group: beta1, beta2,
+// eps, weight decay.
+template <typename Options>
+std::vector<std::vector<double>> fixed_options(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  std::vector<std::vector<double>> out;
+  for (const auto& group : groups) {
+    const auto& options = static_cast<const Options&>(group.options());
+    out.push_back(
+        {std::get<0>(options.betas()),
+         std::get<1>(options.betas()),
+         options.eps(),
+         options.weight_decay()});
+  }
+  return out;
+}
+
+// Which fixed option changed, as "beta1 0.95 -> 0.94 (param group 1)",
+// empty when none did (or nothing was fixed yet).
+std::string changed_option(
+    const std::vector<std::vector<double>>& was,
+    const std::vector<std::vector<double>>& now) {
+  static const char* const names[] = {"beta1", "beta2", "eps", "weight_decay"};
+  for (size_t g = 0; g < std::min(was.size(), now.size()); ++g) {
+    for (size_t k = 0; k < 4; ++k) {
+      if (was[g][k] != now[g][k]) {
+        std::ostringstream out;
+        out << names[k] << " " << was[g][k] << " -> " << now[g][k]
+            << " (param group " << g + 1 << ")";
+        return out.str();
+      }
+    }
+  }
+  return "";
+}
+
 } // namespace
 
 void GraphStep::upload(
@@ -325,6 +438,72 @@ bool ForeachChoice::uses_foreach(
     }
   }
   return true;
+}
+
+bool FusedChoice::uses_fused(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups,
+    std::optional<bool> foreach) const {
+  if (fused_.has_value() && !*fused_) {
+    return false;
+  }
+  const bool chosen = fused_.has_value();
+  if (!chosen && foreach.has_value() && !*foreach) {
+    return false;
+  }
+  bool any = false;
+  for (const auto& group : groups) {
+    for (const at::Tensor& p : group.params()) {
+      any = true;
+      const c10::DeviceType type = p.device().type();
+      if (chosen) {
+        HOTLOOP_CHECK_AS(
+            ConfigError,
+            compat::has_fused_adam(type),
+            "optimizer.fused=true: LibTorch ",
+            TORCH_VERSION_MAJOR,
+            ".",
+            TORCH_VERSION_MINOR,
+            " has no fused Adam/AdamW kernels for ",
+            c10::DeviceTypeName(type, /*lower_case=*/true),
+            " parameters (CUDA from LibTorch 2.1, the CPU from 2.4); use "
+            "optimizer.fused=auto or false");
+        continue;
+      }
+      const at::ScalarType dtype = p.scalar_type();
+      if (type != c10::DeviceType::CUDA || !compat::has_fused_adam(type) ||
+          !(dtype == at::kFloat || dtype == at::kHalf ||
+            dtype == at::kBFloat16)) {
+        return false;
+      }
+    }
+  }
+  return any;
+}
+
+at::Tensor& FusedChoice::fused_step_count(
+    const at::Tensor& p, int64_t previous) {
+  Count& count = counts_[p.unsafeGetTensorImpl()];
+  if (!count.tensor.defined() || count.tensor.device() != p.device()) {
+    count.tensor = at::full(
+        {},
+        static_cast<double>(previous),
+        at::TensorOptions().dtype(at::kFloat).device(p.device()));
+  } else if (count.value != previous) {
+    // LibTorch's state moved on without it (a checkpoint was loaded, or
+    // steps were taken another way): in place, so the storage stays.
+    count.tensor.fill_(static_cast<double>(previous));
+  }
+  count.value = previous + 1;
+  return count.tensor;
+}
+
+const at::Tensor& FusedChoice::fused_step_count(const at::Tensor& p) const {
+  const auto found = counts_.find(p.unsafeGetTensorImpl());
+  TORCH_CHECK(
+      found != counts_.end(),
+      "graph_step: a parameter has no step count; run prepare_graph_step "
+      "first");
+  return found->second.tensor;
 }
 
 torch::Tensor ForeachSGD::step(LossClosure closure) {
@@ -375,6 +554,20 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
 }
 
 torch::Tensor ForeachAdam::step(LossClosure closure) {
+  if (uses_fused(param_groups_, foreach ())) {
+    return step_groups<torch::optim::AdamOptions>(
+        param_groups_,
+        closure,
+        "Adam",
+        [&](const auto& options, Stepped& stepped) {
+          auto buckets = fused_buckets<torch::optim::AdamParamState>(
+              state_, options, stepped, [&](const at::Tensor& p, auto& state) {
+                state.step(state.step() + 1);
+                return fused_step_count(p, state.step() - 1);
+              });
+          run_fused(/*decoupled=*/false, options, buckets, {options.lr()});
+        });
+  }
   if (!uses_foreach(param_groups_)) {
     return torch::optim::Adam::step(std::move(closure));
   }
@@ -393,6 +586,20 @@ torch::Tensor ForeachAdam::step(LossClosure closure) {
 }
 
 torch::Tensor ForeachAdamW::step(LossClosure closure) {
+  if (uses_fused(param_groups_, foreach ())) {
+    return step_groups<torch::optim::AdamWOptions>(
+        param_groups_,
+        closure,
+        "AdamW",
+        [&](const auto& options, Stepped& stepped) {
+          auto buckets = fused_buckets<torch::optim::AdamWParamState>(
+              state_, options, stepped, [&](const at::Tensor& p, auto& state) {
+                state.step(state.step() + 1);
+                return fused_step_count(p, state.step() - 1);
+              });
+          run_fused(/*decoupled=*/true, options, buckets, {options.lr()});
+        });
+  }
   if (!uses_foreach(param_groups_)) {
     return torch::optim::AdamW::step(std::move(closure));
   }
@@ -499,15 +706,89 @@ void ForeachSGD::graph_step() {
   std::fill(fresh_.begin(), fresh_.end(), false);
 }
 
+namespace {
+
+// Adam's and AdamW's prepare_graph_step with the fused update: each stepped
+// parameter's step advanced on the host and its count made current, one
+// rate per param group with a stepped parameter.
+template <typename State, typename Options, typename StateMap, typename Count>
+GraphScalars fused_prepare(
+    StateMap& states,
+    std::vector<torch::optim::OptimizerParamGroup>& groups,
+    const char* optimizer,
+    const Count& count) {
+  at::NoGradGuard no_grad;
+  GraphScalars scalars;
+  for (auto& group : groups) {
+    const auto& options = static_cast<const Options&>(group.options());
+    const Stepped stepped = with_gradients(group, optimizer);
+    for (const at::Tensor& p : stepped.params) {
+      State& state = adam_state<State>(states, options, p);
+      state.step(state.step() + 1);
+      count(p, state.step() - 1);
+    }
+    if (!stepped.params.empty()) {
+      scalars.add(stepped.params.front(), options.lr());
+    }
+  }
+  return scalars;
+}
+
+} // namespace
+
 void ForeachAdam::prepare_graph_step() {
+  const std::string changed = changed_option(
+      graph_.fixed, fixed_options<torch::optim::AdamOptions>(param_groups_));
+  graph_.stale.clear();
+  if (!changed.empty()) {
+    graph_.varies = true;
+    if (graph_.fused) {
+      graph_.stale =
+          "the fused Adam update fixed its options when it was "
+          "captured, and " +
+          changed +
+          " since (a schedule that cycles momentum, such as onecycle's "
+          "cycle_momentum): set optimizer.fused=false to capture the "
+          "multi-tensor update, which reads beta1 at every replay";
+    }
+  }
+  graph_.fused = uses_fused(param_groups_, foreach ()) &&
+                 (fused() == std::optional<bool>(true) || !graph_.varies);
   const GraphScalars scalars =
-      adam_prepare<torch::optim::AdamParamState, torch::optim::AdamOptions>(
-          state_, param_groups_, /*decoupled=*/false, "Adam");
+      graph_.fused ? fused_prepare<
+                         torch::optim::AdamParamState,
+                         torch::optim::AdamOptions>(
+                         state_,
+                         param_groups_,
+                         "Adam",
+                         [&](const at::Tensor& p, int64_t previous) {
+                           fused_step_count(p, previous);
+                         })
+                   : adam_prepare<
+                         torch::optim::AdamParamState,
+                         torch::optim::AdamOptions>(
+                         state_, param_groups_, /*decoupled=*/false, "Adam");
   upload(scalars.values, scalars.device);
 }
 
 void ForeachAdam::graph_step() {
+  graph_.fixed = fixed_options<torch::optim::AdamOptions>(param_groups_);
   int64_t index = 0;
+  if (graph_.fused) {
+    step_groups<torch::optim::AdamOptions>(
+        param_groups_,
+        nullptr,
+        "Adam",
+        [&](const auto& options, Stepped& stepped) {
+          auto buckets = fused_buckets<torch::optim::AdamParamState>(
+              state_, options, stepped, [&](const at::Tensor& p, auto&) {
+                return fused_step_count(p);
+              });
+          const at::Tensor lr = scalar(index++);
+          run_fused(/*decoupled=*/false, options, buckets, {0, &lr});
+        });
+    return;
+  }
   adam_graph_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
       state_, param_groups_, /*decoupled=*/false, "Adam", [&] {
         return scalar(index++);
@@ -515,14 +796,58 @@ void ForeachAdam::graph_step() {
 }
 
 void ForeachAdamW::prepare_graph_step() {
+  const std::string changed = changed_option(
+      graph_.fixed, fixed_options<torch::optim::AdamWOptions>(param_groups_));
+  graph_.stale.clear();
+  if (!changed.empty()) {
+    graph_.varies = true;
+    if (graph_.fused) {
+      graph_.stale =
+          "the fused AdamW update fixed its options when it was "
+          "captured, and " +
+          changed +
+          " since (a schedule that cycles momentum, such as onecycle's "
+          "cycle_momentum): set optimizer.fused=false to capture the "
+          "multi-tensor update, which reads beta1 at every replay";
+    }
+  }
+  graph_.fused = uses_fused(param_groups_, foreach ()) &&
+                 (fused() == std::optional<bool>(true) || !graph_.varies);
   const GraphScalars scalars =
-      adam_prepare<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
-          state_, param_groups_, /*decoupled=*/true, "AdamW");
+      graph_.fused ? fused_prepare<
+                         torch::optim::AdamWParamState,
+                         torch::optim::AdamWOptions>(
+                         state_,
+                         param_groups_,
+                         "AdamW",
+                         [&](const at::Tensor& p, int64_t previous) {
+                           fused_step_count(p, previous);
+                         })
+                   : adam_prepare<
+                         torch::optim::AdamWParamState,
+                         torch::optim::AdamWOptions>(
+                         state_, param_groups_, /*decoupled=*/true, "AdamW");
   upload(scalars.values, scalars.device);
 }
 
 void ForeachAdamW::graph_step() {
+  graph_.fixed = fixed_options<torch::optim::AdamWOptions>(param_groups_);
   int64_t index = 0;
+  if (graph_.fused) {
+    step_groups<torch::optim::AdamWOptions>(
+        param_groups_,
+        nullptr,
+        "AdamW",
+        [&](const auto& options, Stepped& stepped) {
+          auto buckets = fused_buckets<torch::optim::AdamWParamState>(
+              state_, options, stepped, [&](const at::Tensor& p, auto&) {
+                return fused_step_count(p);
+              });
+          const at::Tensor lr = scalar(index++);
+          run_fused(/*decoupled=*/true, options, buckets, {0, &lr});
+        });
+    return;
+  }
   adam_graph_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
       state_, param_groups_, /*decoupled=*/true, "AdamW", [&] {
         return scalar(index++);

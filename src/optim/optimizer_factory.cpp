@@ -110,12 +110,14 @@ ParameterSplit split_parameters(
 // options into the defaults and takes a field equal to the options class's
 // own default as unset, so a weight decay of 0 (SGD's, Adam's, RMSprop's
 // and Adagrad's default) would be replaced by the decay of group 0.
-// SGD, Adam and AdamW also take optimizer.foreach ("auto" leaves it unset).
+// SGD, Adam and AdamW also take optimizer.foreach, Adam and AdamW
+// optimizer.fused ("auto" leaves either unset).
 template <typename Optimizer, typename Options>
 std::unique_ptr<torch::optim::Optimizer> build(
     ParameterSplit split,
     Options options,
-    const std::string& foreach = "auto") {
+    const std::string& foreach = "auto",
+    const std::string& fused = "auto") {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::vector<Options> group_options;
   if (!split.decay.empty()) {
@@ -135,6 +137,11 @@ std::unique_ptr<torch::optim::Optimizer> build(
   if constexpr (std::is_base_of_v<ForeachChoice, Optimizer>) {
     if (foreach != "auto") {
       optimizer->set_foreach(foreach == "true");
+    }
+  }
+  if constexpr (std::is_base_of_v<FusedChoice, Optimizer>) {
+    if (fused != "auto") {
+      optimizer->set_fused(fused == "true");
     }
   }
   return optimizer;
@@ -163,6 +170,12 @@ void validate(const OptimizerOptions& o) {
       o.foreach == "auto" || o.foreach == "true" || o.foreach == "false",
       "optimizer.foreach must be auto, true or false, got '",
       o.foreach,
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.fused == "auto" || o.fused == "true" || o.fused == "false",
+      "optimizer.fused must be auto, true or false, got '",
+      o.fused,
       "'");
   check_unit_interval("momentum", o.momentum);
   check_unit_interval("beta1", o.beta1);
@@ -199,6 +212,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
       ") has no parameters");
 
   const std::string& foreach = o.foreach;
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.fused != "true" || name == "adam" || name == "adamw",
+      "optimizer.fused=true: ",
+      name,
+      " has no fused step in hotloop (adam and adamw have); use auto or "
+      "false");
   if (name == "sgd") {
     HOTLOOP_CHECK_AS(
         ConfigError,
@@ -220,7 +240,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
             .betas(std::make_tuple(o.beta1, o.beta2))
             .eps(o.eps)
             .weight_decay(o.weight_decay),
-        foreach);
+        foreach,
+        o.fused);
   }
   if (name == "adamw") {
     return build<ForeachAdamW>(
@@ -229,7 +250,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
             .betas(std::make_tuple(o.beta1, o.beta2))
             .eps(o.eps)
             .weight_decay(o.weight_decay),
-        foreach);
+        foreach,
+        o.fused);
   }
   HOTLOOP_CHECK_AS(
       ConfigError,

@@ -14,9 +14,9 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -29,9 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <filesystem>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -176,11 +176,18 @@ void seal(std::string& zip) {
       zip.size() >= kEnd && zip.compare(zip.size() - kEnd, 4, "PK\5\6") == 0 &&
           zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
       "save_checkpoint: the archive does not end in a zip end record");
-  const auto crc = static_cast<uint32_t>(::crc32_z(
-      0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
+  const auto crc = static_cast<uint32_t>(
+      ::crc32_z(0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
   const std::string comment = hotloop::detail::str_cat(
-      kSealTag, "format=", kFormatVersion, " crc32=", detail::hex32(crc),
-      " hotloop=", HOTLOOP_VERSION, " libtorch=", torch_version());
+      kSealTag,
+      "format=",
+      kFormatVersion,
+      " crc32=",
+      detail::hex32(crc),
+      " hotloop=",
+      HOTLOOP_VERSION,
+      " libtorch=",
+      torch_version());
   zip[zip.size() - 2] = static_cast<char>(comment.size() & 0xFF);
   zip[zip.size() - 1] = static_cast<char>(comment.size() >> 8);
   zip += comment;
@@ -236,14 +243,22 @@ void check_same_model(
     if (i < saved.size() && i < here.size() && saved[i] == here[i]) {
       continue;
     }
-    if (i < saved.size() && i < here.size() && saved[i].first == here[i].first) {
+    if (i < saved.size() && i < here.size() &&
+        saved[i].first == here[i].first) {
       throw Error(hotloop::detail::str_cat(
-          path, ": the checkpoint's model differs from this one: '",
-          saved[i].first, "' is ", saved[i].second, " in the checkpoint and ",
-          here[i].second, " here (were the model options changed?)"));
+          path,
+          ": the checkpoint's model differs from this one: '",
+          saved[i].first,
+          "' is ",
+          saved[i].second,
+          " in the checkpoint and ",
+          here[i].second,
+          " here (were the model options changed?)"));
     }
     throw Error(hotloop::detail::str_cat(
-        path, ": the checkpoint's model differs from this one: entry ", i + 1,
+        path,
+        ": the checkpoint's model differs from this one: entry ",
+        i + 1,
         " is ",
         i < saved.size() ? "'" + saved[i].first + "' " + saved[i].second
                          : std::string("absent"),
@@ -311,23 +326,25 @@ namespace {
 const fs::file_time_type kLeftoverBefore =
     fs::file_time_type::clock::now() - std::chrono::seconds(2);
 
+// `folder` is never empty: a bare file name's folder is ".".
 void remove_stale_temporaries(const fs::path& folder) {
   static std::mutex mutex;
   static std::set<std::string> cleaned;
   {
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(folder, ec);
     const std::lock_guard<std::mutex> lock(mutex);
-    if (!cleaned.insert(fs::absolute(folder).string()).second) {
+    if (ec || !cleaned.insert(absolute.string()).second) {
       return;
     }
   }
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(
-           folder.empty() ? fs::path(".") : folder, ec)) {
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
     // `<name>.tmp.XXXXXX`: mkstemp's six letters and digits.
     const std::string name = entry.path().filename().string();
     const size_t at = name.rfind(".tmp.");
-    const bool ours = at != std::string::npos && at > 0 &&
-        name.size() == at + 5 + 6 &&
+    const bool ours =
+        at != std::string::npos && at > 0 && name.size() == at + 5 + 6 &&
         std::all_of(name.begin() + at + 5, name.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) != 0;
         });
@@ -344,13 +361,15 @@ void remove_stale_temporaries(const fs::path& folder) {
 // a damaged archive (std::out_of_range from a map lookup, seen), become one
 // line naming the file.
 [[noreturn]] void rethrow_as_load_error(const std::string& path) {
-  constexpr const char* kWhat = ": cannot load checkpoint (corrupted or truncated?): ";
+  constexpr const char* kWhat =
+      ": cannot load checkpoint (corrupted or truncated?): ";
   try {
     throw;
   } catch (const Error&) {
     throw;
   } catch (const c10::Error& e) {
-    throw Error(hotloop::detail::str_cat(path, kWhat, e.what_without_backtrace()));
+    throw Error(
+        hotloop::detail::str_cat(path, kWhat, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     throw Error(hotloop::detail::str_cat(path, kWhat, e.what()));
   }
@@ -360,7 +379,19 @@ void remove_stale_temporaries(const fs::path& folder) {
 
 void write_file_atomically(
     const std::string& path, const std::function<void(std::ostream&)>& write) {
-  remove_stale_temporaries(fs::path(path).parent_path());
+  HOTLOOP_CHECK(!path.empty(), "cannot write a file with an empty name");
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) {
+    folder = "."; // a bare file name lives in the working directory
+  }
+  std::error_code folder_ec;
+  HOTLOOP_CHECK(
+      fs::is_directory(folder, folder_ec),
+      path,
+      ": cannot write it: folder '",
+      folder.string(),
+      fs::exists(folder, folder_ec) ? "' is not a folder" : "' does not exist");
+  remove_stale_temporaries(folder);
   std::ostringstream buffer;
   write(buffer);
   const std::string bytes = std::move(buffer).str();
@@ -395,7 +426,7 @@ void write_file_atomically(
     throw Error(hotloop::detail::str_cat(
         path, ": cannot replace: ", std::strerror(error)));
   }
-  fsync_dir(target.parent_path());
+  fsync_dir(folder);
 }
 
 bool LoaderFingerprint::operator==(const LoaderFingerprint& other) const {
@@ -500,13 +531,15 @@ CheckpointSeal read_checkpoint_seal(const std::string& path) {
   result.stored_crc = static_cast<uint32_t>(
       std::strtoul(seal_field(end.comment, "crc32").c_str(), nullptr, 16));
   // Every byte before the comment's length field.
-  result.computed_crc = detail::crc32_of(
-      in, 0, end.offset + detail::kZipEndRecordSize - 2, path);
+  result.computed_crc =
+      detail::crc32_of(in, 0, end.offset + detail::kZipEndRecordSize - 2, path);
   result.intact = result.computed_crc == result.stored_crc;
   if (!result.intact) {
     result.problem = hotloop::detail::str_cat(
-        "its checksum says ", detail::hex32(result.stored_crc),
-        ", its content gives ", detail::hex32(result.computed_crc));
+        "its checksum says ",
+        detail::hex32(result.stored_crc),
+        ", its content gives ",
+        detail::hex32(result.computed_crc));
   }
   return result;
 }

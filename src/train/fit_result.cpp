@@ -44,6 +44,14 @@ void write_summary(
       {"samples_per_s", profile.samples_per_s()},
       {"steady_samples_per_s", profile.steady_samples_per_s()},
       {"verdict", profile.verdict(context)},
+      {"process_to_first_step_s",
+       profile.process_to_first_step >= 0
+           ? nlohmann::json(profile.process_to_first_step)
+           : nlohmann::json()},
+      {"process_to_step10_s",
+       profile.process_to_warmup_end >= 0
+           ? nlohmann::json(profile.process_to_warmup_end)
+           : nlohmann::json()},
   };
   if (profile.tokens_per_sample > 0) {
     summary["profile"]["tokens_per_sample"] = profile.tokens_per_sample;
@@ -54,7 +62,9 @@ void write_summary(
     summary["profile"]["flops_per_sample"] = profile.flops_per_sample;
     summary["profile"]["flops_per_s"] = profile.flops_per_s();
     summary["profile"]["peak_flops"] = profile.peak_flops;
+    summary["profile"]["peak_source"] = profile.peak_source;
     summary["profile"]["utilization"] = profile.utilization();
+    summary["profile"]["utilization_text"] = profile.utilization_text();
   }
   summary["model"] = {
       {"total_params", model.total_params()},

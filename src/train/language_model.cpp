@@ -1,5 +1,7 @@
 #include "hotloop/train/language_model.h"
 
+#include "hotloop/train/token_loss.h"
+
 #include <ATen/ATen.h>
 
 namespace hotloop::train {
@@ -16,7 +18,12 @@ at::Tensor token_loss(const at::Tensor& logits, const at::Tensor& targets) {
 at::Tensor LanguageModel::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   tokens_per_sample_ = batch.input.size(1);
-  at::Tensor loss = token_loss(forward(batch.input), batch.target);
+  // A network that computes its own loss need not hand back the whole
+  // batch's logits (models::Gpt: model.loss_chunk_size).
+  auto* own = dynamic_cast<TokenLossNetwork*>(network().get());
+  at::Tensor loss = own != nullptr
+                        ? own->token_loss(batch.input, batch.target)
+                        : token_loss(forward(batch.input), batch.target);
   metrics.log("train_loss", loss, static_cast<double>(batch.size()));
   return loss;
 }

@@ -35,9 +35,7 @@ class RangeTest : public Callback {
   }
 
   void on_before_optimizer_step(
-      Trainer& trainer,
-      Module&,
-      torch::optim::Optimizer& optimizer) override {
+      Trainer& trainer, Module&, torch::optim::Optimizer& optimizer) override {
     lr_ = finder_.lr_at(trainer.global_step() - start_step_);
     for (auto& group : optimizer.param_groups()) {
       group.options().set_lr(lr_);
@@ -110,7 +108,7 @@ double LrFinder::lr_at(int64_t step) const {
   // Lightning's schedulers: r = (last_epoch + 1) / num_iter after the
   // first step, so the second step is already at r = 2 / num_iter.
   const double r = static_cast<double>(step + 1) /
-      static_cast<double>(options_.num_training());
+                   static_cast<double>(options_.num_training());
   if (options_.mode() == "linear") {
     return min_lr + r * (options_.max_lr() - min_lr);
   }
@@ -124,7 +122,7 @@ bool LrFinder::record(double lr, double loss) {
   const double smoothed = average_ / (1 - std::pow(kBeta, step + 1));
   losses_.push_back(smoothed);
   const bool diverged = options_.early_stop_threshold() > 0 && step > 1 &&
-      smoothed > options_.early_stop_threshold() * best_;
+                        smoothed > options_.early_stop_threshold() * best_;
   if (smoothed < best_ || step == 1) {
     best_ = smoothed;
   }
@@ -207,7 +205,9 @@ LrFinder lr_find(
   snapshot.restore();
   if (out != nullptr) {
     const std::optional<double> lr = finder.suggestion();
-    *out << "lr_find: " << finder.lrs().size() << " steps"
+    *out << "lr_find: "
+         << hotloop::detail::counted(
+                static_cast<int64_t>(finder.lrs().size()), "step")
          << (finder.stopped_early() ? " (stopped early: the loss diverged)"
                                     : "")
          << "; suggested learning rate ";

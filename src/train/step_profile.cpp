@@ -1,5 +1,7 @@
 #include "hotloop/train/step_profile.h"
 
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -33,7 +35,24 @@ double StepProfile::steady_samples_per_s() const {
 }
 
 double StepProfile::flops_per_s() const {
-  return flops_per_sample * samples_per_s();
+  return flops_per_sample * steady_samples_per_s();
+}
+
+std::string StepProfile::utilization_text() const {
+  const double share = utilization();
+  if (share <= 0) {
+    return "";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(share < 0.01 ? 2 : 1) << 100 * share
+      << "% MFU (training FLOPs per sample x the steady rate / ";
+  if (peak_flops >= 1e12) {
+    out << std::setprecision(1) << peak_flops / 1e12 << " TFLOP/s, ";
+  } else {
+    out << std::setprecision(2) << peak_flops / 1e9 << " GFLOP/s, ";
+  }
+  out << (peak_source.empty() ? std::string("measured") : peak_source) << ")";
+  return out.str();
 }
 
 std::map<std::string, double> StepProfile::phases() const {
@@ -77,8 +96,11 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   }
   if (comm / total > 0.2) {
     return "communication-bound: " + percent(comm, total) +
-           " of step time waiting for the other processes' gradients - "
-           "larger batches per process (data.batch_size), "
+           " of step time waiting for the other processes' gradients - " +
+           std::string(
+               context.batch_can_grow
+                   ? "larger batches per process (data.batch_size), "
+                   : "") +
            "trainer.accumulate_grad_batches, or fewer processes";
   }
   if (h2d / total > 0.15) {
@@ -94,7 +116,8 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   }
   if (optimizer / total > 0.3) {
     return "optimizer-bound: " + percent(optimizer, total) +
-           " of step time in the optimizer step - raise data.batch_size or "
+           " of step time in the optimizer step - raise " +
+           std::string(context.batch_can_grow ? "data.batch_size or " : "") +
            "trainer.accumulate_grad_batches";
   }
   if (logging / total > 0.1) {
@@ -107,15 +130,13 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   // are too small to fill it, and it waits for the host to launch them.
   const double share = utilization();
   if (context.cuda && !context.cuda_graphs && share > 0 && share < 0.1) {
-    std::ostringstream peak;
-    peak << std::fixed << std::setprecision(share < 0.01 ? 2 : 1) << 100 * share
-         << "%";
     return "launch-bound: forward+backward take " +
            percent(forward + backward, total) + " of step time at " +
-           peak.str() +
-           " of the device's matmul peak - its kernels are too small to "
-           "keep it busy and wait for the host to launch them: try "
-           "trainer.cuda_graphs=true, or raise data.batch_size";
+           utilization_text() +
+           " - its kernels are too small to keep the device busy and wait "
+           "for the host to launch them: try trainer.cuda_graphs=true" +
+           std::string(
+               context.batch_can_grow ? ", or raise data.batch_size" : "");
   }
   std::string advice;
   if (context.cuda) {
@@ -127,7 +148,9 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
       options.push_back("trainer.channels_last=true");
     }
     if (options.empty()) {
-      advice = "raise data.batch_size, or a smaller model";
+      advice = context.batch_can_grow
+                   ? "raise data.batch_size, or a smaller model"
+                   : "a smaller model";
     } else {
       advice = "try " + options[0] +
                (options.size() > 1 ? " and " + options[1] : std::string());
@@ -135,8 +158,10 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
   } else {
     advice = "a smaller model, trainer.num_threads, or a GPU";
   }
+  const std::string mfu = utilization_text();
   return "compute-bound: forward+backward take " +
-         percent(forward + backward, total) + " of step time - " + advice;
+         percent(forward + backward, total) + " of step time" +
+         (mfu.empty() ? std::string() : " at " + mfu) + " - " + advice;
 }
 
 void StepProfile::print(
@@ -146,8 +171,8 @@ void StepProfile::print(
   for (const auto& [name, seconds] : basis) {
     total += seconds;
   }
-  out << "profile: " << steps << " steps, " << std::fixed
-      << std::setprecision(0) << samples_per_s() << " samples/s";
+  out << "profile: " << hotloop::detail::counted(steps, "step") << ", "
+      << std::fixed << std::setprecision(0) << samples_per_s() << " samples/s";
   if (tokens_per_sample > 0) {
     out << " (" << samples_per_s() * tokens_per_sample << " tokens/s)";
   }
@@ -161,8 +186,8 @@ void StepProfile::print(
   }
   if (asynchronous) {
     if (synced_steps > 0) {
-      out << " (from " << synced_steps
-          << " steps timed with the device synchronised)";
+      out << " (from " << hotloop::detail::counted(synced_steps, "step")
+          << " timed with the device synchronised)";
     } else {
       out << " (host times: the device runs asynchronously)";
     }
@@ -170,17 +195,22 @@ void StepProfile::print(
   out << std::setprecision(1) << "; validation " << validation << " s";
   if (flops_per_sample > 0) {
     out << std::setprecision(2) << "; " << flops_per_s() / 1e9
-        << " GFLOP/s achieved";
+        << " GFLOP/s achieved at the steady rate";
     if (peak_flops > 0) {
-      out << ", " << std::setprecision(1) << 100 * utilization()
-          << "% of the device's measured matmul peak (" << std::setprecision(2)
-          << peak_flops / 1e9 << " GFLOP/s";
+      out << ", " << utilization_text();
       if (utilization() > 1) {
         // Counted FLOPs are nominal: Winograd or FFT convolutions do fewer.
-        out << "; over 100%: the kernels do fewer operations than the "
+        out << " - over 100%: the kernels do fewer operations than the "
                "nominal count, as Winograd convolutions do";
       }
-      out << ")";
+    }
+  }
+  if (process_to_first_step >= 0) {
+    out << std::setprecision(2) << "; from process start: the first step at "
+        << process_to_first_step << " s";
+    if (process_to_warmup_end >= 0) {
+      out << ", the end of step " << kWarmupSteps << " at "
+          << process_to_warmup_end << " s";
     }
   }
   out << std::defaultfloat << "\nverdict: " << verdict(context) << "\n";

@@ -24,8 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 namespace hotloop::train {
@@ -495,6 +495,8 @@ ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
   context.precision = options_.precision();
   context.channels_last = options_.channels_last();
   context.cuda_graphs = options_.cuda_graphs();
+  context.batch_can_grow = train.options().batch_size() <
+                           static_cast<int64_t>(train.dataset().size());
   return context;
 }
 

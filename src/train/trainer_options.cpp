@@ -99,6 +99,12 @@ TrainerOptions resolve_trainer_options(TrainerOptions options) {
       options.flush_logs_every_n_steps(), 0, "flush_logs_every_n_steps");
   check_at_least(options.seed(), -1, "seed");
   check_at_least(options.profiler_steps(), 1, "profiler_steps");
+  check_at_least(options.profiler_skip_steps(), 0, "profiler_skip_steps");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.peak_tflops() >= 0,
+      "trainer.peak_tflops must be >= 0 (0: measure the device), got ",
+      options.peak_tflops());
   HOTLOOP_CHECK_AS(
       ConfigError,
       options.profiler().empty() || options.profiler() == "pytorch",

@@ -1,6 +1,7 @@
 #include "hotloop/cli/app.h"
-#include "hotloop/cli/registry.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/registry.h"
+#include "hotloop/cli/trained_data.h"
 #include "hotloop/log/confusion.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -27,9 +28,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <iomanip>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <sstream>
 
 namespace hotloop::cli {
@@ -146,8 +149,8 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test, predict, generate, tune, report or "
-                "checkpoint)"));
+                "validate, test, predict, generate, tune, report, "
+                "checkpoint or export)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {
@@ -194,6 +197,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.seed=11",
       "--trainer.profiler=pytorch",
       "--trainer.profiler_steps=3",
+      "--trainer.profiler_skip_steps=0",
+      "--trainer.peak_tflops=989.4",
       "--trainer.default_root_dir=elsewhere",
       "--trainer.name=other",
       "--trainer.num_threads=3",
@@ -212,6 +217,19 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.process_group_backend=gloo",
       "--trainer.dist_timeout=42",
       "--trainer.sync_batchnorm=true"};
+}
+
+TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
+  const ParsedArgs parsed = parse_args(
+      fit_schema(),
+      {"--optimizer.fused=true", "--optimizer.foreach=false"},
+      {});
+  const FitConfig config = to_fit_config(parsed.config);
+  EXPECT_EQ(config.optimizer.fused, "true");
+  EXPECT_EQ(config.optimizer.foreach, "false");
+  EXPECT_EQ(
+      to_fit_config(parse_args(fit_schema(), {}, {}).config).optimizer.fused,
+      "auto");
 }
 
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
@@ -246,6 +264,8 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(t.seed(), 11);
   EXPECT_EQ(t.profiler(), "pytorch");
   EXPECT_EQ(t.profiler_steps(), 3);
+  EXPECT_EQ(t.profiler_skip_steps(), 0);
+  EXPECT_EQ(t.peak_tflops(), 989.4);
   EXPECT_EQ(t.default_root_dir(), "elsewhere");
   EXPECT_EQ(t.name(), "other");
   EXPECT_EQ(t.num_threads(), 3);
@@ -273,7 +293,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 47);
+  EXPECT_EQ(trainer_options, 49);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
@@ -295,6 +315,31 @@ TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
       parse_args(fit_schema(), trainer_overrides(), {});
   EXPECT_EQ(from_file.config.flat(), from_flags.config.flat());
   EXPECT_EQ(to_fit_config(from_file.config).trainer.max_epochs(), 7);
+}
+
+TEST(Cli, AKeyFarFromEveryOptionGetsNoSuggestion) {
+  // Sharing the section is no likeness: trainer.bogus is not a typo of
+  // trainer.logger.
+  TempDir dir;
+  std::ofstream(dir.file("x.yaml")) << "trainer:\n  bogus: 1\n";
+  Result r = run_cli({"fit", "--config", dir.file("x.yaml")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown key 'trainer.bogus'\n"));
+  r = run_cli({"fit", "--trainer.bogus=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown option '--trainer.bogus'\n"));
+  r = run_cli({"fit", "--trainer.loger=false"});
+  EXPECT_THAT(r.err, HasSubstr("did you mean '--trainer.logger'?"));
+}
+
+TEST(Cli, UnknownCommandListsTheCommands) {
+  const Result r = run_cli({"train"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("hotloop: error: unknown command 'train' (expected fit, "));
+  EXPECT_THAT(r.err, HasSubstr("hint: 'hotloop --help' lists the commands"));
+  EXPECT_THAT(r.err, Not(HasSubstr("hotloop train --help")));
 }
 
 TEST(Cli, UnknownOptionSuggestsTheClosestOne) {
@@ -440,8 +485,18 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   EXPECT_THAT(
       r.err, HasSubstr("hotloop validate needs --ckpt_path PATH (or last)"));
 
+  // The same limits again: nothing is trained, and the output says so.
+  r = run_cli(small_fit(dir, {"--ckpt_path=last"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("nothing to train: the checkpoint has completed 2 epochs and "
+                "trainer.max_epochs=2 (raise it to train further)\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("epoch 1/2")));
+
   r = run_cli(small_fit(dir, {"--trainer.max_epochs=3", "--ckpt_path=last"}));
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("nothing to train")));
   EXPECT_THAT(
       r.out,
       HasSubstr(
@@ -460,7 +515,8 @@ TEST(Cli, AResumedRunGoesOnInItsFolderWithOneHistory) {
       "--model_checkpoint.save_top_k=-1"};
   Result r = run_cli(small_fit(dir, flags));
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::string whole = read_text((run / "version_0" / "metrics.csv").string());
+  const std::string whole =
+      read_text((run / "version_0" / "metrics.csv").string());
   // Resume from the first epoch's checkpoint: the rows of the later steps
   // are dropped and logged again, the same values (the resume is bitwise).
   const std::string ckpt =
@@ -502,12 +558,13 @@ TEST(Cli, AnEmptyMonitorKeepsTheNewestAndStepSavesWaitForTheMetric) {
        "--trainer.name=newest"}));
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(
-           dir.file("runs/newest/version_0/checkpoints"))) {
+  for (const auto& entry :
+       fs::directory_iterator(dir.file("runs/newest/version_0/checkpoints"))) {
     files.push_back(entry.path().filename().string());
   }
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
+  EXPECT_EQ(
+      files, (std::vector<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
   // A validation metric with saves every step: before the first validation
   // there is nothing to rank by, so only last.ckpt is written, as Lightning.
   r = run_cli(small_fit(
@@ -540,8 +597,9 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
       ::testing::ContainsRegex(
           "integrity: verified \\(crc32 [0-9a-f]{8}\\), format 2, written by "
           "hotloop " HOTLOOP_VERSION " with LibTorch [0-9.]+"));
-  EXPECT_THAT(r.out, HasSubstr("progress: 1 epochs completed, step 2\n"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("model: [0-9]+ parameters and buffers"));
+  EXPECT_THAT(r.out, HasSubstr("progress: 1 epoch completed, step 2\n"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("model: [0-9]+ parameters and buffers"));
   EXPECT_THAT(r.out, HasSubstr("optimizers: 1, schedules: 1"));
   EXPECT_THAT(r.out, HasSubstr("metrics: "));
   // Another model size is refused, naming the parameter and both shapes.
@@ -559,8 +617,10 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
   r = run_cli({"checkpoint", ckpt});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.out, HasSubstr("integrity: CORRUPTED: its checksum says "));
-  EXPECT_THAT(r.out, HasSubstr("content: not read (the file changed after "
-                               "hotloop wrote it)\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("content: not read (the file changed after "
+                "hotloop wrote it)\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("progress:")));
   r = run_cli(small_fit(dir, {"--ckpt_path=" + ckpt}));
   EXPECT_EQ(r.code, 1);
@@ -578,8 +638,10 @@ TEST(Cli, CheckpointCommandShowsAndVerifiesACheckpoint) {
       r.out,
       ::testing::ContainsRegex(
           "integrity: CORRUPTED: record '[^']+' fails its CRC-32 check"));
-  EXPECT_THAT(r.out, HasSubstr("content: not read (LibTorch's reader does "
-                               "not check damaged records)\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("content: not read (LibTorch's reader does "
+                "not check damaged records)\n"));
   r = run_cli({"checkpoint"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("usage: hotloop checkpoint PATH"));
@@ -617,7 +679,7 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
   ASSERT_EQ(r.code, 0) << r.err;
   // Any accuracy beats 0: early stopping ends the fit after epoch 1.
   EXPECT_THAT(r.out, HasSubstr("early stopping: stopping threshold reached"));
-  EXPECT_THAT(r.out, HasSubstr("done: 1 epochs, 8 steps"));
+  EXPECT_THAT(r.out, HasSubstr("done: 1 epoch, 8 steps"));
   const fs::path checkpoints = fs::path(dir.file("runs")) / "fashion_mnist" /
                                "version_0" / "checkpoints";
   int64_t best = 0;
@@ -636,10 +698,18 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line, "index,prediction,probability,target");
+  // Fashion-MNIST's classes have names: they and the top-k are written.
+  EXPECT_EQ(
+      line, "index,prediction,class,probability,target,target_class,top5");
   int64_t rows = 0;
   while (std::getline(in, line)) {
     ++rows;
+    if (rows == 1) {
+      EXPECT_THAT(
+          line,
+          ::testing::MatchesRegex(
+              "0,[0-9],[^,]+,0\\.[0-9]+,[0-9],[^,]+,\"?[^:]+:0\\.[0-9]+ .*"));
+    }
   }
   EXPECT_EQ(rows, 100);
   // limit_predict_batches: the count says the rows written (2 x 50).
@@ -702,7 +772,8 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   // folders, sorted, and the model's head has one logit per class.
   EXPECT_THAT(r.out, HasSubstr("fit: 180 training samples"));
   const fs::path run = fs::path(dir.file("runs")) / "folder" / "version_0";
-  EXPECT_EQ(read_text((run / "classes.txt").string()), "east\nnorth\nsouth\nwest\n");
+  EXPECT_EQ(
+      read_text((run / "classes.txt").string()), "east\nnorth\nsouth\nwest\n");
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
 
   const std::string csv = dir.file("predictions.csv");
@@ -716,7 +787,8 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line, "index,file,prediction,class,probability,target,target_class,top2");
+  EXPECT_EQ(
+      line, "index,file,prediction,class,probability,target,target_class,top2");
   int64_t rows = 0;
   int64_t right = 0;
   const std::vector<std::string> names = {"east", "north", "south", "west"};
@@ -779,10 +851,13 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(
       r.out,
-      HasSubstr("per class (accuracy: the share of the class predicted right)"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  north +[01]\\.[0-9]{4} +[0-9]+\n"));
+      HasSubstr(
+          "per class (accuracy: the share of the class predicted right)"));
   EXPECT_THAT(
-      r.out, HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
+      r.out, ::testing::ContainsRegex("\n  north +[01]\\.[0-9]{4} +[0-9]+\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
 }
 
 TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
@@ -804,16 +879,24 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("odd") + "/up: class 'up' is not among the 4 "
-                "classes given (east, north, south, west)"));
+      HasSubstr(
+          dir.file("odd") + "/up: class 'up' is not among the 4 "
+                            "classes given (east, north, south, west)"));
+  // The hint names the key whose folder the error is about.
+  EXPECT_THAT(r.err, HasSubstr("hint: check data.val_root=" + dir.file("odd")));
+  r = run_cli(folder_fit(dir, {"--data.val_root=" + dir.file("missing")}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err, HasSubstr("hint: check data.val_root=" + dir.file("missing")));
   // An empty class folder.
   fs::create_directories(dir.file("images/empty"));
   r = run_cli(folder_fit(dir));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("images/empty") +
-                ": no images (expected .jpg, .jpeg or .png files)"));
+      HasSubstr(
+          dir.file("images/empty") +
+          ": no images (expected .jpg, .jpeg or .png files)"));
   fs::remove(dir.file("images/empty"));
   // No data.root.
   r = run_cli({"fit", "--data.dataset=image_folder"});
@@ -835,14 +918,16 @@ TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err, HasSubstr(dir.file("images/north/broken.png") + ": not a valid"));
-  r = run_cli(folder_fit(
-      dir, {"--trainer.max_epochs=1", "--data.on_bad_sample=skip"}));
+  EXPECT_THAT(r.err, HasSubstr("hint: check data.root=" + dir.file("images")));
+  r = run_cli(
+      folder_fit(dir, {"--trainer.max_epochs=1", "--data.on_bad_sample=skip"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(
       r.out,
-      HasSubstr("data: skipped 1 unreadable file(s), each replaced by the "
-                "next readable one\n  " +
-                dir.file("images/north/broken.png") + ": not a valid"));
+      HasSubstr(
+          "data: skipped 1 unreadable file(s), each replaced by the "
+          "next readable one\n  " +
+          dir.file("images/north/broken.png") + ": not a valid"));
 }
 
 // An EMNIST-style folder: two sets side by side, "test" for the test
@@ -890,15 +975,17 @@ TEST(Cli, AnyMnistFamilyFolderTakesItsShapeClassesAndStatisticsFromTheFiles) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("emnist") +
-                ": several MNIST-format sets (emnist-digits-test-images-idx3-"
-                "ubyte, emnist-letters-test-images-idx3-ubyte); choose one "
-                "with data.idx_prefix"));
+      HasSubstr(
+          dir.file("emnist") +
+          ": several MNIST-format sets (emnist-digits-test-images-idx3-"
+          "ubyte, emnist-letters-test-images-idx3-ubyte); choose one "
+          "with data.idx_prefix"));
   args.push_back("--data.idx_prefix=emnist-letters-");
   r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   // 20 x 20 images; labels up to 4 make 5 classes.
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("network +FashionCnn .*\\[1, 5\\]"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("network +FashionCnn .*\\[1, 5\\]"));
   EXPECT_THAT(r.out, HasSubstr("[1, 8, 20, 20]"));
   const fs::path run = fs::path(dir.file("runs")) / "idx" / "version_0";
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
@@ -923,8 +1010,8 @@ std::string write_table(const TempDir& dir) {
     const double x1 = std::sin(i * 0.37) * 2;
     const double x2 = std::cos(i * 0.91) * 100;
     csv << i << "," << x1 << "," << x2 << ","
-        << (x1 + x2 / 50 > 0 ? "above" : "below") << ","
-        << 3 * x1 - x2 / 25 + 1 << "\n";
+        << (x1 + x2 / 50 > 0 ? "above" : "below") << "," << 3 * x1 - x2 / 25 + 1
+        << "\n";
   }
   return path;
 }
@@ -956,15 +1043,17 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
   EXPECT_GE(summary_value(run, "val_acc"), 0.9);
   EXPECT_EQ(read_text((run / "classes.txt").string()), "above\nbelow\n");
   // The training rows' statistics, kept with the run.
-  const auto standardization = nlohmann::json::parse(
-      read_text((run / "standardization.json").string()));
-  EXPECT_EQ(
-      standardization.at("columns"), nlohmann::json::array({"x1", "x2"}));
+  const auto standardization =
+      nlohmann::json::parse(read_text((run / "standardization.json").string()));
+  EXPECT_EQ(standardization.at("columns"), nlohmann::json::array({"x1", "x2"}));
   EXPECT_GT(standardization.at("std")[1].get<double>(), 50);
   r = run_cli(
-      {"test", "--config=" + (run / "config.yaml").string(), "--ckpt_path=last"});
+      {"test",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("\n  above +[01]\\.[0-9]{4} +[0-9]+\n"));
   r = run_cli(
       {"predict",
        "--config=" + (run / "config.yaml").string(),
@@ -976,22 +1065,27 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
     std::string header, first;
     std::getline(in, header);
     std::getline(in, first);
-    EXPECT_EQ(header, "index,prediction,class,probability,target,target_class,top2");
+    EXPECT_EQ(
+        header, "index,prediction,class,probability,target,target_class,top2");
     EXPECT_THAT(first, ::testing::ContainsRegex("^0,[01],(above|below),"));
   }
   // A column the table lacks, a label made of numbers that are not
   // classes, a cell that is not a number: each named.
-  r = run_cli(table_fit(dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
+  r = run_cli(table_fit(
+      dir, {"--data.label_column=kind", "--data.feature_columns=x1,x3"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
-      HasSubstr("data.feature_columns: 'x3' is not a column of " +
-                dir.file("table.csv")));
+      HasSubstr(
+          "data.feature_columns: 'x3' is not a column of " +
+          dir.file("table.csv")));
   r = run_cli(table_fit(dir, {"--data.label_column=value"}));
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("(for a number to predict: model.task=regression)"));
+  EXPECT_THAT(
+      r.err, HasSubstr("(for a number to predict: model.task=regression)"));
   {
-    std::ofstream(dir.file("table.csv"), std::ios::app) << "300,1.5,x,above,2\n";
+    std::ofstream(dir.file("table.csv"), std::ios::app)
+        << "300,1.5,x,above,2\n";
   }
   r = run_cli(
       {"fit",
@@ -1002,8 +1096,10 @@ TEST(Cli, ATableTrainsAClassifierOnNamedLabels) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("table.csv") +
-                ":302: column 2 ('x2'): expected a number, got 'x'"));
+      HasSubstr(
+          dir.file("table.csv") +
+          ":302: column 3 ('x2'): expected a number, got 'x'"));
+  EXPECT_THAT(r.err, HasSubstr("hint: check data.path="));
 }
 
 TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
@@ -1026,9 +1122,9 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   const std::string config = "--config=" + (run / "config.yaml").string();
   {
     std::ofstream(dir.file("new.csv")) << "x2,note,x1\n"
-                                       << "0,1,2\n"     // above
-                                       << "0,2,-2\n"    // below
-                                       << "100,3,0.5\n" // above
+                                       << "0,1,2\n"        // above
+                                       << "0,2,-2\n"       // below
+                                       << "100,3,0.5\n"    // above
                                        << "-100,4,-0.5\n"; // below
   }
   const std::string out = dir.file("new_predictions.csv");
@@ -1071,7 +1167,8 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  below +1\\.0000 +10\n"));
   // A label outside the model's classes is named.
   {
-    std::ofstream(dir.file("other.csv")) << "x1,x2,kind\n1,2,above\n1,2,sideways\n";
+    std::ofstream(dir.file("other.csv"))
+        << "x1,x2,kind\n1,2,above\n1,2,sideways\n";
   }
   r = run_cli(
       {"test",
@@ -1081,9 +1178,10 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err,
-      HasSubstr(dir.file("other.csv") +
-                ":3: column 2 ('kind'): 'sideways' is not one of the model's "
-                "classes ('above', 'below')"));
+      HasSubstr(
+          dir.file("other.csv") +
+          ":3: column 3 ('kind'): 'sideways' is not one of the model's "
+          "classes ('above', 'below')"));
   // Resuming on a table with other classes is refused before training.
   {
     std::ifstream in(dir.file("table.csv"));
@@ -1115,6 +1213,58 @@ TEST(Cli, ATableModelPredictsNewRowsWithWhatItsCheckpointKeeps) {
                 "but the data gives 'down', 'up'"));
 }
 
+TEST(Cli, ARegressionTargetFarFromZeroIsLearnedStandardized) {
+  // Targets near 250 and features standardized: the network learns the
+  // standardized target and predictions come back in the target's units
+  // (not near the network's raw outputs, as before).
+  TempDir dir;
+  {
+    std::ofstream csv(dir.file("prices.csv"));
+    csv << "x1,x2,price\n";
+    for (int i = 0; i < 300; ++i) {
+      const double x1 = std::sin(i * 0.37) * 2;
+      const double x2 = std::cos(i * 0.91) * 100;
+      csv << x1 << "," << x2 << "," << 250 + 3 * x1 - x2 / 25 << "\n";
+    }
+  }
+  Result r = run_cli(
+      {"fit",
+       "--trainer.accelerator=cpu",
+       "--data.dataset=csv",
+       "--data.path=" + dir.file("prices.csv"),
+       "--model.task=regression",
+       "--model.mlp_hidden=[16]",
+       "--data.batch_size=16",
+       "--optimizer.lr=0.01",
+       "--trainer.max_epochs=20",
+       "--trainer.default_root_dir=" + dir.file("runs")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run = fs::path(dir.file("runs")) / "prices" / "version_0";
+  EXPECT_LT(summary_value(run, "val_rmse"), 0.5);
+  r = run_cli(
+      {"predict",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path=last",
+       "--output=" + dir.file("p.csv")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(dir.file("p.csv"));
+  std::string line;
+  std::getline(in, line);
+  int64_t rows = 0;
+  while (std::getline(in, line)) {
+    std::vector<double> fields;
+    std::stringstream row(line);
+    for (std::string field; std::getline(row, field, ',');) {
+      fields.push_back(std::stod(field));
+    }
+    ASSERT_EQ(fields.size(), 3u);
+    EXPECT_NEAR(fields[1], fields[2], 2.0) << line;
+    EXPECT_GT(fields[1], 240) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 30);
+}
+
 TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
   TempDir dir;
   Result r = run_cli(table_fit(
@@ -1132,7 +1282,17 @@ TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
   EXPECT_LT(rmse, 0.5);
   EXPECT_GT(rmse, 0);
   EXPECT_LE(summary_value(run, "val_mae"), rmse);
-  EXPECT_NEAR(summary_value(run, "val_loss"), rmse * rmse, 1e-6);
+  // The loss is the standardized target's MSE; RMSE and MAE are in the
+  // target's units.
+  const std::optional<TrainedData> trained =
+      read_trained_data((run / "checkpoints" / "last.ckpt").string());
+  ASSERT_TRUE(trained && trained->target_std && trained->target_mean);
+  const double target_std = *trained->target_std;
+  EXPECT_GT(target_std, 1);
+  EXPECT_NEAR(
+      summary_value(run, "val_loss") * target_std * target_std,
+      rmse * rmse,
+      1e-5 * rmse * rmse);
   const std::string csv = dir.file("values.csv");
   r = run_cli(
       {"predict",
@@ -1159,9 +1319,250 @@ TEST(Cli, ATableTrainsARegressionReportedAsRmseAndMae) {
   // Regression is for tables.
   r = run_cli(small_fit(dir, {"--model.task=regression"}));
   EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("model.task=regression needs data.dataset=csv"));
+}
+
+// `args` (a fit's) as command `command` of the fit's last checkpoint.
+std::vector<std::string> as_command(
+    std::vector<std::string> args,
+    const std::string& command,
+    const fs::path& ckpt) {
+  args[0] = command;
+  args.push_back("--ckpt_path=" + ckpt.string());
+  return args;
+}
+
+// The "name value" lines a validate or test prints.
+std::vector<std::string> metric_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("val_", 0) == 0 || line.rfind("test_", 0) == 0) {
+      lines.push_back(line);
+    }
+  }
+  return lines;
+}
+
+TEST(Cli, EveryDatasetKindRerunsFromItsConfigYamlExactly) {
+  // validate, test and predict of a fit's checkpoint with its written
+  // config.yaml give what they give with the fit's own settings, bit for
+  // bit, and validate gives the fit's last validation: the config holds
+  // every derived default (an image folder's ImageNet statistics, an idx
+  // folder's own, a table's model), not the keys' defaults.
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  std::map<std::string, std::vector<std::string>> kinds;
+  kinds["fashion_mnist"] = small_fit(dir, {"--trainer.max_epochs=1"});
+  kinds["idx"] =
+      small_fit(dir, {"--trainer.max_epochs=1", "--data.dataset=idx"});
+  kinds["image_folder"] = folder_fit(dir, {"--trainer.max_epochs=1"});
+  kinds["csv_classes"] =
+      table_fit(dir, {"--trainer.max_epochs=2", "--data.label_column=kind"});
+  kinds["csv_regression"] = table_fit(
+      dir,
+      {"--trainer.max_epochs=2",
+       "--data.label_column=value",
+       "--model.task=regression"});
+  kinds["synthetic"] = {
+      "fit",
+      "--trainer.accelerator=cpu",
+      "--data.dataset=synthetic",
+      "--data.image_shape=[3, 8, 8]",
+      "--data.synthetic_size=64",
+      "--data.batch_size=32",
+      "--data.val_batch_size=32",
+      "--model.channels=[4]",
+      "--model.hidden=8",
+      "--trainer.max_epochs=1",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  std::vector<std::string> gpt = small_gpt(dir, 1);
+  gpt.insert(gpt.begin(), "fit");
+  kinds["text"] = gpt;
+  for (auto& [kind, args] : kinds) {
+    SCOPED_TRACE(kind);
+    args.push_back("--trainer.name=" + kind);
+    const Result fit = run_cli(args);
+    ASSERT_EQ(fit.code, 0) << fit.err;
+    const fs::path run = fs::path(dir.file("runs")) / kind / "version_0";
+    const fs::path ckpt = run / "checkpoints" / "last.ckpt";
+    const std::vector<std::string> saved = {
+        "",
+        "--config=" + (run / "config.yaml").string(),
+        "--trainer.accelerator=cpu"};
+    for (const std::string command : {"validate", "test"}) {
+      const Result own = run_cli(as_command(args, command, ckpt));
+      ASSERT_EQ(own.code, 0) << own.err;
+      const Result again = run_cli(as_command(saved, command, ckpt));
+      ASSERT_EQ(again.code, 0) << again.err;
+      const std::vector<std::string> lines = metric_lines(own.out);
+      ASSERT_FALSE(lines.empty()) << own.out;
+      EXPECT_EQ(metric_lines(again.out), lines) << command;
+      if (std::string(command) == "validate") {
+        // The fit's own last validation, as its done line prints it.
+        for (const std::string& line : lines) {
+          if (line.rfind("val_loss ", 0) == 0 ||
+              line.rfind("val_acc ", 0) == 0) {
+            EXPECT_THAT(fit.out, HasSubstr(", " + line)) << fit.out;
+          }
+        }
+      }
+    }
+    if (kind == "text") {
+      continue; // predict writes one row per sample: images and tables only
+    }
+    const std::string own_csv = dir.file(kind + "_own.csv");
+    const std::string saved_csv = dir.file(kind + "_saved.csv");
+    std::vector<std::string> predict = as_command(args, "predict", ckpt);
+    predict.push_back("--output=" + own_csv);
+    Result r = run_cli(predict);
+    ASSERT_EQ(r.code, 0) << r.err;
+    predict = as_command(saved, "predict", ckpt);
+    predict.push_back("--output=" + saved_csv);
+    r = run_cli(predict);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(read_text(own_csv).empty());
+    EXPECT_EQ(read_text(saved_csv), read_text(own_csv));
+  }
+}
+
+TEST(Cli, PrintConfigShowsTheSettingsARunWouldUse) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  Result r = run_cli(folder_fit(dir, {"--print_config"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // ImageNet's grey statistics, not data.mean's default [0.286].
+  EXPECT_THAT(r.out, HasSubstr("  mean: [0.449]\n"));
+  EXPECT_THAT(r.out, HasSubstr("  std: [0.226]\n"));
+  EXPECT_THAT(r.out, HasSubstr("image_size: [16, 16]"));
+  EXPECT_THAT(r.out, HasSubstr("crop_padding: 0"));
+  r = run_cli(table_fit(dir, {"--print_config"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("name: mlp"));
+  // An idx folder's statistics come from its training images.
+  r = run_cli(small_fit(dir, {"--data.dataset=idx", "--print_config"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("mean: [0.286]")));
+  EXPECT_THAT(r.out, HasSubstr("num_classes: 4"));
+}
+
+TEST(Cli, EveryCommandWritesABareFileNameInTheWorkingDirectory) {
+  // The README's `--output predictions.csv`, predict's default, report's
+  // --output and relative run folders, from a fresh working directory;
+  // a missing output folder is made, as Lightning makes its log folders.
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 128, 50);
+  const hotloop::testing::ScopedWorkingDirectory cwd(dir.path());
+  std::vector<std::string> fit = small_fit(dir, {"--trainer.max_epochs=1"});
+  fit.push_back("--trainer.default_root_dir=.");
+  Result r = run_cli(fit);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run = fs::path("fashion_mnist") / "version_0";
+  ASSERT_TRUE(
+      fs::is_regular_file(dir.file("fashion_mnist/version_0/config.yaml")));
+  const std::string config = "--config=" + (run / "config.yaml").string();
+
+  r = run_cli({"predict", config, "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("rows written to predictions.csv"));
+  EXPECT_TRUE(fs::is_regular_file(dir.file("predictions.csv")));
+  r = run_cli({"predict", config, "--ckpt_path=last", "--output", "p.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(
+      read_text(dir.file("p.csv")), read_text(dir.file("predictions.csv")));
+  r = run_cli(
+      {"predict", config, "--ckpt_path=last", "--output=made/here/p.csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(dir.file("made/here/p.csv")));
+  r = run_cli({"predict", config, "--ckpt_path=last", "--output=made"});
+  EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
-      r.err,
-      HasSubstr("model.task=regression needs data.dataset=csv"));
+      r.err, HasSubstr("--output=made: is a folder; expected a file name"));
+  r = run_cli(
+      {"predict", config, "--ckpt_path=last", "--output=p.csv/inside.csv"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("'p.csv' is not a folder"));
+
+  r = run_cli({"report", run.string(), "--output", "report.html"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("wrote report.html"));
+  EXPECT_TRUE(fs::is_regular_file(dir.file("report.html")));
+  r = run_cli({"report", "nothing"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("nothing"));
+  // No temporary left behind anywhere.
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos)
+        << entry.path();
+  }
+}
+
+TEST(Cli, TheLibraryExampleBuildsTheModelOfTheMainConfig) {
+  // examples/fit_fashion_mnist.cpp builds models::FashionCnn() with the
+  // library's defaults; `hotloop fit --config configs/fashion_mnist.yaml`
+  // must train that same network (one source of defaults: the CLI's are
+  // read from models::FashionCnnOptions).
+  Config config(fit_schema());
+  config.merge_yaml_file(
+      std::string(HOTLOOP_SOURCE_DIR) + "/configs/fashion_mnist.yaml");
+  const FitConfig fit = to_fit_config(config);
+  models::FashionCnn example;
+  models::FashionCnn cli(fit.model);
+  const auto example_parameters = example->named_parameters();
+  const auto cli_parameters = cli->named_parameters();
+  ASSERT_EQ(example_parameters.size(), cli_parameters.size());
+  int64_t count = 0;
+  for (const auto& parameter : example_parameters) {
+    const at::Tensor* other = cli_parameters.find(parameter.key());
+    ASSERT_NE(other, nullptr) << parameter.key();
+    EXPECT_EQ(other->sizes(), parameter.value().sizes()) << parameter.key();
+    count += parameter.value().numel();
+  }
+  EXPECT_EQ(count, 206970); // 207.0 K, as the main job's summary prints
+  // And the defaults with no config at all.
+  const FitConfig defaults = to_fit_config(Config(fit_schema()));
+  EXPECT_EQ(defaults.model.channels, models::FashionCnnOptions().channels);
+  EXPECT_EQ(defaults.model.hidden, models::FashionCnnOptions().hidden);
+}
+
+TEST(Cli, RunsOfOtherDataOrAnotherModelGetFoldersOfTheirOwn) {
+  // Without trainer.name a run is named after its data (and its model,
+  // where not the data's default), so --ckpt_path=last of the next
+  // Fashion-MNIST command never takes an image folder's run.
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 128, 50);
+  Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> folder = folder_fit(dir, {"--trainer.max_epochs=1"});
+  folder.erase(
+      std::find(folder.begin(), folder.end(), "--trainer.name=folder"));
+  r = run_cli(folder);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--model.name=mlp",
+       "--model.mlp_hidden=[8]"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path runs(dir.file("runs"));
+  EXPECT_TRUE(fs::is_directory(runs / "fashion_mnist" / "version_0"));
+  EXPECT_FALSE(fs::exists(runs / "fashion_mnist" / "version_1"));
+  EXPECT_TRUE(fs::is_directory(runs / "images" / "version_0"));
+  EXPECT_TRUE(fs::is_directory(runs / "fashion_mnist_mlp" / "version_0"));
+  // The written config names its run, so it resumes there.
+  Config saved(fit_schema());
+  saved.merge_yaml_file(
+      (runs / "images" / "version_0" / "config.yaml").string());
+  EXPECT_EQ(saved.get_string("trainer.name"), "images");
+  r = run_cli(as_command(small_fit(dir), "validate", "last"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "validate of " +
+          (runs / "fashion_mnist" / "version_0" / "checkpoints" / "last.ckpt")
+              .string()));
 }
 
 TEST(Cli, ModelInitRedrawsTheWeightsTheSameWayEveryRun) {
@@ -1201,7 +1602,7 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
     extra.push_back("--trainer.max_epochs=1");
     const Result r = run_cli(small_fit(dir, extra));
     ASSERT_EQ(r.code, 0) << model[0] << ": " << r.err;
-    EXPECT_THAT(r.out, HasSubstr("done: 1 epochs, 2 steps"));
+    EXPECT_THAT(r.out, HasSubstr("done: 1 epoch, 2 steps"));
   }
   std::vector<std::string> gpt = {"fit"};
   const std::vector<std::string> options = small_gpt(dir, 2);
@@ -1222,8 +1623,10 @@ TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
   Result r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   // Throughput in tokens as well: 16 tokens a sample.
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("samples/s \\([0-9]+ tokens/s\\)"));
-  const fs::path run = dir.file("runs/fashion_mnist/version_0");
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("samples/s \\([0-9]+ tokens/s\\)"));
+  // Named after the text file.
+  const fs::path run = dir.file("runs/text/version_0");
   EXPECT_EQ(
       summary_value(run, "train_tokens_per_s"),
       16 * summary_value(run, "train_samples_per_s"));
@@ -1239,35 +1642,47 @@ TEST(Cli, AGptReportsTokensPerSecondAndGeneratesText) {
   ASSERT_EQ(first.code, 0) << first.err;
   // The prompt, 40 new bytes, the separator of nanoGPT's sample.py.
   EXPECT_EQ(first.out.rfind("hotloop ", 0), 0u) << first.out;
-  EXPECT_EQ(first.out.size(), 8 + 40 + std::string("\n---------------\n").size());
+  EXPECT_EQ(
+      first.out.size(), 8 + 40 + std::string("\n---------------\n").size());
   EXPECT_THAT(
       first.err,
-      ::testing::ContainsRegex(
-          "generate: 40 tokens in [0-9.]+ s, [0-9]+ tokens/s \\(KV cache, cpu\\)"));
+      ::testing::ContainsRegex("generate: 40 tokens in [0-9.]+ s, [0-9]+ "
+                               "tokens/s \\(KV cache, cpu\\)"));
   // The same seed gives the same text, with or without the KV cache; each
   // sample k draws from seed + k.
   EXPECT_EQ(
-      generate({"--prompt", "hotloop ", "--max_new_tokens", "40", "--kv_cache=false"})
+      generate({"--prompt",
+                "hotloop ",
+                "--max_new_tokens",
+                "40",
+                "--kv_cache=false"})
           .out,
       first.out);
   const Result two = generate(
-      {"--prompt", "hotloop ", "--max_new_tokens", "40", "--num_samples", "2",
-       "--seed", "1336"});
+      {"--prompt",
+       "hotloop ",
+       "--max_new_tokens",
+       "40",
+       "--num_samples",
+       "2",
+       "--seed",
+       "1336"});
   ASSERT_EQ(two.code, 0) << two.err;
   EXPECT_EQ(two.out.substr(two.out.size() - first.out.size()), first.out);
   EXPECT_NE(two.out.substr(0, first.out.size()), first.out);
 
   Result bad = generate({"--temperature", "hot"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("--temperature: expected a number, got 'hot'"));
+  EXPECT_THAT(
+      bad.err, HasSubstr("--temperature: expected a number, got 'hot'"));
   bad = generate({"--temperature", "0"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("temperature must be positive, got 0"));
   bad = run_cli({"generate", "--ckpt_path", "x.ckpt"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("it needs model.name=gpt, not fashion_cnn"));
-  bad = run_cli({"generate", "--model.name=gpt", "--data.dataset=text",
-                 "--data.path=x"});
+  bad = run_cli(
+      {"generate", "--model.name=gpt", "--data.dataset=text", "--data.path=x"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("hotloop generate needs --ckpt_path"));
 }
@@ -1282,14 +1697,19 @@ TEST(Cli, RegistrationsAreCheckedAndRefusedOnceTheOptionsAreBuilt) {
       EXPECT_THAT(e.what(), HasSubstr(why));
     }
   };
-  refused(ModelRegistration("Tiny-Net", "").build(build),
-          "register_model(Tiny-Net): a name is lowercase letters, digits and '_'");
-  refused(ModelRegistration("resnet18", "").build(build),
-          "register_model(resnet18): the name is taken");
-  refused(ModelRegistration("tiny", ""), "register_model(tiny): no build function given");
+  refused(
+      ModelRegistration("Tiny-Net", "").build(build),
+      "register_model(Tiny-Net): a name is lowercase letters, digits and '_'");
+  refused(
+      ModelRegistration("resnet18", "").build(build),
+      "register_model(resnet18): the name is taken");
+  refused(
+      ModelRegistration("tiny", ""),
+      "register_model(tiny): no build function given");
   fit_schema();
-  refused(ModelRegistration("tiny", "").build(build),
-          "register_model(tiny): the command line's options are built already");
+  refused(
+      ModelRegistration("tiny", "").build(build),
+      "register_model(tiny): the command line's options are built already");
   EXPECT_EQ(find_model("tiny"), nullptr);
 }
 
@@ -1472,13 +1892,15 @@ TEST(Cli, AResumeInAFreshProcessMatchesAnUninterruptedRunBitForBit) {
   EXPECT_FALSE(fs::exists(runs / "cut" / "version_1"));
   std::vector<std::string> cut =
       metric_rows((runs / "cut" / "version_0" / "metrics.csv").string());
-  const auto at_12 = std::find_if(cut.begin(), cut.end(), [](const std::string& row) {
-    return row.rfind("12:", 0) == 0;
-  });
+  const auto at_12 =
+      std::find_if(cut.begin(), cut.end(), [](const std::string& row) {
+        return row.rfind("12:", 0) == 0;
+      });
   ASSERT_NE(at_12, cut.end());
   cut.erase(at_12);
   EXPECT_EQ(
-      cut, metric_rows((runs / "straight" / "version_0" / "metrics.csv").string()));
+      cut,
+      metric_rows((runs / "straight" / "version_0" / "metrics.csv").string()));
 }
 
 TEST(Cli, CtrlCCheckpointsAndPrintsTheCommandThatResumes) {
@@ -1571,16 +1993,15 @@ TEST(Cli, TheRunsFilesWriteValuesAsTheyWereGiven) {
   EXPECT_THAT(config, HasSubstr("limit_train_batches: 100\n"));
   EXPECT_THAT(config, HasSubstr("precision: 32\n"));
   const std::string hparams = read_text((run / "hparams.yaml").string());
-  EXPECT_THAT(hparams, HasSubstr("model_checkpoint.filename: \"{epoch}-{step}\"\n"));
+  EXPECT_THAT(
+      hparams, HasSubstr("model_checkpoint.filename: \"{epoch}-{step}\"\n"));
   EXPECT_THAT(hparams, HasSubstr("data.path: \"\"\n"));
   EXPECT_THAT(hparams, HasSubstr("optimizer.name: adamw\n"));
   // Lightning's other precision spellings are taken as they are.
   for (const char* precision : {"16", "bf16", "32-true", "bf16-mixed"}) {
     EXPECT_NO_THROW(to_fit_config(
         parse_args(
-            fit_schema(),
-            {std::string("--trainer.precision=") + precision},
-            {})
+            fit_schema(), {std::string("--trainer.precision=") + precision}, {})
             .config))
         << precision;
   }
@@ -1603,7 +2024,8 @@ TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
   EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch 64: fits"));
   EXPECT_THAT(r.out, HasSubstr("scale_batch_size: batch size 64\n"));
   EXPECT_THAT(
-      r.out, HasSubstr("tuner: optimizer.lr 0.01 -> 0.02 (tuner.scale_lr=linear)"));
+      r.out,
+      HasSubstr("tuner: optimizer.lr 0.01 -> 0.02 (tuner.scale_lr=linear)"));
   EXPECT_THAT(r.out, HasSubstr("lr_find: 24 steps; suggested learning rate "));
   const fs::path run =
       fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
@@ -1641,12 +2063,16 @@ TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
   EXPECT_THAT(r.out, Not(HasSubstr("scale_batch_size:")));
   // One process searches: not under ddp; and a size must be a size.
   r = run_cli(small_fit(
-      dir, {"--tuner.lr_find=true", "--trainer.strategy=ddp", "--trainer.devices=2"}));
+      dir,
+      {"--tuner.lr_find=true",
+       "--trainer.strategy=ddp",
+       "--trainer.devices=2"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
       HasSubstr("tuner.batch_size and tuner.lr_find search in one process"));
-  r = run_cli(small_fit(dir, {"--tuner.batch_size=power", "--tuner.max_memory=lots"}));
+  r = run_cli(
+      small_fit(dir, {"--tuner.batch_size=power", "--tuner.max_memory=lots"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err,
@@ -1657,23 +2083,30 @@ TEST(Cli, TheTunerSetsTheBatchSizeAndLearningRateAndTheRunKeepsThem) {
 TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 256, 64);
-  std::vector<std::string> args = small_fit(
-      dir,
-      {"--trainer.max_epochs=1",
-       "--budget=60s",
-       "--repeats=2",
-       "--output=" + dir.file("tuned.yaml")});
+  std::vector<std::string> args =
+      small_fit(dir, {"--trainer.max_epochs=1", "--budget=60s", "--repeats=2"});
   args[0] = "tune";
+  // Without --output: tuned.yaml in the working directory.
+  const hotloop::testing::ScopedWorkingDirectory cwd(dir.path());
   // In a process of its own: the windows run the program itself.
   Result r;
   r.code = run_process(args, dir.file("tune.log"));
   r.out = read_text(dir.file("tune.log"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("tune: measuring the given config"));
-  EXPECT_THAT(r.out, HasSubstr("tune: sizing the windows on the given config (run 1/1"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  strategy +setting +samples/s"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  given +\\(the given config\\) +[0-9]+ +1\\.00x"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  num_threads +trainer.num_threads=1 +[0-9]+ "));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("tune: sizing the windows on the given config (run 1/1"));
+  EXPECT_THAT(
+      r.out, ::testing::ContainsRegex("\n  strategy +setting +samples/s"));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "\n  given +\\(the given config\\) +[0-9]+ +1\\.00x"));
+  EXPECT_THAT(
+      r.out,
+      ::testing::ContainsRegex(
+          "\n  num_threads +trainer.num_threads=1 +[0-9]+ "));
   // One verdict per strategy, each saying what it kept or picked.
   for (const char* verdict :
        {"  trainer.num_threads: ",
@@ -1686,7 +2119,18 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
         "  data.val_batch_size: "}) {
     EXPECT_THAT(r.out, HasSubstr(verdict));
   }
-  EXPECT_THAT(r.out, HasSubstr("wrote " + dir.file("tuned.yaml")));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("\nwrote tuned.yaml: hotloop fit --config tuned.yaml\n"));
+  // --budget bounds the wall time, and the output says what it took.
+  {
+    const std::string tag = "\ntune: ";
+    const size_t at = r.out.find(" s of the 60 s --budget");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const size_t from = r.out.rfind(tag, at) + tag.size();
+    EXPECT_LE(std::stoll(r.out.substr(from, at - from)), 60) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("exceeded by")));
+  }
   const std::string tuned = read_text(dir.file("tuned.yaml"));
   EXPECT_EQ(tuned.rfind("# Written by hotloop tune on ", 0), 0u) << tuned;
   EXPECT_THAT(tuned, HasSubstr("# trainer.precision: "));
@@ -1696,7 +2140,22 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
        "--config=" + dir.file("tuned.yaml"),
        "--trainer.default_root_dir=" + dir.file("tuned_runs")});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("done: 1 epochs"));
+  EXPECT_THAT(r.out, HasSubstr("done: 1 epoch"));
+  // A budget too small to compare anything is refused, naming one that
+  // is enough, before it is spent on windows of the given config alone.
+  {
+    std::vector<std::string> small = args;
+    small.push_back("--budget=5s");
+    small.push_back("--output=" + dir.file("small.yaml"));
+    const int code = run_process(small, dir.file("small.log"));
+    const std::string log = read_text(dir.file("small.log"));
+    EXPECT_EQ(code, 2) << log;
+    EXPECT_THAT(
+        log,
+        HasSubstr("hotloop: error: --budget 5 s is too small to compare "
+                  "anything on this config"));
+    EXPECT_FALSE(fs::exists(dir.file("small.yaml")));
+  }
   // Bad flags and a config that does not train are named.
   args.push_back("--budget=soon");
   r = run_cli(args);
@@ -1707,7 +2166,8 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
                 "'soon'"));
   r = run_cli({"tune", "--data.root=" + dir.file("nowhere"), "--repeats=1"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--repeats: expected a number from 2 to 20, got '1'"));
+  EXPECT_THAT(
+      r.err, HasSubstr("--repeats: expected a number from 2 to 20, got '1'"));
   r.code = run_process(
       {"tune", "--data.root=" + dir.file("nowhere"), "--budget=30s"},
       dir.file("nowhere.log"));

@@ -377,15 +377,50 @@ TEST(Config, ListElementsAreTypedAndBoundedOneByOne) {
       "command line: lr_scheduler.milestones[1]: expected an integer, got "
       "'2.5'");
   EXPECT_THROW_MESSAGE(
-      config.set("data.mean", "0.5", "command line"),
+      config.set("data.mean", "0.5,x", "command line"),
       ConfigError,
-      "command line: data.mean: expected a list of numbers, got '0.5'");
+      "command line: data.mean[1]: expected a number, got 'x'");
+  EXPECT_THROW_MESSAGE(
+      config.set("lr_scheduler.milestones", "8,,16", "command line"),
+      ConfigError,
+      "command line: lr_scheduler.milestones[1]: expected an integer, got an "
+      "empty value");
   EXPECT_THROW_MESSAGE(
       config.set("data.mean", "[0.5", "command line"),
       ConfigError,
       "command line: data.mean: expected a list of numbers, got '[0.5'");
   config.set("lr_scheduler.milestones", "[]", "command line");
   EXPECT_TRUE(config.get_int_list("lr_scheduler.milestones").empty());
+}
+
+TEST(Config, AScalarWhereAListIsExpectedIsOneElementAndCommasSeparate) {
+  // As Lightning's CLI takes them: `--data.image_size=32`, YAML
+  // `image_size: 32`, `--data.mean=0.5`, `--model.channels=8,16`.
+  Config config(make_schema());
+  config.set("data.mean", "0.5", "command line");
+  EXPECT_EQ(config.get_float_list("data.mean"), std::vector<double>{0.5});
+  config.set("lr_scheduler.milestones", "8,16", "command line");
+  EXPECT_EQ(
+      config.get_int_list("lr_scheduler.milestones"),
+      (std::vector<int64_t>{8, 16}));
+  config.set("lr_scheduler.milestones", " 3 , 4 ", "command line");
+  EXPECT_EQ(
+      config.get_int_list("lr_scheduler.milestones"),
+      (std::vector<int64_t>{3, 4}));
+  config.merge_yaml_string(
+      "data:\n  mean: 0.25\nlr_scheduler:\n  milestones: 7\n", "x.yaml");
+  EXPECT_EQ(config.get_float_list("data.mean"), std::vector<double>{0.25});
+  EXPECT_EQ(
+      config.get_int_list("lr_scheduler.milestones"), std::vector<int64_t>{7});
+  // Bounds hold for every element however the list was written.
+  EXPECT_THROW_MESSAGE(
+      config.set("data.mean", "0.5, 2", "command line"),
+      ConfigError,
+      "command line: data.mean[1]: must be <= 1, got 2");
+  // The round trip writes lists as lists.
+  Config again(make_schema());
+  again.merge_yaml_string(config.to_yaml(), "resolved");
+  EXPECT_EQ(again.get_float_list("data.mean"), std::vector<double>{0.25});
 }
 
 TEST(Config, AnEmptyValueIsAnEmptyStringAndAnErrorForOtherTypes) {
@@ -405,7 +440,7 @@ TEST(Config, AnEmptyValueIsAnEmptyStringAndAnErrorForOtherTypes) {
             ? "command line: trainer.max_epochs: expected an integer, got an "
               "empty value"
             : "command line: trainer.max_epochs: expected an integer, got '" +
-                value + "'");
+                  value + "'");
     EXPECT_THROW(config.set("data.mean", value, "command line"), ConfigError);
     EXPECT_THROW(
         config.set("trainer.deterministic", value, "command line"),

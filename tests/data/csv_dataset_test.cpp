@@ -87,7 +87,7 @@ TEST(CsvDataset, NumbersAreReadAsDoubleThenRoundedToFloat32) {
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(path, CsvDatasetOptions().header(false)),
-      "data.csv:2: column 2: expected a number, got '0x10'");
+      "data.csv:2: column 3: expected a number, got '0x10'");
   const std::string good = write_csv(
       dir,
       "0.1,1e-3,-0,.5,+2.5,1E+10,0\n"
@@ -196,11 +196,11 @@ TEST(CsvDataset, BadFieldsNameLineColumnAndHeader) {
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(path),
-      path + ":3: column 3 ('petal_width'): expected a number, got 'abc'");
+      path + ":3: column 4 ('petal_width'): expected a number, got 'abc'");
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(write_csv(dir, "1,,2\n"), CsvDatasetOptions().header(false)),
-      path + ":1: column 1: missing value");
+      path + ":1: column 2: missing value");
 }
 
 TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
@@ -210,22 +210,21 @@ TEST(CsvDataset, ClassLabelsMustBeNonNegativeIntegers) {
       DataError,
       CsvDataset(path),
       path +
-          ":3: column 1 ('y'): expected a class index (an integer >= 0), got "
+          ":3: column 2 ('y'): expected a class index (an integer >= 0), got "
           "'2.5'");
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(write_csv(dir, "x,y\n1,-1\n")),
-      "column 1 ('y'): expected a class index (an integer >= 0), got '-1'");
+      "column 2 ('y'): expected a class index (an integer >= 0), got '-1'");
   // Names are classes, numbered in sorted order.
   const CsvDataset named(write_csv(dir, "x,y\n1,dog\n2,cat\n3,dog\n4,7\n"));
-  EXPECT_EQ(
-      named.class_names(), (std::vector<std::string>{"7", "cat", "dog"}));
+  EXPECT_EQ(named.class_names(), (std::vector<std::string>{"7", "cat", "dog"}));
   EXPECT_TRUE(named.targets().equal(at::tensor({2, 1, 2, 0}, at::kLong)));
   EXPECT_EQ(named.num_classes(), 3);
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(write_csv(dir, "x,y\n1,dog\n2,\n")),
-      ":3: column 1 ('y'): missing label");
+      ":3: column 2 ('y'): missing label");
   // Integral values written as floats are class indices; regression takes
   // any number.
   EXPECT_TRUE(CsvDataset(write_csv(dir, "x,y\n1,2.0\n"))
@@ -256,8 +255,10 @@ TEST(CsvDataset, PicksFeatureColumnsByNameAndFindsTheDelimiter) {
       [&] {
         CsvDataset(
             path,
-            CsvDatasetOptions().delimiter('\0').label_column("label").feature_columns(
-                {"d"}));
+            CsvDatasetOptions()
+                .delimiter('\0')
+                .label_column("label")
+                .feature_columns({"d"}));
       },
       ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr(
           "data.feature_columns: 'd' is not a column of " + path)));
@@ -297,12 +298,14 @@ TEST(CsvDataset, GivenClassesNumberTheLabelsWhateverTheFileHolds) {
   EXPECT_EQ(
       some.class_names(), (std::vector<std::string>{"bird", "cat", "dog"}));
   // Sorted names alone would have numbered them 1, 0, 1.
-  EXPECT_TRUE(CsvDataset(path).targets().equal(at::tensor({1, 0, 1}, at::kLong)));
+  EXPECT_TRUE(
+      CsvDataset(path).targets().equal(at::tensor({1, 0, 1}, at::kLong)));
   EXPECT_THROWS_WITH(
       DataError,
       CsvDataset(path, CsvDatasetOptions().classes({"cat", "dog"})),
-      path + ":3: column 1 ('kind'): 'bird' is not one of the model's classes "
-             "('cat', 'dog')");
+      path +
+          ":3: column 2 ('kind'): 'bird' is not one of the model's classes "
+          "('cat', 'dog')");
 }
 
 TEST(CsvDataset, AnOptionalLabelColumnMayBeAbsent) {

@@ -1,5 +1,7 @@
 #include "hotloop/log/model_summary.h"
 #include "hotloop/models/fashion_cnn.h"
+#include "hotloop/models/gpt.h"
+#include "hotloop/models/mlp.h"
 #include "hotloop/train/classifier.h"
 
 #include <ATen/ATen.h>
@@ -57,6 +59,55 @@ TEST(ModelSummary, ListsLayersWithParameterCountsAndOutputShapes) {
   EXPECT_THAT(text.str(), HasSubstr("654 trainable params, 0 frozen"));
 }
 
+// name -> output shape of every row.
+std::map<std::string, std::vector<int64_t>> shapes_of(
+    const ModelSummary& summary) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& layer : summary.layers) {
+    shapes[layer.name] = layer.output_shape;
+  }
+  return shapes;
+}
+
+TEST(ModelSummary, ModelsWhoseForwardIsCodeGetTheirLayersShapesFromTheOps) {
+  // The MLP and the GPT call their layers from code, not as a chain of
+  // Sequentials: each layer's shape is its op's output, and a module that
+  // holds layers shows the last of them to run.
+  models::Mlp mlp(models::MlpOptions(12, 3).hidden({16, 8}));
+  ModelSummary summary =
+      summarize_model(*mlp, 3, at::zeros({2, 12}), [&](const at::Tensor& x) {
+        return mlp->forward(x);
+      });
+  auto shapes = shapes_of(summary);
+  EXPECT_EQ(shapes.at("layers.0"), (std::vector<int64_t>{2, 16}));
+  EXPECT_EQ(shapes.at("layers.1"), (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(shapes.at("layers.2"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(shapes.at("layers"), (std::vector<int64_t>{2, 3}));
+
+  models::Gpt gpt(models::GptOptions()
+                      .vocab_size(40)
+                      .block_size(8)
+                      .n_layer(2)
+                      .n_head(2)
+                      .n_embd(16));
+  const at::Tensor tokens = at::zeros({2, 5}, at::kLong);
+  summary = summarize_model(
+      *gpt, 5, tokens, [&](const at::Tensor& x) { return gpt->forward(x); });
+  shapes = shapes_of(summary);
+  EXPECT_EQ(shapes.at("transformer.wte"), (std::vector<int64_t>{2, 5, 16}));
+  EXPECT_EQ(shapes.at("transformer.wpe"), (std::vector<int64_t>{5, 16}));
+  EXPECT_EQ(
+      shapes.at("transformer.h.0.attn.c_attn"),
+      (std::vector<int64_t>{2, 5, 48}));
+  EXPECT_EQ(
+      shapes.at("transformer.h.1.mlp.c_fc"), (std::vector<int64_t>{2, 5, 64}));
+  EXPECT_EQ(shapes.at("transformer.h.1"), (std::vector<int64_t>{2, 5, 16}));
+  EXPECT_EQ(shapes.at("transformer.ln_f"), (std::vector<int64_t>{2, 5, 16}));
+  std::ostringstream text;
+  summary.print(text);
+  EXPECT_THAT(text.str(), ::testing::Not(HasSubstr("?")));
+}
+
 TEST(ModelSummary, PrintsATableOfNamesTypesCountsAndShapesThenTheTotals) {
   auto model = classifier();
   const ModelSummary summary = summarize_model(
@@ -96,7 +147,8 @@ struct Residual : torch::nn::Module {
   torch::nn::Linear linear{nullptr};
 };
 
-TEST(ModelSummary, AModelThatIsNotAChainGetsNoShapesRatherThanWrongOnes) {
+TEST(ModelSummary, AModelThatIsNotAChainGetsItsLayersShapesFromTheirOps) {
+  // Chaining its children would be wrong; their ops say what they give.
   Residual model;
   const ModelSummary summary =
       summarize_model(model, 2, at::zeros({2, 4}), [&](const at::Tensor& x) {
@@ -104,7 +156,7 @@ TEST(ModelSummary, AModelThatIsNotAChainGetsNoShapesRatherThanWrongOnes) {
       });
   ASSERT_EQ(summary.layers.size(), 1u);
   EXPECT_EQ(summary.layers[0].type, "Linear");
-  EXPECT_TRUE(summary.layers[0].output_shape.empty());
+  EXPECT_EQ(summary.layers[0].output_shape, (std::vector<int64_t>{2, 4}));
 }
 
 } // namespace

@@ -477,6 +477,16 @@ TEST(Gpt, Gpt2SmallHasNanoGptParameterCount) {
   const GptOptions defaults;
   EXPECT_EQ(options.vocab_size(), defaults.vocab_size());
   EXPECT_EQ(options.n_embd(), defaults.n_embd());
+  // The training FLOPs per token that bench/run's MFU column counts:
+  // bench/python_train.py's gpt_flops_per_token(12, 12, 768, 50257, 1024).
+  EXPECT_EQ(3 * model->forward_flops_per_token(1024), 855166464.0);
+}
+
+TEST(Gpt, TrainingFlopsAreTheMfuColumnsCount) {
+  // bench/python_train.py's gpt_flops_per_token(2, 2, 32, 64, 16), nanoGPT's
+  // 6N + 12 L H Q T: the step profile's MFU divides the same count.
+  Gpt model(GptOptions::tiny());
+  EXPECT_EQ(3 * model->forward_flops_per_token(16), 177408.0);
 }
 
 TEST(Gpt, InitialisesWeightsAsNanoGpt) {
@@ -693,6 +703,11 @@ TEST(Gpt, BadOptionsNameTheOption) {
       ConfigError,
       Gpt(GptOptions::tiny().dropout(1.0)),
       "model.dropout must be in [0, 1), got 1");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Gpt(GptOptions::tiny().loss_chunk_size(-1)),
+      "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), got "
+      "-1");
 }
 
 } // namespace

@@ -1,12 +1,18 @@
 // The multi-tensor optimizers against LibTorch's per-parameter ones: the same
-// updates bit for bit on the CPU, and checkpoints that load either way.
+// updates bit for bit on the CPU, and checkpoints that load either way; the
+// fused Adam and AdamW steps against the multi-tensor ones (LibTorch 2.4
+// and later, whose ATen has the fused CPU kernels).
 
 #include "hotloop/optim/foreach.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -333,6 +339,252 @@ TEST(GraphStep, AStepWithoutItsPreparationIsRefused) {
         std::string(error.what()).find("run prepare_graph_step first"),
         std::string::npos)
         << error.what();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The fused kernels (ATen's _fused_adam_ / _fused_adamw_)
+
+// Why a fused test cannot run with this LibTorch, or empty.
+std::string without_fused_cpu_kernels() {
+  if (compat::has_fused_adam(c10::DeviceType::CPU)) {
+    return "";
+  }
+  return "LibTorch " + std::to_string(TORCH_VERSION_MAJOR) + "." +
+         std::to_string(TORCH_VERSION_MINOR) +
+         " has no fused Adam/AdamW CPU kernels (ATen has them from 2.4)";
+}
+
+// The largest difference between two sets of parameters.
+double max_difference(
+    const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double most = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    most = std::max(most, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return most;
+}
+
+// Six steps of `fused` and `multi` with the same gradients (set_gradients):
+// within 1e-6 of each other after every one.
+void expect_fused_steps_match(
+    to::Optimizer& fused,
+    const std::vector<at::Tensor>& fused_params,
+    to::Optimizer& multi,
+    const std::vector<at::Tensor>& multi_params,
+    const std::function<void(to::Optimizer&, int)>& step) {
+  std::vector<at::Tensor> initial;
+  for (const at::Tensor& p : fused_params) {
+    initial.push_back(p.detach().clone());
+  }
+  at::manual_seed(9);
+  for (int n = 1; n <= 6; ++n) {
+    set_gradients(fused_params, multi_params, n);
+    step(fused, n);
+    step(multi, n);
+    EXPECT_LE(max_difference(fused_params, multi_params), 1e-6)
+        << "after step " << n;
+  }
+  EXPECT_GT(max_difference(fused_params, initial), 1e-3);
+  EXPECT_EQ(fused.state().size(), multi.state().size());
+}
+
+TEST(FusedOptimizers, AdamAndAdamWStepAsTheMultiTensorStepsDo) {
+  const std::string skip = without_fused_cpu_kernels();
+  if (!skip.empty()) {
+    GTEST_SKIP() << skip;
+  }
+  const auto plain = [](to::Optimizer& o, int) { o.step(); };
+  for (const bool amsgrad : {false, true}) {
+    SCOPED_TRACE(amsgrad ? "amsgrad" : "plain");
+    auto a = parameters(21);
+    auto b = parameters(21);
+    const auto adam = to::AdamOptions(0.01)
+                          .betas(std::make_tuple(0.8, 0.99))
+                          .eps(1e-7)
+                          .weight_decay(0.01)
+                          .amsgrad(amsgrad);
+    const auto adam_other = to::AdamOptions(0.02).amsgrad(amsgrad);
+    ForeachAdam fused(groups(a, adam, adam_other), adam);
+    fused.set_fused(true);
+    ForeachAdam multi(groups(b, adam, adam_other), adam);
+    multi.set_foreach(true);
+    multi.set_fused(false);
+    ASSERT_TRUE(fused.uses_fused(fused.param_groups(), fused.foreach ()));
+    ASSERT_FALSE(multi.uses_fused(multi.param_groups(), multi.foreach ()));
+    expect_fused_steps_match(fused, a, multi, b, plain);
+
+    auto c = parameters(22);
+    auto d = parameters(22);
+    const auto adamw =
+        to::AdamWOptions(0.01).weight_decay(0.1).amsgrad(amsgrad);
+    const auto adamw_other =
+        to::AdamWOptions(0.003).weight_decay(0.0).eps(1e-6).amsgrad(amsgrad);
+    ForeachAdamW fused_w(groups(c, adamw, adamw_other), adamw);
+    fused_w.set_fused(true);
+    ForeachAdamW multi_w(groups(d, adamw, adamw_other), adamw);
+    multi_w.set_foreach(true);
+    expect_fused_steps_match(fused_w, c, multi_w, d, plain);
+  }
+}
+
+// Changes each group's rate as a schedule would, leaving beta1 alone (a
+// captured fused update fixes it; FusedOptimizers.ACapturedFusedStepWhose
+// Beta1ChangedIsStale).
+void schedule_rate(to::Optimizer& optimizer, int step) {
+  for (auto& group : optimizer.param_groups()) {
+    group.options().set_lr(group.options().get_lr() * (1 + 0.1 * step));
+  }
+}
+
+TEST(FusedOptimizers, TheGraphStepReadsTheRateFromATensorAsTheMultiTensorOne) {
+  const std::string skip = without_fused_cpu_kernels();
+  if (!skip.empty()) {
+    GTEST_SKIP() << skip;
+  }
+  const auto graph = [](to::Optimizer& o, int n) {
+    schedule_rate(o, n);
+    auto& step = dynamic_cast<GraphStep&>(o);
+    step.prepare_graph_step();
+    step.graph_step();
+  };
+  auto a = parameters(23);
+  auto b = parameters(23);
+  const auto adamw = to::AdamWOptions(0.01).weight_decay(0.1);
+  const auto other = to::AdamWOptions(0.003).weight_decay(0.0).eps(1e-6);
+  ForeachAdamW fused(groups(a, adamw, other), adamw);
+  fused.set_fused(true);
+  ForeachAdamW multi(groups(b, adamw, other), adamw);
+  expect_fused_steps_match(fused, a, multi, b, graph);
+  // One rate per param group in the device tensor the kernel reads.
+  EXPECT_EQ(fused.graph_scalars().numel(), 2);
+  EXPECT_EQ(fused.graph_step_stale(), "");
+
+  auto c = parameters(24);
+  auto d = parameters(24);
+  const auto adam = to::AdamOptions(0.01).weight_decay(0.01);
+  ForeachAdam fused_adam(groups(c, adam, adam), adam);
+  fused_adam.set_fused(true);
+  ForeachAdam multi_adam(groups(d, adam, adam), adam);
+  expect_fused_steps_match(fused_adam, c, multi_adam, d, graph);
+}
+
+TEST(FusedOptimizers, ACapturedFusedStepWhoseBeta1ChangedIsStale) {
+  const std::string skip = without_fused_cpu_kernels();
+  if (!skip.empty()) {
+    GTEST_SKIP() << skip;
+  }
+  auto p = parameters(25);
+  const auto options = to::AdamWOptions(0.01).weight_decay(0.1);
+  ForeachAdamW adamw(groups(p, options, options), options);
+  adamw.set_fused(true);
+  for (at::Tensor& parameter : p) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+  adamw.prepare_graph_step();
+  adamw.graph_step();
+  adamw.prepare_graph_step();
+  EXPECT_EQ(adamw.graph_step_stale(), "");
+  adamw.graph_step();
+  auto& changed =
+      static_cast<to::AdamWOptions&>(adamw.param_groups()[1].options());
+  changed.betas(std::make_tuple(0.85, 0.999));
+  adamw.prepare_graph_step();
+  EXPECT_EQ(
+      adamw.graph_step_stale(),
+      "the fused AdamW update fixed its options when it was captured, and "
+      "beta1 0.9 -> 0.85 (param group 2) since (a schedule that cycles "
+      "momentum, such as onecycle's cycle_momentum): set optimizer.fused=false "
+      "to capture the multi-tensor update, which reads beta1 at every replay");
+  // An eager graph step reads the new value: fresh again afterwards.
+  adamw.graph_step();
+  adamw.prepare_graph_step();
+  EXPECT_EQ(adamw.graph_step_stale(), "");
+}
+
+TEST(FusedOptimizers, ACheckpointResumesTheStepCounts) {
+  const std::string skip = without_fused_cpu_kernels();
+  if (!skip.empty()) {
+    GTEST_SKIP() << skip;
+  }
+  // Three fused steps, a checkpoint loaded into a fresh fused optimizer,
+  // then three more each: the counts the kernels read follow LibTorch's
+  // state, so the resumed run equals the uninterrupted one.
+  auto a = parameters(26);
+  auto b = parameters(26);
+  const auto options = to::AdamWOptions(0.01).weight_decay(0.1);
+  ForeachAdamW fused(groups(a, options, options), options);
+  fused.set_fused(true);
+  ForeachAdamW multi(groups(b, options, options), options);
+  multi.set_foreach(true);
+  at::manual_seed(10);
+  for (int n = 1; n <= 3; ++n) {
+    set_gradients(a, b, n);
+    fused.step();
+    multi.step();
+  }
+  std::stringstream bytes;
+  torch::save(fused, bytes);
+  auto c = parameters(26);
+  for (size_t i = 0; i < c.size(); ++i) {
+    at::NoGradGuard no_grad;
+    c[i].copy_(a[i]);
+  }
+  ForeachAdamW resumed(groups(c, options, options), options);
+  resumed.set_fused(true);
+  torch::load(resumed, bytes);
+  for (int n = 4; n <= 6; ++n) {
+    set_gradients(c, b, n);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i].mutable_grad() = c[i].grad().clone();
+    }
+    resumed.step();
+    fused.step();
+    multi.step();
+    EXPECT_LE(max_difference(c, a), 0) << "resumed, step " << n;
+    EXPECT_LE(max_difference(c, b), 1e-6) << "multi-tensor, step " << n;
+  }
+}
+
+TEST(FusedOptimizers, AutomaticallyOnlyForCudaParameters) {
+  auto cpu = parameters(27);
+  ForeachAdamW adamw(cpu, to::AdamWOptions(0.1));
+  EXPECT_FALSE(adamw.fused().has_value());
+  EXPECT_FALSE(adamw.uses_fused(adamw.param_groups(), std::nullopt));
+  adamw.set_fused(false);
+  EXPECT_FALSE(adamw.uses_fused(adamw.param_groups(), true));
+  if (at::hasCUDA() && at::getNumGPUs() > 0) {
+    std::vector<at::Tensor> gpu;
+    for (const at::Tensor& p : cpu) {
+      gpu.push_back(p.detach().cuda().set_requires_grad(true));
+    }
+    ForeachAdamW on_gpu(gpu, to::AdamWOptions(0.1));
+    EXPECT_EQ(
+        on_gpu.uses_fused(on_gpu.param_groups(), std::nullopt),
+        compat::has_fused_adam(c10::DeviceType::CUDA));
+    // optimizer.foreach=false keeps LibTorch's loop unless fused is chosen.
+    EXPECT_FALSE(on_gpu.uses_fused(on_gpu.param_groups(), false));
+  }
+}
+
+TEST(FusedOptimizers, ChosenWhereLibTorchHasNoKernelsIsAConfigError) {
+  // No LibTorch has fused kernels for the meta device.
+  const at::Tensor p = at::zeros({3}, at::TensorOptions().device(c10::kMeta))
+                           .set_requires_grad(true);
+  ForeachAdam adam(std::vector<at::Tensor>{p}, to::AdamOptions(0.1));
+  adam.set_fused(true);
+  try {
+    adam.uses_fused(adam.param_groups(), std::nullopt);
+    FAIL() << "fused=true accepted meta parameters";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(
+        std::string(error.what()),
+        "optimizer.fused=true: LibTorch " +
+            std::to_string(TORCH_VERSION_MAJOR) + "." +
+            std::to_string(TORCH_VERSION_MINOR) +
+            " has no fused Adam/AdamW kernels for meta parameters (CUDA from "
+            "LibTorch 2.1, the CPU from 2.4); use optimizer.fused=auto or "
+            "false");
   }
 }
 

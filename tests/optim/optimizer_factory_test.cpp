@@ -439,6 +439,41 @@ TEST(MakeOptimizer, BadOptionsAreRejectedWithTheOptionNamed) {
       }),
       "optimizer.foreach=true: rmsprop has no multi-tensor step (sgd, adam and "
       "adamw have); use auto or false");
+  EXPECT_EQ(
+      error_for([](OptimizerOptions& o) { o.fused = "on"; }),
+      "optimizer.fused must be auto, true or false, got 'on'");
+  for (const std::string name : {"sgd", "rmsprop", "adagrad"}) {
+    EXPECT_EQ(
+        error_for([&](OptimizerOptions& o) {
+          o.name = name;
+          o.fused = "true";
+        }),
+        "optimizer.fused=true: " + name +
+            " has no fused step in hotloop (adam and adamw have); use auto or "
+            "false");
+  }
+}
+
+TEST(MakeOptimizer, FusedChoosesTheFusedStepForAdamAndAdamW) {
+  torch::nn::Linear net(3, 2);
+  for (const std::string name : {"adam", "adamw"}) {
+    for (const auto& [value, expected] :
+         std::vector<std::pair<std::string, std::optional<bool>>>{
+             {"auto", std::nullopt}, {"true", true}, {"false", false}}) {
+      OptimizerOptions o;
+      o.name = name;
+      o.fused = value;
+      auto optimizer = make_optimizer(*net, o);
+      const auto* choice = dynamic_cast<FusedChoice*>(optimizer.get());
+      ASSERT_NE(choice, nullptr) << name;
+      EXPECT_EQ(choice->fused(), expected) << name << " " << value;
+    }
+  }
+  // SGD has no fused step; auto and false build it all the same.
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.fused = "false";
+  EXPECT_EQ(dynamic_cast<FusedChoice*>(make_optimizer(*net, o).get()), nullptr);
 }
 
 TEST(MakeOptimizer, ForeachChoosesTheMultiTensorStep) {

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -293,6 +294,31 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
       summary.at("utilization").get<double>(),
       summary.at("flops_per_s").get<double>() /
           summary.at("peak_flops").get<double>());
+  EXPECT_EQ(summary.at("peak_source").get<std::string>(), "measured");
+  // From the process start to the first step; 8 steps end no warm-up.
+  EXPECT_GT(summary.at("process_to_first_step_s").get<double>(), 0);
+  EXPECT_TRUE(summary.at("process_to_step10_s").is_null());
+}
+
+TEST_F(CallbackTest, AGivenPeakIsTheOneTheMfuDividesBy) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1).peak_tflops(0.5));
+  auto module = make_module(0);
+  module->set_flops_per_sample(
+      models::FashionCnn(small_model())->flops_per_sample());
+  const StepProfile profile = trainer.fit(*module, train).profile;
+  EXPECT_DOUBLE_EQ(profile.peak_flops, 0.5e12);
+  EXPECT_EQ(profile.peak_source, "trainer.peak_tflops");
+  std::ifstream in(trainer.log_dir() + "/summary.json");
+  const auto summary = nlohmann::json::parse(in).at("profile");
+  EXPECT_EQ(
+      summary.at("peak_source").get<std::string>(), "trainer.peak_tflops");
+  EXPECT_DOUBLE_EQ(
+      summary.at("utilization").get<double>(),
+      profile.flops_per_sample * profile.steady_samples_per_s() / 0.5e12);
+  EXPECT_THAT(
+      summary.at("utilization_text").get<std::string>(),
+      HasSubstr("GFLOP/s, trainer.peak_tflops)"));
 }
 
 TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
@@ -303,13 +329,71 @@ TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
   std::ifstream in(trainer.log_dir() + "/trace.json");
   ASSERT_TRUE(in.good());
   const auto trace = nlohmann::json::parse(in);
-  ASSERT_TRUE(trace.is_array());
+  // torch.profiler's layout (Kineto's own where LibTorch has it).
+  ASSERT_TRUE(trace.contains("traceEvents"));
   int64_t convolutions = 0;
-  for (const auto& event : trace) {
-    convolutions += event.value("name", "") == "aten::convolution";
+  std::vector<std::string> steps;
+  std::map<std::string, std::pair<double, double>> spans;
+  for (const auto& event : trace.at("traceEvents")) {
+    const std::string name = event.value("name", "");
+    convolutions += name == "aten::convolution";
+    if (name.rfind("ProfilerStep#", 0) == 0 &&
+        event.value("cat", "") == "user_annotation") {
+      steps.push_back(name);
+      spans[name] = {
+          event.at("ts").get<double>(),
+          event.at("ts").get<double>() + event.at("dur").get<double>()};
+    }
   }
-  // Two steps of a one-conv model: two forward convolutions.
+  // Two steps of a one-conv model after the two skipped: two forward
+  // convolutions, and the steps marked as torch.profiler marks them, one
+  // after the other.
   EXPECT_EQ(convolutions, 2);
+  EXPECT_EQ(
+      steps, (std::vector<std::string>{"ProfilerStep#3", "ProfilerStep#4"}));
+  EXPECT_LE(spans["ProfilerStep#3"].second, spans["ProfilerStep#4"].first);
+  EXPECT_LT(spans["ProfilerStep#4"].first, spans["ProfilerStep#4"].second);
+
+  // From the first step, as bench/run traces the warm-up, to the epoch's
+  // last: the trace is written before the validation that follows, which
+  // is no step's.
+  Trainer from_start(options()
+                         .max_epochs(1)
+                         .profiler("pytorch")
+                         .profiler_steps(8)
+                         .profiler_skip_steps(0));
+  from_start.fit(*make_module(0), train, &val_loader_);
+  std::ifstream first(from_start.log_dir() + "/trace.json");
+  std::set<std::string> first_steps;
+  double last_step_end = 0;
+  double last_event_end = 0;
+  // Named: a range-for over parse(...).at(...) would outlive the document.
+  const auto first_trace = nlohmann::json::parse(first);
+  for (const auto& event : first_trace.at("traceEvents")) {
+    // Kineto's traces also hold instant, flow and metadata events.
+    if (event.value("ph", "") != "X" || !event.contains("dur")) {
+      continue;
+    }
+    const double end =
+        event.at("ts").get<double>() + event.at("dur").get<double>();
+    last_event_end = std::max(last_event_end, end);
+    if (event.value("cat", "") == "user_annotation") {
+      first_steps.insert(event.value("name", ""));
+      last_step_end = std::max(last_step_end, end);
+    }
+  }
+  EXPECT_EQ(first_steps.size(), 8u);
+  EXPECT_EQ(first_steps.count("ProfilerStep#1"), 1u);
+  EXPECT_EQ(first_steps.count("ProfilerStep#8"), 1u);
+  // No operator after the last step: the validation's forward passes would
+  // be there (Kineto's own closing events end a few microseconds after).
+  int64_t after = 0;
+  for (const auto& event : first_trace.at("traceEvents")) {
+    after += event.value("cat", "") == "cpu_op" &&
+             event.at("ts").get<double>() >= last_step_end;
+  }
+  EXPECT_EQ(after, 0);
+  EXPECT_LE(last_event_end, last_step_end + 1000.0); // microseconds
 
   // A resumed fit is traced too, from its own third step.
   Trainer resumed(
@@ -321,7 +405,7 @@ TEST_F(CallbackTest, PytorchProfilerWritesAChromeTraceOfTheChosenSteps) {
       trainer.log_dir() + "/checkpoints/last.ckpt");
   std::ifstream again(resumed.log_dir() + "/trace.json");
   ASSERT_TRUE(again.good());
-  EXPECT_TRUE(nlohmann::json::parse(again).is_array());
+  EXPECT_TRUE(nlohmann::json::parse(again).contains("traceEvents"));
   EXPECT_THROWS_WITH(
       ConfigError,
       Trainer(options().profiler("advanced")),

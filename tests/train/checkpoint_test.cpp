@@ -205,16 +205,20 @@ TEST(Checkpoint, TheFirstWriteIntoAFolderRemovesTemporariesAKillLeft) {
               std::chrono::hours(1));
     }
   };
-  touch("last.ckpt.tmp.aB3xYz", true);  // a kill's leftover: removed
+  touch("last.ckpt.tmp.aB3xYz", true);   // a kill's leftover: removed
   touch("metrics.csv.tmp.Q1w2E3", true); // removed
-  touch("last.ckpt.tmp.aB3xY", true);   // not mkstemp's six: kept
-  touch("notes.tmp.txt", true);         // not the pattern: kept
-  touch("last.ckpt.tmp.Zz9Zz9", false); // newer than this process: kept
-  write_file_atomically(dir.file("f.txt"), [](std::ostream& out) { out << "x"; });
+  touch("last.ckpt.tmp.aB3xY", true);    // not mkstemp's six: kept
+  touch("notes.tmp.txt", true);          // not the pattern: kept
+  touch("last.ckpt.tmp.Zz9Zz9", false);  // newer than this process: kept
+  write_file_atomically(
+      dir.file("f.txt"), [](std::ostream& out) { out << "x"; });
   EXPECT_EQ(
       files_in(dir.path()),
       (std::vector<std::string>{
-          "f.txt", "last.ckpt.tmp.Zz9Zz9", "last.ckpt.tmp.aB3xY", "notes.tmp.txt"}));
+          "f.txt",
+          "last.ckpt.tmp.Zz9Zz9",
+          "last.ckpt.tmp.aB3xY",
+          "notes.tmp.txt"}));
 }
 
 TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
@@ -236,8 +240,21 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
       [&] {
         write_file_atomically(dir.file("no/such/dir/f"), [](std::ostream&) {});
       },
-      ::testing::ThrowsMessage<Error>(
-          HasSubstr("cannot create a temporary file next to it")));
+      ::testing::ThrowsMessage<Error>(HasSubstr(
+          "no/such/dir/f: cannot write it: folder '" + dir.file("no/such/dir") +
+          "' does not exist")));
+  EXPECT_THAT(
+      [&] { write_file_atomically(dir.file("f.txt/g"), [](std::ostream&) {}); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("' is not a folder")));
+}
+
+TEST(Checkpoint, AFileNameWithoutAFolderIsWrittenInTheWorkingDirectory) {
+  TempDir dir;
+  const hotloop::testing::ScopedWorkingDirectory cwd(dir.path());
+  write_file_atomically("bare.txt", [](std::ostream& out) { out << "here"; });
+  std::ifstream in(dir.file("bare.txt"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "here");
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"bare.txt"});
 }
 
 TEST(Checkpoint, AProcessKilledWhileWritingLeavesAWholeFile) {
@@ -587,8 +604,8 @@ TEST(Checkpoint, AZip64CheckpointIsCheckedThroughItsZip64Records) {
     Net fresh;
     EXPECT_THAT(
         [&] { load_checkpoint(path, fresh); },
-        ::testing::ThrowsMessage<Error>(HasSubstr(
-            path + ": corrupted checkpoint (" + problem + ")")));
+        ::testing::ThrowsMessage<Error>(
+            HasSubstr(path + ": corrupted checkpoint (" + problem + ")")));
   };
   const size_t end = good.size() - 22;
   const size_t locator = end - 20;
@@ -610,22 +627,21 @@ TEST(Checkpoint, AZip64CheckpointIsCheckedThroughItsZip64Records) {
   // the three values its 0xFFFFFFFF fields ask for.
   const auto le16 = [&](size_t at) {
     return static_cast<size_t>(static_cast<unsigned char>(good[at])) |
-        static_cast<size_t>(static_cast<unsigned char>(good[at + 1])) << 8;
+           static_cast<size_t>(static_cast<unsigned char>(good[at + 1])) << 8;
   };
   const size_t directory = good.find("PK\x01\x02");
   ASSERT_NE(directory, std::string::npos);
   const std::string first(good, directory + 46, le16(directory + 28));
   // as_zip64 put the zip64 field last.
-  const size_t extra = directory + 46 + first.size() + le16(directory + 30) - 28;
+  const size_t extra =
+      directory + 46 + first.size() + le16(directory + 30) - 28;
   ASSERT_EQ(le16(extra), 1u);
   bytes = good;
   bytes[extra] = 2;
-  expect_damage(
-      bytes, "record '" + first + "' lacks its zip64 extra field");
+  expect_damage(bytes, "record '" + first + "' lacks its zip64 extra field");
   bytes = good;
   bytes[extra + 2] = 16;
-  expect_damage(
-      bytes, "record '" + first + "' has a short zip64 extra field");
+  expect_damage(bytes, "record '" + first + "' has a short zip64 extra field");
   // The zip64 extra field's local header offset moved past the records.
   bytes = good;
   bytes[extra + 4 + 16 + 3] = 0x7f;
@@ -657,7 +673,9 @@ TEST(Checkpoint, AModelOfOtherShapesIsRefusedNamingTheFirstDifference) {
   EXPECT_EQ(wider.linear->weight.sizes(), (std::vector<int64_t>{5, 4}));
   const CheckpointSummary summary = describe_checkpoint(dir.file("a.ckpt"));
   ASSERT_EQ(summary.model.size(), 7u); // 4 parameters, BatchNorm's 3 buffers
-  EXPECT_EQ(summary.model[0], std::make_pair(std::string("linear.weight"), std::string("[3, 4]")));
+  EXPECT_EQ(
+      summary.model[0],
+      std::make_pair(std::string("linear.weight"), std::string("[3, 4]")));
 }
 
 } // namespace

@@ -1,5 +1,7 @@
 #include "hotloop/train/detail/step_clock.h"
 
+#include "hotloop/core/process_clock.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -115,6 +117,13 @@ TEST(StepClock, TheWarmupEndsAfterTheFirstStepsOfThisFit) {
   EXPECT_GE(profile.warmup_seconds, kNap);
   EXPECT_LE(profile.warmup_seconds, profile.step_seconds());
   EXPECT_GT(profile.steady_samples_per_s(), profile.samples_per_s());
+  // From the process start: the first step's start, then the warm-up's
+  // end, which the nap in the first step lies between.
+  EXPECT_GT(profile.process_to_first_step, 0);
+  EXPECT_GE(
+      profile.process_to_warmup_end - profile.process_to_first_step,
+      kNap - 0.011);
+  EXPECT_LE(profile.process_to_warmup_end, seconds_since_process_start());
 }
 
 TEST(StepClock, AWaitReportedAtAPhasesEndMovesItToThatPhase) {

@@ -76,6 +76,25 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
   EXPECT_EQ(StepProfile().verdict(context), "no training steps were timed");
 }
 
+TEST(StepProfile, NoAdviceToRaiseTheBatchWhenOneBatchHoldsTheWholeSet) {
+  // A 135-row table at data.batch_size=256 cannot take a larger batch.
+  ProfileContext context;
+  context.batch_can_grow = false;
+  EXPECT_EQ(
+      profile(0, 0, 30, 30, 40, 0).verdict(context),
+      "optimizer-bound: 40% of step time in the optimizer step - raise "
+      "trainer.accumulate_grad_batches");
+  context.cuda = true;
+  context.precision = "bf16-mixed";
+  context.channels_last = true;
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("- a smaller model"));
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      ::testing::Not(HasSubstr("batch_size")));
+}
+
 // A GPU busy at a small share of its peak waits for the host to launch
 // its kernels: capture the step. 1000 samples of 1 MFLOP in 100 s of steps
 // is 10 MFLOP/s.
@@ -89,18 +108,21 @@ TEST(StepProfile, ASmallShareOfTheGpusPeakIsLaunchBound) {
   p.peak_flops = 2e9; // 0.5% of it
   EXPECT_EQ(
       p.verdict(context),
-      "launch-bound: forward+backward take 95% of step time at 0.50% of the "
-      "device's matmul peak - its kernels are too small to keep it busy and "
-      "wait for the host to launch them: try trainer.cuda_graphs=true, or "
-      "raise data.batch_size");
+      "launch-bound: forward+backward take 95% of step time at 0.50% MFU "
+      "(training FLOPs per sample x the steady rate / 2.00 GFLOP/s, "
+      "measured) - its kernels are too small to keep the device busy and wait "
+      "for the host to launch them: try trainer.cuda_graphs=true, or raise "
+      "data.batch_size");
   p.peak_flops = 5e7; // 20%: compute-bound
   EXPECT_THAT(p.verdict(context), HasSubstr("compute-bound: "));
   p.peak_flops = 2e9;
   context.cuda_graphs = true; // already captured
   EXPECT_THAT(
       p.verdict(context),
-      HasSubstr("compute-bound: forward+backward take 95% of step time - "
-                "raise data.batch_size, or a smaller model"));
+      HasSubstr("compute-bound: forward+backward take 95% of step time at "
+                "0.50% MFU (training FLOPs per sample x the steady rate / "
+                "2.00 GFLOP/s, measured) - raise data.batch_size, or a "
+                "smaller model"));
   context.cuda = false; // a CPU has no launches to save
   context.cuda_graphs = false;
   EXPECT_THAT(p.verdict(context), HasSubstr("compute-bound: "));
@@ -185,22 +207,70 @@ TEST(StepProfile, UtilizationIsAchievedOverTheMeasuredPeak) {
   StepProfile p = profile(0, 0, 1, 1, 0, 0);
   p.flops_per_sample = 1e6; // 500 samples/s -> 5e8 FLOP/s
   EXPECT_DOUBLE_EQ(p.utilization(), 0);
+  EXPECT_EQ(p.utilization_text(), "");
   p.peak_flops = 2e9;
+  p.peak_source = "measured";
   EXPECT_DOUBLE_EQ(p.utilization(), 0.25);
   std::ostringstream out;
   p.print(out, ProfileContext{});
   EXPECT_THAT(
       out.str(),
-      HasSubstr("0.50 GFLOP/s achieved, 25.0% of the device's measured "
-                "matmul peak (2.00 GFLOP/s)"));
+      HasSubstr("0.50 GFLOP/s achieved at the steady rate, 25.0% MFU "
+                "(training FLOPs per sample x the steady rate / 2.00 "
+                "GFLOP/s, measured)"));
   p.peak_flops = 2e8;
   std::ostringstream over;
   p.print(over, ProfileContext{});
   EXPECT_THAT(
       over.str(),
-      HasSubstr("250.0% of the device's measured matmul peak (0.20 GFLOP/s; "
-                "over 100%: the kernels do fewer operations than the nominal "
-                "count, as Winograd convolutions do)"));
+      HasSubstr("250.0% MFU (training FLOPs per sample x the steady rate / "
+                "0.20 GFLOP/s, measured) - over 100%: the kernels do fewer "
+                "operations than the nominal count, as Winograd convolutions "
+                "do"));
+}
+
+// bench/run's MFU column: the training FLOPs per token x the steady
+// tokens/s (after the warm-up steps) / the GPU's dense bf16 peak from its
+// table, which it passes as trainer.peak_tflops. The verdict reads that
+// same figure and says where the peak came from (issue 29: a verdict at
+// 9.4% "of the device's matmul peak" beside a 28% MFU column had divided
+// the whole run's rate, warm-up included, by a measured peak).
+TEST(StepProfile, TheVerdictReadsTheMfuColumnsFigure) {
+  StepProfile p = profile(0, 0, 45, 50, 5, 0); // 100 s, 1000 samples
+  p.asynchronous = true;
+  p.warmup_seconds = 60; // the first steps' 200 samples: 20 samples/s
+  p.warmup_samples = 200;
+  const double tokens = 1024;
+  const double flops_per_token = 855383040; // GPT-2 124M, vocab 50304
+  p.flops_per_sample = flops_per_token * tokens;
+  p.peak_flops = 989.4e12;
+  p.peak_source = "trainer.peak_tflops";
+  // 800 samples in 40 s: 20 samples/s steady, 10 over the whole run.
+  EXPECT_DOUBLE_EQ(p.steady_samples_per_s(), 20);
+  const double mfu = 20 * tokens * flops_per_token / 989.4e12;
+  EXPECT_DOUBLE_EQ(p.utilization(), mfu);
+  EXPECT_EQ(
+      p.utilization_text(),
+      "1.8% MFU (training FLOPs per sample x the steady rate / 989.4 "
+      "TFLOP/s, trainer.peak_tflops)");
+  ProfileContext context;
+  context.cuda = true;
+  context.precision = "bf16-mixed";
+  context.channels_last = true;
+  EXPECT_EQ(
+      p.verdict(context),
+      "launch-bound: forward+backward take 95% of step time at 1.8% MFU "
+      "(training FLOPs per sample x the steady rate / 989.4 TFLOP/s, "
+      "trainer.peak_tflops) - its kernels are too small to keep the device "
+      "busy and wait for the host to launch them: try "
+      "trainer.cuda_graphs=true, or raise data.batch_size");
+  // At bench/run's 28% the verdict is compute-bound and says so.
+  p.peak_flops = 20 * tokens * flops_per_token / 0.28;
+  EXPECT_EQ(
+      p.verdict(context),
+      "compute-bound: forward+backward take 95% of step time at 28.0% MFU "
+      "(training FLOPs per sample x the steady rate / 62.6 TFLOP/s, "
+      "trainer.peak_tflops) - raise data.batch_size, or a smaller model");
 }
 
 TEST(StepProfile, MeasuredPeakIsPositiveAndLeavesTheRngAlone) {

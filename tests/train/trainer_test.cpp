@@ -324,6 +324,15 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
       [] { Trainer(TrainerOptions().gradient_clip_val(-1)); },
       ::testing::ThrowsMessage<ConfigError>(
           HasSubstr("trainer.gradient_clip_val must be >= 0, got -1")));
+  EXPECT_THAT(
+      [] { Trainer(TrainerOptions().profiler_skip_steps(-1)); },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.profiler_skip_steps must be >= 0, got -1")));
+  EXPECT_THAT(
+      [] { Trainer(TrainerOptions().peak_tflops(-2)); },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "trainer.peak_tflops must be >= 0 (0: measure the device), got "
+          "-2")));
 }
 
 } // namespace

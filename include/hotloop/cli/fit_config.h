@@ -1,12 +1,13 @@
 #pragma once
 
 #include "hotloop/cli/config.h"
+#include "hotloop/cli/init_from.h"
 #include "hotloop/cli/pruning_config.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
-#include "hotloop/models/init.h"
 #include "hotloop/models/gpt.h"
+#include "hotloop/models/init.h"
 #include "hotloop/optim/optimizer_factory.h"
 #include "hotloop/train/batch_size_finder.h"
 #include "hotloop/train/early_stopping.h"
@@ -127,6 +128,8 @@ struct FitConfig {
   int64_t top_k = 5;
   /// model.init and its options: how the network's weights are drawn.
   models::InitOptions init;
+  /// model.init_from and its options: weights made elsewhere to start from.
+  InitFromConfig init_from;
   /// model.task: classification, or regression (csv: a number per row).
   std::string task = "classification";
   /// The model_checkpoint section (used when trainer.enable_checkpointing).
@@ -155,5 +158,17 @@ const ConfigSchema& fit_schema();
 /// Reads the typed settings out of `config` (built on fit_schema()). Checks
 /// that need several keys at once throw ConfigError naming the keys.
 FitConfig to_fit_config(const Config& config);
+
+/// `config` with every default that to_fit_config derives from other keys
+/// written out as a setting: the model a table resolves to, an image
+/// folder's ImageNet statistics and unpadded crop, `[side]` as
+/// `[side, side]`, a byte file's vocabulary. A run's config.yaml and
+/// `--print_config` hold this, so that reading them back runs the same
+/// settings whatever the defaults of the keys they came from.
+Config resolve_config(const Config& config);
+
+/// YAML flow text of `values` that reads back as exactly the same doubles:
+/// `[0.48500000000000004, 0.456]`.
+std::string float_list_text(const std::vector<double>& values);
 
 } // namespace hotloop::cli

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hotloop::cli {
@@ -30,6 +31,10 @@ struct Session {
   /// Class names (image_folder: its folders; csv: named labels), a
   /// table's columns and standardization: what checkpoints keep.
   TrainedData data;
+  /// Settings the data decided, as (key, YAML text): an idx folder's
+  /// normalization statistics and class count. A fit writes them into its
+  /// config.yaml (with resolve_config's), which then reruns as it ran.
+  std::vector<std::pair<std::string, std::string>> settings;
   /// image_folder: the folders read, for what they could not decode.
   std::vector<std::shared_ptr<const data::ImageFolder>> image_folders;
 };

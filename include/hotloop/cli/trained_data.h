@@ -28,6 +28,11 @@ struct TrainedData {
   std::vector<std::string> feature_names;
   std::vector<double> feature_mean;
   std::vector<double> feature_std;
+  /// csv regression: the training rows' target mean and standard deviation,
+  /// with which the model learns the standardized target (nullopt: a
+  /// checkpoint written before targets were standardized).
+  std::optional<double> target_mean;
+  std::optional<double> target_std;
 
   bool empty() const {
     return num_classes == 0 && feature_names.empty();

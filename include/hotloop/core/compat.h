@@ -5,8 +5,11 @@
 // instead of testing TORCH_VERSION_* itself.
 
 #include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/Exception.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
@@ -23,7 +26,12 @@
 
 #if HOTLOOP_TORCH_VERSION >= 200
 #include <ATen/ops/scaled_dot_product_attention.h>
-#else
+#endif
+#if HOTLOOP_TORCH_VERSION >= 201
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#endif
+#if HOTLOOP_TORCH_VERSION < 200
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/ones.h>
 #endif
@@ -101,6 +109,100 @@ constexpr bool cpu_has_amp_scaler_kernels() {
   return HOTLOOP_TORCH_VERSION >= 203;
 }
 
+/// Whether ATen has the fused Adam and AdamW updates (`_fused_adam_`,
+/// `_fused_adamw_`, one kernel per step for a whole list of parameters, as
+/// PyTorch's `fused=True`) for parameters on devices of `type`, with the
+/// overload that reads the learning rate from a tensor: on CUDA from
+/// LibTorch 2.1 (the tensor-rate overload, pytorch/pytorch#106916; the
+/// kernels came in 2.0), on the CPU from 2.4; none in 1.13.
+constexpr bool has_fused_adam(c10::DeviceType type) {
+  return (type == c10::DeviceType::CUDA && HOTLOOP_TORCH_VERSION >= 201) ||
+         (type == c10::DeviceType::CPU && HOTLOOP_TORCH_VERSION >= 204);
+}
+
+/// The rate of a fused update: a number, or a 0-dim float32 tensor on the
+/// parameters' device that the kernel reads when it runs (a captured CUDA
+/// graph then follows a schedule without being captured again).
+struct FusedRate {
+  double value = 0;
+  const at::Tensor* tensor = nullptr;
+};
+
+/// One fused Adam (`decoupled` false: the weight decay added to the
+/// gradient) or AdamW (`decoupled` true: the parameters scaled by 1 - lr *
+/// weight_decay) update of `params` in place, as PyTorch's
+/// `torch.optim.Adam(W)(fused=True)` runs it: every list holds the tensors
+/// of one device and dtype; `steps` are float32 counts on that device,
+/// already advanced to this step (the kernels read them for the bias
+/// corrections and do not advance them); `max_exp_avg_sqs` is empty
+/// unless `amsgrad`. Only where has_fused_adam(device type) is true: 1.13
+/// throws.
+inline void fused_adam(
+    bool decoupled,
+    at::TensorList params,
+    at::TensorList grads,
+    at::TensorList exp_avgs,
+    at::TensorList exp_avg_sqs,
+    at::TensorList max_exp_avg_sqs,
+    at::TensorList steps,
+    const FusedRate& lr,
+    double beta1,
+    double beta2,
+    double weight_decay,
+    double eps,
+    bool amsgrad) {
+#if HOTLOOP_TORCH_VERSION >= 201
+  // Each op has a number-rate and a tensor-rate overload.
+  const auto run = [&](const auto& rate) {
+    if (decoupled) {
+      at::_fused_adamw_(
+          params,
+          grads,
+          exp_avgs,
+          exp_avg_sqs,
+          max_exp_avg_sqs,
+          steps,
+          rate,
+          beta1,
+          beta2,
+          weight_decay,
+          eps,
+          amsgrad,
+          /*maximize=*/false);
+    } else {
+      at::_fused_adam_(
+          params,
+          grads,
+          exp_avgs,
+          exp_avg_sqs,
+          max_exp_avg_sqs,
+          steps,
+          rate,
+          beta1,
+          beta2,
+          weight_decay,
+          eps,
+          amsgrad,
+          /*maximize=*/false);
+    }
+  };
+  if (lr.tensor != nullptr) {
+    run(*lr.tensor);
+  } else {
+    run(lr.value);
+  }
+#else
+  TORCH_CHECK(
+      false,
+      "fused Adam/AdamW: LibTorch ",
+      TORCH_VERSION_MAJOR,
+      ".",
+      TORCH_VERSION_MINOR,
+      " has no fused kernels (2.1 on CUDA, 2.4 on the "
+      "CPU)");
+#endif
+}
+
 /// Causal scaled-dot-product attention, softmax(q k^T / sqrt(D)) v, where
 /// position i attends to positions 0..i only; `dropout_p` drops attention
 /// weights (pass 0 when not training). q, k, v: [B, H, T, D], same dtype and
@@ -160,7 +262,37 @@ struct HasUseLibUV<
     StoreOptions,
     std::void_t<decltype(std::declval<StoreOptions&>().useLibUV)>>
     : std::true_type {};
+
+template <typename Event, typename = void>
+struct HasStartNs : std::false_type {};
+template <typename Event>
+struct HasStartNs<
+    Event,
+    std::void_t<decltype(std::declval<const Event&>().startNs())>>
+    : std::true_type {};
 } // namespace detail
+
+/// The start and duration of one of LibTorch's profiler events
+/// (`torch::autograd::profiler::KinetoEvent`) in microseconds, the unit of
+/// Chrome traces: LibTorch 2.x gives nanoseconds (`startNs`,
+/// `durationNs`), 1.13 microseconds (`startUs`, `durationUs`); looked up by
+/// member, not by version.
+template <typename Event>
+double profiler_event_start_us(const Event& event) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<double>(event.startNs()) / 1000.0;
+  } else {
+    return static_cast<double>(event.startUs());
+  }
+}
+template <typename Event>
+double profiler_event_duration_us(const Event& event) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<double>(event.durationNs()) / 1000.0;
+  } else {
+    return static_cast<double>(event.durationUs());
+  }
+}
 
 /// Chooses the server of c10d's TCPStore: libuv's (`use` true) or the
 /// classic one. LibTorch 2.4 and later serve on libuv unless told otherwise

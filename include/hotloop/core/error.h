@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -41,6 +42,16 @@ std::string str_cat(Args&&... args) {
   std::ostringstream out;
   (out << ... << std::forward<Args>(args));
   return out.str();
+}
+
+/// `n` and the noun, singular for one: "1 epoch", "3 epochs"; `plural`
+/// where it is not the noun and an s ("batches").
+inline std::string counted(
+    int64_t n, const std::string& noun, const std::string& plural = "") {
+  return std::to_string(n) + " " +
+         (n == 1           ? noun
+          : plural.empty() ? noun + "s"
+                           : plural);
 }
 } // namespace detail
 

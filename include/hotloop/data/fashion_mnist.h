@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hotloop::data {
 
@@ -15,6 +16,10 @@ inline constexpr const char* kFashionMnistDefaultRoot =
 /// scaling to [0, 1]), for Normalize.
 inline constexpr double kFashionMnistMean = 0.2860;
 inline constexpr double kFashionMnistStd = 0.3530;
+
+/// Fashion-MNIST's ten classes, label k's name at k (torchvision's
+/// `FashionMNIST.classes`).
+const std::vector<std::string>& fashion_mnist_classes();
 
 /// Loads one split of an MNIST-family dataset (MNIST, Fashion-MNIST,
 /// KMNIST, EMNIST, ...) from `root`: `<prefix>{train,t10k|test}-{images-idx3,

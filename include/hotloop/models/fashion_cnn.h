@@ -11,8 +11,10 @@ namespace hotloop::models {
 /// Shape of the small image CNN.
 struct FashionCnnOptions {
   int64_t in_channels = 1;
-  /// Output channels of each conv block; one block per entry.
-  std::vector<int64_t> channels = {32, 64};
+  /// Output channels of each conv block; one block per entry. The defaults
+  /// are the CLI's (`hotloop fit --help` reads them from here): the model of
+  /// configs/fashion_mnist.yaml.
+  std::vector<int64_t> channels = {16, 32};
   /// Width of the hidden layer of the MLP head; 0 for a linear head.
   int64_t hidden = 128;
   double dropout = 0.0;

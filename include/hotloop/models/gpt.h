@@ -1,5 +1,7 @@
 #pragma once
 
+#include "hotloop/train/token_loss.h"
+
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
@@ -46,6 +48,12 @@ struct GptOptions {
   /// backward (train::checkpoint): activation memory of one block instead
   /// of n_layer, for one more forward.
   TORCH_ARG(bool, activation_checkpointing) = false;
+  /// Positions per chunk of the training loss (token_loss): the output
+  /// layer and cross-entropy run this many rows at a time
+  /// (chunked_cross_entropy), so that the float32 logits of the whole batch
+  /// never exist; 0 computes forward's logits and their cross-entropy
+  /// (gpt_loss). >= 0.
+  TORCH_ARG(int64_t, loss_chunk_size) = 4096;
 };
 
 /// The keys and values every attention layer computed for the positions
@@ -79,7 +87,7 @@ struct GptKvCache {
 /// Initialised as nanoGPT: Linear and Embedding weights normal(0, 0.02),
 /// the residual projections (attn.c_proj, mlp.c_proj) normal(0,
 /// 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0.
-class GptImpl : public torch::nn::Module {
+class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
  public:
   /// Throws ConfigError naming the model option that is out of range.
   explicit GptImpl(GptOptions options = {});
@@ -89,6 +97,15 @@ class GptImpl : public torch::nn::Module {
   /// the last position when it has no targets; this always computes all).
   /// Throws hotloop::Error when T > block_size.
   at::Tensor forward(const at::Tensor& idx);
+  /// The final LayerNorm's output [B, T, n_embd] for `idx`: forward's
+  /// logits are at::linear of it with lm_head_weight().
+  at::Tensor hidden(const at::Tensor& idx);
+  /// The mean next-token cross-entropy of forward(idx) against targets
+  /// ([B, T] int64, -1 ignored), as gpt_loss gives it: chunked by
+  /// options().loss_chunk_size() positions (chunked_cross_entropy), or
+  /// over forward's logits when that is 0.
+  at::Tensor token_loss(
+      const at::Tensor& idx, const at::Tensor& targets) override;
   /// The same for tokens at positions cache.length() .. + T, attending to
   /// the cached positions too; appends their keys and values to `cache`.
   /// Logits equal forward's over the whole sequence up to rounding. Throws
@@ -103,12 +120,21 @@ class GptImpl : public torch::nn::Module {
   /// `non_embedding` (nanoGPT's get_num_params: 123.65M for gpt2_124m).
   int64_t num_params(bool non_embedding = true) const;
 
+  /// Forward FLOPs per token of a sequence of `block` tokens, nanoGPT's
+  /// estimate_mfu divided by 3: 2 N (N = num_params()) for the matrix
+  /// products with the weights plus 4 L C T for attention's scores and
+  /// their weighted sum. Three times this is the training FLOPs per token
+  /// that bench/run's MFU column counts (bench/python_train.py's
+  /// gpt_flops_per_token).
+  double forward_flops_per_token(int64_t block) const;
+
   /// The options the model was built with.
   const GptOptions& options() const {
     return options_;
   }
 
  private:
+  // The final LayerNorm's output for idx (appended to `cache` when given).
   at::Tensor run(const at::Tensor& idx, GptKvCache* cache);
 
   GptOptions options_;

@@ -25,6 +25,10 @@ struct GenerateOptions {
   /// Keep every layer's keys and values (GptKvCache), so each new token
   /// costs one position instead of the whole context.
   TORCH_ARG(bool, kv_cache) = true;
+  /// Sample only tokens below this id (a vocabulary padded past the
+  /// tokenizer's, such as nanoGPT's 50304 rows for GPT-2's 50257); 0: every
+  /// token.
+  TORCH_ARG(int64_t, vocab_limit) = 0;
 };
 
 /// nanoGPT's GPT.generate: appends max_new_tokens sampled tokens to `idx`

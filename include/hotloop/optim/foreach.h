@@ -6,7 +6,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace hotloop::optim {
@@ -43,6 +46,51 @@ class ForeachChoice {
   std::optional<bool> foreach_;
 };
 
+/// PyTorch's `fused` argument of Adam and AdamW (`optimizer.fused` of the
+/// config): ATen's fused update, one kernel per device and dtype for a
+/// whole param group (`_fused_adam_`, `_fused_adamw_`; compat::fused_adam).
+/// Unset, it is used where every parameter is a float32, float16 or
+/// bfloat16 tensor on a CUDA device, ATen has the kernels (LibTorch 2.1 and
+/// later) and the multi-tensor ops are not turned off (set_foreach(false)
+/// keeps LibTorch's own loop); true, on any device whose kernels ATen has
+/// (CUDA from 2.1, the CPU from 2.4), an error elsewhere; false, never.
+/// The step counts it reads live in float32 device tensors beside
+/// LibTorch's state, whose integer step stays the truth: a checkpoint
+/// loads either way.
+class FusedChoice {
+ public:
+  void set_fused(std::optional<bool> fused) {
+    fused_ = fused;
+  }
+  std::optional<bool> fused() const {
+    return fused_;
+  }
+  /// Whether a step over `groups` uses the fused kernels, the multi-tensor
+  /// choice being `foreach`. Throws ConfigError when fused is set true and
+  /// a parameter's device has no kernels in this LibTorch.
+  bool uses_fused(
+      const std::vector<torch::optim::OptimizerParamGroup>& groups,
+      std::optional<bool> foreach) const;
+
+ protected:
+  /// The float32 step count of `p` for the fused kernels, on p's device,
+  /// made equal to `previous` (the steps LibTorch's state counted before
+  /// this one) where it is not; the caller advances it by one on the
+  /// device. Its storage stays the same for as long as `p` lives on its
+  /// device, which a captured graph relies on.
+  at::Tensor& fused_step_count(const at::Tensor& p, int64_t previous);
+  /// The count fused_step_count last made for `p`.
+  const at::Tensor& fused_step_count(const at::Tensor& p) const;
+
+ private:
+  struct Count {
+    at::Tensor tensor;
+    int64_t value = 0; // what `tensor` holds once its advance has run
+  };
+  std::optional<bool> fused_;
+  std::unordered_map<const void*, Count> counts_;
+};
+
 /// A step that a CUDA graph can capture and replay (PyTorch's
 /// `capturable=True`). What changes from step to step on the host - the
 /// rate a schedule sets, the momentum or beta1 it may cycle, the bias
@@ -76,6 +124,12 @@ class GraphStep {
   const at::Tensor& graph_scalars() const {
     return scalars_;
   }
+  /// Empty, or why a captured graph_step no longer does what step() would
+  /// (an option the capture fixed has changed since): checked by the
+  /// Trainer after prepare_graph_step, before each replay.
+  virtual std::string graph_step_stale() const {
+    return "";
+  }
 
  protected:
   /// Copies `values` into graph_scalars() on `device`, which keeps its
@@ -108,22 +162,56 @@ class ForeachSGD : public torch::optim::SGD,
 
 class ForeachAdam : public torch::optim::Adam,
                     public ForeachChoice,
+                    public FusedChoice,
                     public GraphStep {
  public:
   using torch::optim::Adam::Adam;
   torch::Tensor step(LossClosure closure = nullptr) override;
   void prepare_graph_step() override;
   void graph_step() override;
+  std::string graph_step_stale() const override {
+    return graph_.stale;
+  }
+
+ private:
+  // Whether the graph step fuses, and what the last one fixed (the fused
+  // kernels take beta1, beta2, eps and the weight decay as numbers).
+  struct FusedGraph {
+    bool fused = false;
+    // A fixed option changed between two graph steps (a schedule cycles
+    // beta1): the automatic choice then keeps the multi-tensor update.
+    bool varies = false;
+    std::vector<std::vector<double>> fixed;
+    std::string stale;
+  };
+  FusedGraph graph_;
 };
 
 class ForeachAdamW : public torch::optim::AdamW,
                      public ForeachChoice,
+                     public FusedChoice,
                      public GraphStep {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
   void prepare_graph_step() override;
   void graph_step() override;
+  std::string graph_step_stale() const override {
+    return graph_.stale;
+  }
+
+ private:
+  // Whether the graph step fuses, and what the last one fixed (the fused
+  // kernels take beta1, beta2, eps and the weight decay as numbers).
+  struct FusedGraph {
+    bool fused = false;
+    // A fixed option changed between two graph steps (a schedule cycles
+    // beta1): the automatic choice then keeps the multi-tensor update.
+    bool varies = false;
+    std::vector<std::vector<double>> fixed;
+    std::string stale;
+  };
+  FusedGraph graph_;
 };
 
 } // namespace hotloop::optim

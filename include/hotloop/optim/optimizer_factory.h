@@ -38,6 +38,11 @@ struct OptimizerOptions {
   /// every parameter is on a CUDA device (PyTorch's default), "true" and
   /// "false" always or never (optim/foreach.h).
   std::string foreach = "auto";
+  /// adam and adamw: "auto" steps with ATen's fused kernel where every
+  /// parameter is on a CUDA device and LibTorch has it (2.1 and later),
+  /// unless foreach is "false"; "true" wherever LibTorch has it (also the
+  /// CPU from 2.4), an error elsewhere; "false" never (optim/foreach.h).
+  std::string fused = "auto";
 };
 
 /// Builds the optimizer for all of `model`'s parameters (each tensor once,

@@ -6,8 +6,9 @@ namespace hotloop::train {
 
 /// A Module for next-token prediction: any network mapping token ids
 /// [B, T] int64 to logits [B, T, vocab] (such as models::Gpt), trained with
-/// cross-entropy over every position. Logs train_loss; val_loss and val_acc
-/// (next-token accuracy) in validation, test_loss/test_acc in test.
+/// cross-entropy over every position (through the network's own
+/// TokenLossNetwork::token_loss where it has one). Logs train_loss; val_loss
+/// and val_acc (next-token accuracy) in validation, test_loss/test_acc in test.
 /// predict_step returns the most likely next token at every position
 /// [B, T] int64.
 class LanguageModel : public NetworkModule {

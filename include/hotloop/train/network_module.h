@@ -21,6 +21,10 @@ class NetworkModule : public Module {
 
   /// The network's forward.
   at::Tensor forward(const at::Tensor& input);
+  /// The network itself.
+  std::shared_ptr<torch::nn::Module> network() const {
+    return network_.ptr();
+  }
 
   OptimizerSetup configure_optimizers(const FitPlan& plan) override;
 

@@ -22,6 +22,9 @@ struct ProfileContext {
   bool channels_last = false;
   /// trainer.cuda_graphs: a launch-bound step is advised to capture.
   bool cuda_graphs = false;
+  /// False when one batch already holds the whole training set: no advice
+  /// to raise data.batch_size then.
+  bool batch_can_grow = true;
 };
 
 /// On an asynchronous device the Trainer times every
@@ -65,14 +68,26 @@ struct StepProfile {
   double setup = 0;
   int64_t samples = 0;
   int64_t steps = 0;
-  /// Training FLOPs per sample (forward + backward), 0 when unknown.
+  /// Seconds from this process's start (the kernel's record of it) to the
+  /// start of the fit's first training step, and to the end of its
+  /// kWarmupSteps-th step with the device's queued work done; negative
+  /// when not reached. bench/run prints both beside the Python loop's.
+  double process_to_first_step = -1;
+  double process_to_warmup_end = -1;
+  /// Training FLOPs per sample (forward + backward: 3 times the model's
+  /// forward FLOPs; for the GPT nanoGPT's 6N + 12 L H Q T per token, the
+  /// count bench/run's MFU column uses), 0 when unknown.
   double flops_per_sample = 0;
   /// Tokens per sample of a sequence model (0: not one); the rates are
   /// then also given in tokens/s.
   int64_t tokens_per_sample = 0;
-  /// The device's measured matrix-multiply rate in the training dtype
-  /// (measure_peak_flops), 0 when not measured.
+  /// The device's peak FLOP/s that utilization() divides by, 0 when not
+  /// known: trainer.peak_tflops where given (bench/run passes its table's
+  /// dense bf16 peak), else the matrix-multiply rate measured in the
+  /// training dtype (measure_peak_flops).
   double peak_flops = 0;
+  /// Where peak_flops came from: "trainer.peak_tflops" or "measured".
+  std::string peak_source;
   /// Whether the device runs asynchronously to the host (not the CPU).
   bool asynchronous = false;
   /// Whether several processes trained together: comm is then a phase of
@@ -94,12 +109,18 @@ struct StepProfile {
   /// Samples per second after the warm-up steps: the rate a longer run
   /// approaches. samples_per_s() when there were no more steps.
   double steady_samples_per_s() const;
-  /// Achieved FLOP/s over the step time; 0 when FLOPs are unknown.
+  /// Achieved FLOP/s at the steady rate (steady_samples_per_s, as bench/run's
+  /// MFU column counts it); 0 when FLOPs are unknown.
   double flops_per_s() const;
-  /// flops_per_s() / peak_flops; 0 when either is unknown.
+  /// Model FLOPs utilization: flops_per_s() / peak_flops; 0 when either is
+  /// unknown. The launch-bound verdict reads it.
   double utilization() const {
     return peak_flops > 0 ? flops_per_s() / peak_flops : 0;
   }
+  /// utilization() with what it was computed from, as the verdict and the
+  /// printed profile say it: "28.0% MFU (6N+12LHQT-style FLOPs x the steady
+  /// rate / 989.4 TFLOP/s from trainer.peak_tflops)"; empty when unknown.
+  std::string utilization_text() const;
   /// The step phases by name (data, h2d, forward, backward, optimizer,
   /// logging, and comm when data_parallel), in seconds.
   std::map<std::string, double> phases() const;

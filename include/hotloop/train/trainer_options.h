@@ -106,10 +106,24 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, seed) = -1;
   /// The step-time profile (printed at the end of fit, in summary.json) is
   /// always kept; "pytorch" also records LibTorch's profiler over
-  /// profiler_steps optimizer steps after the first two, as a Chrome trace
-  /// `<run folder>/trace.json` (open in chrome://tracing or Perfetto).
+  /// profiler_steps optimizer steps after the first profiler_skip_steps, as
+  /// a Chrome trace `<run folder>/trace.json` (open in chrome://tracing or
+  /// Perfetto; summarise with bench/trace_summary.py). Where LibTorch has
+  /// Kineto (the CUDA wheels) the trace holds the CPU operators and, on
+  /// CUDA, the kernels, copies and runtime calls, as torch.profiler's does;
+  /// elsewhere the CPU operators. Each traced step is marked by a user
+  /// annotation "ProfilerStep#N" (N the global step from 1) from its start
+  /// to the next step's, as torch.profiler marks steps.
   TORCH_ARG(std::string, profiler) = "";
   TORCH_ARG(int64_t, profiler_steps) = 5;
+  /// Steps of the fit before the traced ones (>= 0): 2 leaves out the first
+  /// calls' allocations and algorithm searches; 0 traces the warm-up.
+  TORCH_ARG(int64_t, profiler_skip_steps) = 2;
+  /// The device's peak rate in TFLOP/s that the step profile's MFU and
+  /// verdict divide by (bench/run passes the GPU's dense bf16 peak from its
+  /// table, so that the two report one figure); 0 measures the device's
+  /// matrix-multiply rate in the training dtype at the end of fit instead.
+  TORCH_ARG(double, peak_tflops) = 0;
   /// Runs go to `<default_root_dir>/<name>/version_N`; empty: no files.
   TORCH_ARG(std::string, default_root_dir) = "runs";
   TORCH_ARG(std::string, name) = "default";

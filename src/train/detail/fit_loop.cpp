@@ -8,7 +8,6 @@
 #include "hotloop/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/profiler.h>
 
 #include <nlohmann/json.hpp>
 
@@ -375,6 +374,21 @@ void FitLoop::restore(const std::string& ckpt_path) {
     trainer.out_ << " after epoch " << progress.epoch;
   }
   trainer.out_ << " (step " << progress.global_step << ")\n";
+  // A finished run resumed with the same limits trains nothing: say so,
+  // rather than a "done" that reads as if it trained.
+  const TrainerOptions& options = trainer.options();
+  if (options.max_epochs() > 0 && progress.epoch >= options.max_epochs()) {
+    trainer.out_ << "nothing to train: the checkpoint has completed "
+                 << hotloop::detail::counted(progress.epoch, "epoch")
+                 << " and trainer.max_epochs=" << options.max_epochs()
+                 << " (raise it to train further)\n";
+  } else if (
+      options.max_steps() > 0 && progress.global_step >= options.max_steps()) {
+    trainer.out_ << "nothing to train: the checkpoint is at step "
+                 << progress.global_step
+                 << " and trainer.max_steps=" << options.max_steps()
+                 << " (raise it to train further)\n";
+  }
   for (const auto& logger : trainer.loggers_) {
     logger->resume_at(progress.global_step);
   }
@@ -466,6 +480,11 @@ bool FitLoop::run_epoch(int64_t epoch) {
     if (stop) {
       break;
     }
+  }
+  if (trace_ && trace_steps_left_ == 0) {
+    finish_trace(); // before validation, which is no step's
+  } else if (trace_) {
+    trace_->end_step(); // validation is no step's
   }
   if (bar_) {
     bar_->end_epoch();
@@ -698,25 +717,42 @@ void FitLoop::step_metric_schedules(int64_t epochs) {
 }
 
 void FitLoop::trace_steps() {
-  // Skips this fit's first two steps (first-call allocations and algorithm
-  // searches; a resumed fit's too), then records profiler_steps whole
-  // optimizer steps.
+  // Skips this fit's first profiler_skip_steps steps (by default the first
+  // calls' allocations and algorithm searches; a resumed fit's too), then
+  // records profiler_steps whole optimizer steps.
   const TrainerOptions& options = trainer_.options();
   const std::string& run_dir = trainer_.log_dir_;
   if (options.profiler() != "pytorch" || run_dir.empty()) {
     return;
   }
-  if (!trace_ && trace_steps_left_ == 0 &&
-      trainer_.progress_.global_step == start_step_ + 2) {
+  const int64_t step = trainer_.progress_.global_step;
+  if (trace_ && trace_steps_left_ == 0) {
+    finish_trace();
+    return;
+  }
+  if (!trace_ && !traced_ &&
+      step == start_step_ + options.profiler_skip_steps()) {
+    trace_ = std::make_unique<TraceRecorder>(
+        (std::filesystem::path(run_dir) / "trace.json").string(),
+        trainer_.device());
     trace_steps_left_ = options.profiler_steps();
-    trace_ = std::make_unique<torch::autograd::profiler::RecordProfile>(
-        (std::filesystem::path(run_dir) / "trace.json").string());
-  } else if (trace_ && --trace_steps_left_ == 0) {
-    trace_.reset(); // writes the file
-    if (trainer_.shows_progress()) {
-      trainer_.out_ << "profiler trace written to " << run_dir
-                    << "/trace.json\n";
-    }
+  }
+  if (trace_) {
+    trace_->begin_step(step + 1);
+    --trace_steps_left_;
+  }
+}
+
+void FitLoop::finish_trace() {
+  if (!trace_) {
+    return;
+  }
+  const std::string how = trace_->finish();
+  trace_.reset();
+  traced_ = true;
+  if (trainer_.shows_progress()) {
+    trainer_.out_ << "profiler trace written to " << trainer_.log_dir_
+                  << "/trace.json (" << how << ")\n";
   }
 }
 
@@ -744,7 +780,7 @@ void FitLoop::print_epoch_line(double seconds) {
 FitResult FitLoop::finish() {
   Trainer& trainer = trainer_;
   trainer.flush_logs();
-  trace_.reset(); // writes the trace when the fit ended inside it
+  finish_trace(); // when the fit ended inside the traced steps
   trainer.each_callback([&](Callback& c) { c.on_fit_end(trainer, module_); });
 
   FitResult result;
@@ -787,8 +823,15 @@ FitResult FitLoop::finish() {
     break;
   }
   if (profile_.flops_per_sample > 0 && profile_.steps > 0) {
-    profile_.peak_flops =
-        measure_peak_flops(trainer.device(), precision_->compute_dtype());
+    // The same peak as bench/run's MFU column where it passes one.
+    if (trainer.options().peak_tflops() > 0) {
+      profile_.peak_flops = trainer.options().peak_tflops() * 1e12;
+      profile_.peak_source = "trainer.peak_tflops";
+    } else {
+      profile_.peak_flops =
+          measure_peak_flops(trainer.device(), precision_->compute_dtype());
+      profile_.peak_source = "measured";
+    }
   }
   profile_.tokens_per_sample = module_.tokens_per_sample();
   result.profile = profile_;

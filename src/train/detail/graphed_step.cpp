@@ -291,6 +291,13 @@ at::Tensor GraphedStep::replay(
         i + 1,
         " steps other parameters than when the step was captured (a "
         "gradient appeared or went away): the graph cannot hold that");
+    const std::string stale = optimizers_[i]->graph_step_stale();
+    HOTLOOP_CHECK(
+        stale.empty(),
+        "trainer.cuda_graphs=true: optimizer ",
+        i + 1,
+        ": ",
+        stale);
   }
   graph_->graph.replay();
   metrics.log_last(static_metrics_);

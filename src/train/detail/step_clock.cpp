@@ -1,5 +1,6 @@
 #include "hotloop/train/detail/step_clock.h"
 
+#include "hotloop/core/process_clock.h"
 #include "hotloop/train/device.h"
 
 #include <algorithm>
@@ -45,6 +46,9 @@ void StepClock::start_epoch() {
 
 void StepClock::start_step(int64_t global_step) {
   synced_ = global_step % kSyncedStepInterval == kSyncedStepInterval / 2;
+  if (profile_.process_to_first_step < 0) {
+    profile_.process_to_first_step = seconds_since_process_start();
+  }
 }
 
 void StepClock::begin(Phase phase, double seconds_ago) {
@@ -82,6 +86,8 @@ void StepClock::end_batch(int64_t samples, bool stepped, int64_t global_step) {
   if (warmup_ends) {
     profile_.warmup_seconds = profile_.step_seconds();
     profile_.warmup_samples = profile_.samples;
+    // The device finished the warm-up's work above.
+    profile_.process_to_warmup_end = seconds_since_process_start();
   }
 }
 

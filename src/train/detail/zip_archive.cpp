@@ -232,8 +232,10 @@ std::string read_zip64_extra(const std::string& extra, Entry& entry) {
   return "";
 }
 
-// Checks one record's local header and bytes against its entry.
-std::string check_record(File& file, const Entry& entry, uint64_t data_end) {
+// Checks one record's local header and bytes against its entry; sets
+// `data` to where its bytes start.
+std::string check_record(
+    File& file, const Entry& entry, uint64_t data_end, uint64_t& data) {
   if ((entry.flags & kUnreadableFlags) != 0) {
     return str_cat("record '", entry.name, "' is encrypted");
   }
@@ -253,7 +255,7 @@ std::string check_record(File& file, const Entry& entry, uint64_t data_end) {
   const std::string header = file.read(entry.local, kLocalSize);
   const uint64_t name_size = le(header.data() + 26, 2);
   const uint64_t extra_size = le(header.data() + 28, 2);
-  const uint64_t data = entry.local + kLocalSize + name_size + extra_size;
+  data = entry.local + kLocalSize + name_size + extra_size;
   if (le(header.data(), 4) != kLocalSignature || data > data_end ||
       file.read(entry.local + kLocalSize, name_size) != entry.name) {
     return str_cat("record '", entry.name, "' has a damaged local header");
@@ -320,7 +322,10 @@ std::string hex32(uint32_t value) {
   return text;
 }
 
-std::string check_zip_records(const std::string& path, const ZipEnd& end) {
+std::string check_zip_records(
+    const std::string& path,
+    const ZipEnd& end,
+    std::vector<ZipRecord>* records) {
   File file(path);
   Directory dir;
   if (std::string problem = read_directory(file, end.offset, dir);
@@ -364,9 +369,14 @@ std::string check_zip_records(const std::string& path, const ZipEnd& end) {
     if (disk != 0 && disk != 0xFFFF) {
       return str_cat("record '", entry.name, "' lies on another disk");
     }
-    if (std::string problem = check_record(file, entry, dir.offset);
+    uint64_t data = 0;
+    if (std::string problem = check_record(file, entry, dir.offset, data);
         !problem.empty()) {
       return problem;
+    }
+    if (records != nullptr) {
+      records->push_back(
+          {entry.name, data, entry.compressed, entry.method == kStored});
     }
     at += kCentralSize + name_size + extra_size + comment_size;
   }

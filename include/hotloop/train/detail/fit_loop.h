@@ -6,6 +6,7 @@
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/detail/optimization_step.h"
 #include "hotloop/train/detail/step_clock.h"
+#include "hotloop/train/detail/trace_recorder.h"
 #include "hotloop/train/fit_result.h"
 #include "hotloop/train/grad_scaler.h"
 #include "hotloop/train/metrics.h"
@@ -20,10 +21,6 @@
 #include <set>
 #include <string>
 #include <utility>
-
-namespace torch::autograd::profiler {
-struct RecordProfile;
-} // namespace torch::autograd::profiler
 
 namespace hotloop::train {
 class Trainer;
@@ -88,8 +85,12 @@ class FitLoop {
   bool signalled();
   // A stop signal: write last.ckpt and end the fit.
   void interrupt();
-  // Starts and stops LibTorch's profiler around the traced steps.
+  // At each step's start: starts LibTorch's profiler before the first
+  // traced step, marks each traced step, and writes the trace after the
+  // last one.
   void trace_steps();
+  // Writes the trace (the fit's end, or the traced steps done).
+  void finish_trace();
   void print_epoch_line(double seconds);
   FitResult finish();
 
@@ -120,8 +121,9 @@ class FitLoop {
   std::optional<StepClock> clock_;
   std::optional<OptimizationStep> step_;
   // LibTorch's profiler while trace steps run (trainer.profiler=pytorch).
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> trace_;
+  std::unique_ptr<TraceRecorder> trace_;
   int64_t trace_steps_left_ = 0;
+  bool traced_ = false;
   // The global step this fit started at (after a resume's restore).
   int64_t start_step_ = 0;
   // The running means of the epoch in progress, for checkpoints.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <istream>
 #include <string>
+#include <vector>
 
 namespace hotloop::train::detail {
 
@@ -34,14 +35,29 @@ uint32_t crc32_of(
 /// `value` as eight lowercase hex digits, as seals and messages show CRCs.
 std::string hex32(uint32_t value);
 
+/// One record of a zip, where its bytes lie.
+struct ZipRecord {
+  std::string name;
+  /// Offset of its (stored or deflated) bytes in the file.
+  uint64_t offset = 0;
+  /// Bytes at `offset`.
+  uint64_t size = 0;
+  /// Stored uncompressed (as LibTorch and PyTorch write every record).
+  bool stored = true;
+};
+
 /// Walks the central directory of the zip at `path`, whose end record
 /// find_zip_end gave as `end`, and checks each record
 /// against it: its local header (signature and name), its bytes inside the
 /// file's data area, stored uncompressed on one disk without encryption (as
 /// LibTorch writes them) and their CRC-32. Returns the first problem in one
 /// phrase ("record 'archive/data.pkl' fails its CRC-32 check (…)"), or ""
-/// when every record checks. Throws Error naming `path` when it cannot be
-/// read.
-std::string check_zip_records(const std::string& path, const ZipEnd& end);
+/// when every record checks. With `records`, appends each record that
+/// checks, in directory order. Throws Error naming `path` when it cannot
+/// be read.
+std::string check_zip_records(
+    const std::string& path,
+    const ZipEnd& end,
+    std::vector<ZipRecord>* records = nullptr);
 
 } // namespace hotloop::train::detail

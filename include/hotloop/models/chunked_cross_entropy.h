@@ -1,0 +1,37 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace hotloop::models {
+
+/// The mean next-token cross-entropy of a language model's output layer,
+/// computed `chunk_rows` positions at a time so that the float32 logits of
+/// the whole batch never exist (for GPT-2's micro-batch of 16 x 1024
+/// tokens and 50,304 words they would take 3.3 GB, and as much again for
+/// their gradient): equal to gpt_loss(at::linear(hidden, weight), targets)
+/// in value and in the gradients of `hidden` and `weight`, up to rounding.
+///
+/// hidden: [..., C] (the final LayerNorm's output), weight: [V, C] (the
+/// output layer's, GPT's tied token embedding), targets: [...] int64 with
+/// hidden's leading shape; targets of -1 are ignored, and the mean is over
+/// the others (PyTorch's ignore_index). Under autocast the products run in
+/// its dtype (bfloat16 on a GPU), as the plain path's linear does, and
+/// each chunk's logits are widened to float32 (double for double inputs)
+/// for the log-sum-exp.
+///
+/// When a gradient is wanted, each chunk's gradient (softmax minus the
+/// target's one-hot, over the count of counted targets) is multiplied out
+/// at once into the gradients of hidden ([N, C]) and weight ([V, C], summed
+/// in float32 or double), which backward scales by the loss's gradient: no
+/// logits are kept and none are computed twice. The forward pass therefore does
+/// the output layer's backward work too. Reads nothing back to the host (a CUDA
+/// graph can hold it). `chunk_rows` > 0.
+at::Tensor chunked_cross_entropy(
+    const at::Tensor& hidden,
+    const at::Tensor& weight,
+    const at::Tensor& targets,
+    int64_t chunk_rows);
+
+} // namespace hotloop::models

@@ -1,0 +1,191 @@
+"""bench/run's accounting without running anything: the warm-up figures and
+targets (issue 29, item 3), the MFU column's peak handed to hotloop and the
+check that its step profile agrees (item 7), the rate targets, on runs as
+run_hotloop and python_train.py report them.
+
+Run: python3 -m unittest discover -s tests/bench -p '*_test.py'
+"""
+
+import argparse
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.dont_write_bytecode = True
+
+
+def load_bench_run():
+    path = os.path.join(REPO, "bench", "run")
+    loader = importlib.machinery.SourceFileLoader("bench_run", path)
+    spec = importlib.util.spec_from_loader("bench_run", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+run = load_bench_run()
+
+
+def args(**over):
+    values = dict(suite="cuda", quick=False, precision="auto", impls=[
+        "hotloop", "python-tuned", "python-compile"], hotloop_option=[],
+        threads=0, data_root=None, traces=None, peak_flops=989.4e12,
+        hotloop="/bin/hotloop", python="/usr/bin/python3", configs=".")
+    values.update(over)
+    return argparse.Namespace(**values)
+
+
+def gpt2_runs(hot_step10=8.94, tuned_step10=4.1, hot_util=None):
+    """GPT-2 rows as the 2026-11-26 H200 run gave them (per sample: the
+    tables multiply by the block of 1024)."""
+    hot_profile = {"steady_samples_per_s": 323494 / 1024,
+                   "process_to_first_step_s": 2.5,
+                   "process_to_step10_s": hot_step10}
+    if hot_util is not None:
+        hot_profile.update(utilization=hot_util,
+                           peak_source="trainer.peak_tflops")
+    return {
+        "hotloop": {"impl": "hotloop", "samples_per_s": 85651 / 1024,
+                    "steady_samples_per_s": 323494 / 1024, "steps": 60,
+                    "profile": hot_profile,
+                    "process_to_first_step_s": 2.5,
+                    "process_to_step10_s": hot_step10},
+        "python-tuned": {"impl": "python-tuned",
+                         "samples_per_s": 307487 / 1024,
+                         "steady_samples_per_s": 377311 / 1024, "steps": 60,
+                         "process_to_first_step_s": 3.1,
+                         "process_to_step10_s": tuned_step10},
+        "python-compile": {"skipped": "torch.compile needs torch >= 2.0"},
+    }
+
+
+def document(runs, a=None, gpu="NVIDIA H200"):
+    a = a or args()
+    plan = run.make_plan(a, "gpt2", {"data": {"block_size": 1024}})
+    machine = {"gpu": gpu, "gpu_peak_bf16_flops": a.peak_flops}
+    results = {"gpt2": {"plan": plan, "runs": runs, "notes": []}}
+    return run.build_document(a, machine, results, {
+        "jemalloc": None, "allocator": "glibc"})
+
+
+def target(doc, start):
+    return next(t for t in doc["targets"] if t["name"].startswith(start))
+
+
+class Warmup(unittest.TestCase):
+    def test_each_side_from_its_process_start(self):
+        doc = document(gpt2_runs())
+        runs = doc["workloads"]["gpt2"]["runs"]
+        self.assertEqual(
+            run.warmup_text(runs),
+            "from the process start to the first step / to the end of step "
+            "10: hotloop 2.50 s / 8.94 s, python-tuned 3.10 s / 4.10 s "
+            "(0.46x hotloop's)")
+        tuned = next(r for r in runs if r["impl"] == "python-tuned")
+        self.assertAlmostEqual(tuned["warmup_ratio"], 4.1 / 8.94)
+
+    def test_a_run_without_step_10_reads_a_dash(self):
+        runs = gpt2_runs()
+        runs["python-tuned"]["process_to_step10_s"] = None
+        text = run.warmup_text(document(runs)["workloads"]["gpt2"]["runs"])
+        self.assertIn("python-tuned 3.10 s / -", text)
+
+    def test_the_targets(self):
+        doc = document(gpt2_runs())
+        t = target(doc, "CUDA GPT-2 124M process start to the end of step 10 "
+                   "<= the tuned")
+        self.assertEqual(t["status"], "MISS")
+        self.assertEqual(t["detail"], "hotloop 8.94 s, python-tuned 4.10 s "
+                         "(hotloop 4.84 s longer, 118% over)")
+        t = target(doc, "CUDA GPT-2 124M (bf16) process start")
+        self.assertEqual((t["status"], t["value"]), ("MISS", 8.94))
+        self.assertEqual(t["detail"], "8.94 s (target <= 2 s; 347% over) on "
+                         "NVIDIA H200")
+        doc = document(gpt2_runs(hot_step10=1.9, tuned_step10=4.1))
+        self.assertEqual(target(doc, "CUDA GPT-2 124M process start")
+                         ["status"], "PASS")
+        self.assertEqual(target(doc, "CUDA GPT-2 124M (bf16) process start")
+                         ["status"], "PASS")
+        # Another GPU: no verdict on the seconds.
+        doc = document(gpt2_runs(hot_step10=1.9), gpu="NVIDIA A100")
+        t = target(doc, "CUDA GPT-2 124M (bf16) process start")
+        self.assertEqual(t["status"], "n/a")
+        self.assertEqual(t["detail"], "1.90 s on NVIDIA A100: the target is "
+                         "for an H100 or H200")
+
+
+class Rates(unittest.TestCase):
+    def test_steady_tokens_against_the_tuned_loop_and_compile(self):
+        doc = document(gpt2_runs())
+        t = target(doc, "CUDA GPT-2 124M (bf16) >= 1.15x")
+        self.assertEqual(t["status"], "MISS")
+        self.assertAlmostEqual(t["value"], 323494 / 377311)
+        self.assertEqual(t["detail"], "0.86x (target >= 1.15x; 25% short); "
+                         "steady tokens/s: hotloop 323,494, python-tuned "
+                         "377,311")
+        t = target(doc, "CUDA GPT-2 124M (bf16) >= torch.compile")
+        self.assertEqual((t["status"], t["detail"]), (
+            "n/a", "python-compile skipped: torch.compile needs torch >= "
+            "2.0"))
+        t = target(doc, "CUDA GPT-2 124M (bf16) >= 40% MFU")
+        self.assertEqual(t["status"], "MISS")
+        self.assertTrue(t["detail"].startswith("28.0% MFU (target >= 40%; "),
+                        t["detail"])
+
+
+class OneTruthAboutTheStep(unittest.TestCase):
+    def test_hotloop_gets_the_mfu_columns_peak_for_bf16_runs(self):
+        a = args()
+        plan = run.make_plan(a, "gpt2", {"data": {"block_size": 1024}})
+        self.assertIn("--trainer.peak_tflops=989.4",
+                      run.hotloop_flags(a, "gpt2", plan))
+        # float32 (the CNN), an unknown GPU, or the CPU suite: hotloop
+        # measures its own peak.
+        cnn = run.make_plan(a, "cnn", {})
+        self.assertFalse(any(f.startswith("--trainer.peak_tflops")
+                             for f in run.hotloop_flags(a, "cnn", cnn)))
+        unknown = args(peak_flops=None)
+        self.assertFalse(any(f.startswith("--trainer.peak_tflops")
+                             for f in run.hotloop_flags(unknown, "gpt2",
+                                                        plan)))
+        cpu = args(suite="cpu")
+        self.assertFalse(any(
+            f.startswith("--trainer.peak_tflops") for f in run.hotloop_flags(
+                cpu, "gpt2", run.make_plan(cpu, "gpt2", {}))))
+
+    def test_a_profile_that_disagrees_with_the_column_is_named(self):
+        doc = document(gpt2_runs(hot_util=0.094))
+        hot = next(r for r in doc["workloads"]["gpt2"]["runs"]
+                   if r["impl"] == "hotloop")
+        self.assertAlmostEqual(hot["mfu"], 0.2797, places=4)
+        self.assertEqual(run.mfu_disagreement(hot),
+                         "hotloop's step profile says 9.4% MFU, the MFU "
+                         "column 28.0%: they count FLOPs or the steady rate "
+                         "differently")
+        agreeing = document(gpt2_runs(hot_util=hot["mfu"]))
+        hot = next(r for r in agreeing["workloads"]["gpt2"]["runs"]
+                   if r["impl"] == "hotloop")
+        self.assertEqual(run.mfu_disagreement(hot), "")
+
+
+class Traces(unittest.TestCase):
+    def test_the_traces_line(self):
+        runs = [{"impl": "hotloop", "trace": {
+                    "file": "/r/gpt2-hotloop.txt", "trace_mb": 38.25,
+                    "steps": 13}},
+                {"impl": "python-tuned", "trace": {
+                    "error": "traced python_train.py run failed (exit 2)\n"
+                             "    | details"}},
+                {"impl": "python-lightning"}]
+        self.assertEqual(
+            run.traces_text(runs),
+            "traces: hotloop gpt2-hotloop.txt (38.2 MiB trace); "
+            "python-tuned FAILED: traced python_train.py run failed (exit 2)")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1 @@
+include("${HOTLOOP_REAL_TORCH_DIR}/TorchConfigVersion.cmake")

@@ -1,0 +1,165 @@
+// The chunked output layer and cross-entropy against the plain ones: the
+// same loss and the same gradients, for every chunk size.
+
+#include "hotloop/models/chunked_cross_entropy.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/models/gpt.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace hotloop::models {
+namespace {
+
+struct Case {
+  at::Tensor hidden;  // [3, 7, 8]
+  at::Tensor weight;  // [11, 8]
+  at::Tensor targets; // [3, 7], three of them -1
+};
+
+Case make_case(at::ScalarType dtype) {
+  at::manual_seed(0);
+  const auto options = at::TensorOptions().dtype(dtype);
+  Case c;
+  c.hidden = at::randn({3, 7, 8}, options).set_requires_grad(true);
+  c.weight = at::randn({11, 8}, options).mul(0.5).set_requires_grad(true);
+  c.targets = at::randint(0, 11, {3, 7}, at::kLong);
+  c.targets.index_put_({0, 2}, -1);
+  c.targets.index_put_({1, 6}, -1);
+  c.targets.index_put_({2, 0}, -1);
+  return c;
+}
+
+double max_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// loss * 1.7 backward (so that the loss's own gradient is not 1), for both
+// the chunked and the plain loss: loss and gradients within `tolerance`.
+void expect_same(at::ScalarType dtype, int64_t chunk, double tolerance) {
+  const Case a = make_case(dtype);
+  const Case b = make_case(dtype);
+  const at::Tensor chunked =
+      chunked_cross_entropy(a.hidden, a.weight, a.targets, chunk);
+  const at::Tensor plain = gpt_loss(at::linear(b.hidden, b.weight), b.targets);
+  EXPECT_EQ(chunked.dim(), 0);
+  EXPECT_LE(max_difference(chunked, plain), tolerance) << "loss";
+  chunked.mul(1.7).backward();
+  plain.mul(1.7).backward();
+  EXPECT_EQ(a.hidden.grad().sizes(), b.hidden.grad().sizes());
+  EXPECT_EQ(a.hidden.grad().scalar_type(), dtype);
+  EXPECT_EQ(a.weight.grad().scalar_type(), dtype);
+  EXPECT_LE(max_difference(a.hidden.grad(), b.hidden.grad()), tolerance)
+      << "hidden's gradient";
+  EXPECT_LE(max_difference(a.weight.grad(), b.weight.grad()), tolerance)
+      << "weight's gradient";
+  // An ignored position's row gets no gradient.
+  EXPECT_EQ(a.hidden.grad()[0][2].abs().max().item<double>(), 0);
+}
+
+TEST(ChunkedCrossEntropy, EqualsThePlainLossAndGradientsForAnyChunk) {
+  // 21 positions: chunks of one row, uneven chunks, one chunk, more than
+  // all of them.
+  for (const int64_t chunk : {1, 4, 5, 21, 100}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    expect_same(at::kFloat, chunk, 1e-6);
+    expect_same(at::kDouble, chunk, 1e-12);
+  }
+}
+
+TEST(ChunkedCrossEntropy, UnderAutocastTheProductsRunInItsDtype) {
+  // bfloat16 products on the CPU, as the plain path's autocast linear:
+  // within bfloat16's rounding of each other, and far from float32's.
+  const Case a = make_case(at::kFloat);
+  const Case b = make_case(at::kFloat);
+  compat::set_autocast_dtype(c10::DeviceType::CPU, at::kBFloat16);
+  compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+  const at::Tensor chunked =
+      chunked_cross_entropy(a.hidden, a.weight, a.targets, 4);
+  const at::Tensor plain = gpt_loss(at::linear(b.hidden, b.weight), b.targets);
+  chunked.backward();
+  plain.backward();
+  compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(chunked.scalar_type(), at::kFloat);
+  EXPECT_LE(max_difference(chunked, plain), 2e-2);
+  EXPECT_LE(max_difference(a.hidden.grad(), b.hidden.grad()), 2e-2);
+  EXPECT_LE(max_difference(a.weight.grad(), b.weight.grad()), 2e-2);
+  const Case c = make_case(at::kFloat);
+  const at::Tensor exact =
+      chunked_cross_entropy(c.hidden, c.weight, c.targets, 4);
+  EXPECT_GT(max_difference(chunked, exact), 1e-7); // bfloat16 did round
+}
+
+TEST(ChunkedCrossEntropy, WithoutGradientsItIsTheLossAlone) {
+  const Case c = make_case(at::kFloat);
+  const at::NoGradGuard no_grad;
+  const at::Tensor loss =
+      chunked_cross_entropy(c.hidden, c.weight, c.targets, 3);
+  EXPECT_FALSE(loss.requires_grad());
+  EXPECT_LE(
+      max_difference(loss, gpt_loss(at::linear(c.hidden, c.weight), c.targets)),
+      1e-6);
+}
+
+TEST(ChunkedCrossEntropy, RejectsBadShapesAndChunks) {
+  const Case c = make_case(at::kFloat);
+  const auto message = [&](const at::Tensor& hidden,
+                           const at::Tensor& weight,
+                           const at::Tensor& targets,
+                           int64_t chunk) {
+    try {
+      chunked_cross_entropy(hidden, weight, targets, chunk);
+    } catch (const c10::Error& error) {
+      return std::string(error.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(
+      message(c.hidden, c.weight, c.targets, 0),
+      "chunked_cross_entropy: chunk_rows must be positive, got 0");
+  EXPECT_EQ(
+      message(c.hidden, at::zeros({11, 5}), c.targets, 4),
+      "chunked_cross_entropy: hidden [..., 8] does not fit weight [11, 5]");
+  EXPECT_EQ(
+      message(c.hidden, c.weight, at::zeros({3, 6}, at::kLong), 4),
+      "chunked_cross_entropy: targets [3, 6] do not match hidden [3, 7, 8]");
+}
+
+TEST(ChunkedCrossEntropy, TheGptsTrainingLossEqualsItsLogitsLoss) {
+  // model.loss_chunk_size: every parameter's gradient (the tied embedding
+  // gets the output layer's and the embedding's) as with the whole batch's
+  // logits.
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<double> losses;
+  for (const int64_t chunk : {0, 5, 4096}) {
+    at::manual_seed(1);
+    Gpt model(GptOptions::tiny().loss_chunk_size(chunk));
+    at::manual_seed(2);
+    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
+    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong);
+    const at::Tensor loss = model->token_loss(idx, targets);
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->parameters()) {
+      g.push_back(p.grad().clone());
+    }
+    grads.push_back(g);
+  }
+  for (size_t run = 1; run < grads.size(); ++run) {
+    EXPECT_NEAR(losses[run], losses[0], 1e-6) << "run " << run;
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      EXPECT_LE(max_difference(grads[run][i], grads[0][i]), 1e-6)
+          << "run " << run << ", parameter " << i;
+    }
+  }
+}
+
+} // namespace
+} // namespace hotloop::models
