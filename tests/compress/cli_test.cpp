@@ -189,6 +189,22 @@ TEST(CompressCli, QuantizeWritesAnInt8CheckpointThatTestAndPredictRun) {
   r = run_cli({"quantize", config});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("hotloop quantize needs --ckpt_path"));
+  // An int8 checkpoint is not quantized again, nor shrunk.
+  for (const char* command : {"quantize", "shrink"}) {
+    r = run_cli(
+        {command,
+         config,
+         "--ckpt_path=" + int8,
+         "--output=" + dir.file("again.ckpt")});
+    EXPECT_EQ(r.code, 1) << command;
+    EXPECT_THAT(
+        r.err,
+        HasSubstr(
+            int8 + ": an int8 (quantized) checkpoint, not a float "
+                   "model's"))
+        << command;
+    EXPECT_FALSE(fs::exists(dir.file("again.ckpt"))) << command;
+  }
 }
 
 TEST(CompressCli, ShrinkMakesAStructurallyPrunedCnnSmallerWithTheSameResults) {

@@ -141,24 +141,42 @@ TEST_F(ModelPruningTest, AResumedFitPrunesOnAsTheUninterruptedOne) {
   auto first = train::make_module(7);
   const train::FitResult part = fit(*first, pruning(), 2, out);
   ASSERT_FALSE(part.checkpoint_path.empty());
-  auto resumed = train::make_module(7);
-  fit(*resumed, pruning(), 3, out, part.checkpoint_path);
-
-  const auto a = whole->named_parameters();
-  const auto b = resumed->named_parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& item : a) {
-    EXPECT_TRUE(item.value().equal(b[item.key()])) << item.key();
+  // last.ckpt, written again after the second epoch's pruning; and the
+  // checkpoint the second epoch's validation wrote before that pruning,
+  // from which the resumed fit prunes for epoch 2 first.
+  const std::string before_pruning =
+      (fs::path(part.checkpoint_path).parent_path() / "epoch=1-step=16.ckpt")
+          .string();
+  ASSERT_TRUE(fs::is_regular_file(before_pruning));
+  // Copies: a resumed fit writes into the folder it resumes from, where
+  // its checkpointing replaces both files.
+  const fs::path copies = fs::path(dir_.path()) / "resume_from";
+  fs::create_directories(copies);
+  fs::copy_file(part.checkpoint_path, copies / "last.ckpt");
+  fs::copy_file(before_pruning, copies / "before_pruning.ckpt");
+  for (const std::string& ckpt :
+       {(copies / "last.ckpt").string(),
+        (copies / "before_pruning.ckpt").string()}) {
+    auto resumed = train::make_module(7);
+    fit(*resumed, pruning(), 3, out, ckpt);
+    const auto a = whole->named_parameters();
+    const auto b = resumed->named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& item : a) {
+      EXPECT_TRUE(item.value().equal(b[item.key()]))
+          << ckpt << " " << item.key();
+    }
+    const auto buffers_a = whole->named_buffers();
+    const auto buffers_b = resumed->named_buffers();
+    ASSERT_EQ(buffers_a.size(), buffers_b.size());
+    int64_t masks = 0;
+    for (const auto& item : buffers_a) {
+      EXPECT_TRUE(item.value().equal(buffers_b[item.key()]))
+          << ckpt << " " << item.key();
+      masks += item.key().find("_mask") != std::string::npos;
+    }
+    EXPECT_EQ(masks, static_cast<int64_t>(kTensors.size()));
   }
-  const auto buffers_a = whole->named_buffers();
-  const auto buffers_b = resumed->named_buffers();
-  ASSERT_EQ(buffers_a.size(), buffers_b.size());
-  int64_t masks = 0;
-  for (const auto& item : buffers_a) {
-    EXPECT_TRUE(item.value().equal(buffers_b[item.key()])) << item.key();
-    masks += item.key().find("_mask") != std::string::npos;
-  }
-  EXPECT_EQ(masks, static_cast<int64_t>(kTensors.size()));
   // The checkpoint loads into a fresh, unpruned model: test and predict
   // see the masked weights.
   auto fresh = train::make_module(8);
