@@ -1,7 +1,6 @@
 #include "hotloop/compress/quantize.h"
 
-#include "detail/module_access.h"
-#include "hotloop/compress/parametrization.h"
+#include "detail/quantized_weights.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
 
@@ -14,26 +13,15 @@ namespace {
 
 using Kind = QuantizedStage::Kind;
 
-// The forward's value of `name`: the masked one of a pruned tensor.
+using detail::child;
+using detail::quantize_weight;
+
 at::Tensor value(torch::nn::Module& module, const std::string& name) {
-  if (is_pruned(module, name)) {
-    return masked_tensor(module, name).detach();
-  }
-  const auto parameters = module.named_parameters(false);
-  const at::Tensor* found = parameters.find(name);
-  return found != nullptr && found->defined() ? found->detach() : at::Tensor();
+  return detail::forward_value(module, name);
 }
 
 at::Tensor buffer(torch::nn::Module& module, const std::string& name) {
-  const auto buffers = module.named_buffers(false);
-  const at::Tensor* found = buffers.find(name);
-  return found != nullptr ? found->detach() : at::Tensor();
-}
-
-torch::nn::Module& child(torch::nn::Module& root, const std::string& path) {
-  torch::nn::Module* module = detail::module_at(root, path);
-  HOTLOOP_CHECK(module != nullptr, "quantize: the model has no '", path, "'");
-  return *module;
+  return detail::buffer_value(module, name);
 }
 
 ObserverOptions activation_options(
@@ -64,24 +52,6 @@ Observer activation_observer(
   return Observer(
       activation_options(options, engine),
       options.observer() == "moving_average");
-}
-
-// torch.ao's _quantize_weight: per channel (scales as double, zero points
-// as int64) or per tensor.
-at::Tensor quantize_weight(const at::Tensor& weight, const QParams& q) {
-  if (q.axis >= 0) {
-    return at::quantize_per_channel(
-        weight.to(at::kFloat),
-        q.scale.to(at::kDouble),
-        q.zero_point.to(at::kLong),
-        q.axis,
-        at::kQInt8);
-  }
-  return at::quantize_per_tensor(
-      weight.to(at::kFloat),
-      q.scale.item<double>(),
-      q.zero_point.item<int64_t>(),
-      at::kQInt8);
 }
 
 void check_calibration(const std::vector<at::Tensor>& calibration) {

@@ -37,15 +37,37 @@ struct ObserverOptions {
   std::pair<int64_t, int64_t> quant_range() const;
 };
 
+/// torch.ao's _calculate_qparams: the scale ([1], or [C] per channel;
+/// float32) and zero point (int64) of a running min and max (per tensor:
+/// [] float32; per channel: [C]), bit for bit. Scale 1 and zero point 0
+/// when nothing was observed (min +inf, or an empty per-channel min).
+QParams calculate_qparams(
+    const at::Tensor& min_val,
+    const at::Tensor& max_val,
+    const ObserverOptions& options);
+
+/// One observation of `x` (detached; float32): the new running min and max,
+/// as torch.ao's observers update them. MinMax: the extremes so far;
+/// moving average: min + averaging_constant * (batch min - min), the batch's
+/// own at the first observation. Per channel (a per-channel qscheme): over
+/// every axis but options.ch_axis.
+std::pair<at::Tensor, at::Tensor> observe_min_max(
+    const at::Tensor& x,
+    const at::Tensor& min_val,
+    const at::Tensor& max_val,
+    const ObserverOptions& options,
+    bool moving_average);
+
 /// torch.ao.quantization's MinMaxObserver (per tensor), or with
 /// averaging_constant its MovingAverageMinMaxObserver, or with a
-/// per-channel qscheme its PerChannelMinMaxObserver: the running min and
+/// per-channel qscheme its PerChannelMinMaxObserver (with
+/// moving_average, MovingAveragePerChannelMinMaxObserver): the running min and
 /// max of what it sees, and the scale and zero point they give, computed
 /// as torch.ao computes them (the same tensors, bit for bit).
 class Observer {
  public:
   /// Throws ConfigError for a dtype other than quint8/qint8 or a scheme it
-  /// does not have.
+  /// does not have, or an averaging constant outside (0, 1].
   explicit Observer(ObserverOptions options = {}, bool moving_average = false);
 
   /// Records `x` (detached; float32).
@@ -71,7 +93,6 @@ class Observer {
   bool moving_average_;
   at::Tensor min_val_;
   at::Tensor max_val_;
-  at::Tensor eps_;
 };
 
 } // namespace hotloop::compress
