@@ -316,6 +316,7 @@ int fit_in_process(
     std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   auto train_loader = std::make_unique<data::DataLoader>(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
@@ -335,6 +336,7 @@ int fit_in_process(
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
           : "";
   const std::string& run_dir = trainer.log_dir(ckpt_path);
+  add_quantization_callback(trainer, config, session, run_dir);
   // The run's own config, with the model it resolved (csv's mlp) and what
   // the tuners found.
   Config resolved = resolve_config(args.config);
@@ -473,8 +475,8 @@ std::string evaluated_checkpoint(
       command,
       " needs --ckpt_path PATH (or last), or --model.init_from=FILE");
   return args.extra.count("ckpt_path")
-      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
-      : "";
+             ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+             : "";
 }
 
 int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
@@ -486,6 +488,7 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
@@ -535,6 +538,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
@@ -633,8 +637,8 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     rows = index;
   });
   out << "predict of "
-      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
-      << rows << " rows written to " << output << "\n";
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": " << rows
+      << " rows written to " << output << "\n";
   return 0;
 }
 

@@ -6,6 +6,8 @@
 
 #include "hotloop/cli/session.h"
 #include "hotloop/cli/trained_data.h"
+#include "hotloop/compress/qat.h"
+#include "hotloop/compress/quantization_aware_training.h"
 #include "hotloop/compress/quantize.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/compress/quantized_net.h"
@@ -14,6 +16,7 @@
 #include "hotloop/data/dataloader.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/network_module.h"
 #include "hotloop/train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -103,6 +106,8 @@ Session loaded_session(
   const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
   Session session =
       build_session(config, with_train, trained ? &*trained : nullptr);
+  // A QAT run's checkpoint holds the QAT network.
+  prepare_quantization(config, session);
   train::load_checkpoint(ckpt_path, *session.module);
   session.module->eval();
   return session;
@@ -143,7 +148,19 @@ int run_quantize(const ParsedArgs& args, std::ostream& out) {
   std::shared_ptr<torch::nn::Module> network = network_of(*session.module);
   network->eval();
   compress::QuantizedNet net{nullptr};
-  if (mode == "static") {
+  if (auto* qat = dynamic_cast<compress::QatNetImpl*>(network.get())) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        mode == "static",
+        ckpt_path,
+        ": a quantization-aware checkpoint converts to static int8, not "
+        "--mode=",
+        mode);
+    net = compress::convert_qat(*qat);
+    out << "quantize: the quantization-aware model converted to int8 on the "
+        << net->engine() << " engine (its observers' scales, no "
+        << "calibration)\n";
+  } else if (mode == "static") {
     data::DataLoader train_loader(
         session.train_set, loader_options(config, session, true));
     std::vector<at::Tensor> calibration;
@@ -281,6 +298,53 @@ std::shared_ptr<train::Module> int8_module(
       config.optimizer,
       config.scheduler,
       config.top_k);
+}
+
+void prepare_quantization(const FitConfig& config, Session& session) {
+  if (!config.quantization) {
+    return;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      config.task == "classification",
+      "quantization.qat trains classifiers here, not model.task=",
+      config.task);
+  auto* module = dynamic_cast<train::NetworkModule*>(session.module.get());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      module != nullptr,
+      "quantization.qat: this model has no network to prepare");
+  compress::QatNet net =
+      compress::prepare_qat(*module->network(), config.quantization->qat);
+  auto classifier = std::make_shared<train::ImageClassifier>(
+      torch::nn::AnyModule(net),
+      config.optimizer,
+      config.scheduler,
+      config.top_k);
+  classifier->set_flops_per_sample(module->flops_per_sample());
+  session.module = classifier;
+}
+
+void add_quantization_callback(
+    train::Trainer& trainer,
+    const FitConfig& config,
+    const Session& session,
+    const std::string& run_dir) {
+  if (!config.quantization) {
+    return;
+  }
+  compress::QuantizationAwareTrainingOptions options =
+      config.quantization->callback;
+  if (options.quantize_on_fit_end() && !run_dir.empty()) {
+    options.output((fs::path(run_dir) / "int8.ckpt").string());
+    if (!session.data.empty()) {
+      options.extra(nlohmann::json{
+          {"data", TrainedDataCallback(session.data).state_dict()}}
+                        .dump());
+    }
+  }
+  trainer.add_callback(
+      std::make_shared<compress::QuantizationAwareTraining>(options));
 }
 
 } // namespace hotloop::cli

@@ -1276,6 +1276,7 @@ const ConfigSchema& fit_schema() {
     add_registered_options(s, registered_models(), "model");
     add_registered_options(s, registered_datasets(), "dataset");
     add_pruning_options(s);
+    add_quantization_options(s);
     return s;
   }();
   return schema;
@@ -1683,6 +1684,7 @@ FitConfig to_fit_config(const Config& c) {
     f.trainer.name(run_name(f));
   }
   f.pruning = pruning_options(c);
+  f.quantization = quantization_options(c);
   return f;
 }
 

@@ -20,4 +20,5 @@ target_sources(hotloop PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shrink.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../cli/compress_commands.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../cli/pruning_config.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../cli/quantization_config.cpp
 )

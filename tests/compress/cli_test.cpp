@@ -239,3 +239,93 @@ TEST(CompressCli, ShrinkMakesAStructurallyPrunedCnnSmallerWithTheSameResults) {
 
 } // namespace
 } // namespace hotloop::cli
+
+namespace hotloop::cli {
+namespace {
+
+TEST(CompressCli, QuantizationAwareFitWritesAnInt8ModelThatTestRuns) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 256, 100);
+  Result r = run_cli({"fit", "--help"});
+  EXPECT_THAT(r.out, HasSubstr("--quantization.qat"));
+  EXPECT_THAT(r.out, HasSubstr("--quantization.freeze_bn_epoch"));
+  r = run_cli(small_fit(
+      dir,
+      {"--quantization.qat=true",
+       "--quantization.engine=onednn",
+       "--quantization.freeze_bn_epoch=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path int8 = run_folder(dir) / "int8.ckpt";
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "quantization-aware training: int8 model (onednn) written to " +
+          int8.string()));
+  ASSERT_TRUE(compress::is_quantized_checkpoint(int8.string()));
+  std::ifstream in(run_folder(dir) / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  ASSERT_TRUE(summary.contains("quantization_aware_training"))
+      << summary.dump(2);
+  EXPECT_EQ(
+      summary.at("quantization_aware_training").at("kind"), "fashion_cnn qat");
+  const std::string config =
+      "--config=" + (run_folder(dir) / "config.yaml").string();
+  // The int8 model, and the QAT checkpoint itself (fake-quantized float).
+  r = run_cli({"test", config, "--ckpt_path=" + int8.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  r = run_cli({"test", config, "--ckpt_path=last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  // hotloop quantize converts the QAT checkpoint without calibration.
+  r = run_cli(
+      {"quantize",
+       config,
+       "--ckpt_path=last",
+       "--output=" + dir.file("again.int8.ckpt")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("quantize: the quantization-aware model converted to int8 on "
+                "the onednn engine"));
+  EXPECT_TRUE(compress::is_quantized_checkpoint(dir.file("again.int8.ckpt")));
+  // Resumed, the fit goes on from the QAT checkpoint.
+  r = run_cli(
+      {"fit",
+       config,
+       "--ckpt_path=last",
+       "--trainer.max_epochs=3",
+       "--trainer.default_root_dir=" + dir.file("runs")});
+  ASSERT_EQ(r.code, 0) << r.err;
+}
+
+TEST(CompressCli, BadQuantizationSettingsAreNamedAndWriteNothing) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  Result r = run_cli(small_fit(
+      dir, {"--quantization.qat=true", "--quantization.observer=minmax"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("quantization.observer=minmax needs quantization.fused=false"));
+  r = run_cli(small_fit(
+      dir,
+      {"--quantization.qat=true",
+       "--quantization.observer_enabled_stages=train,predict"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("quantization.observer_enabled_stages: expected train, "
+                "validate or test, got 'predict'"));
+  r = run_cli(
+      small_fit(dir, {"--quantization.qat=true", "--model.name=resnet18"}));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("quantization-aware: hotloop has quantized "
+                "kernels for fashion_cnn and mlp"));
+  EXPECT_FALSE(fs::exists(run_folder(dir)));
+}
+
+} // namespace
+} // namespace hotloop::cli

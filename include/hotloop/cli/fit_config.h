@@ -3,6 +3,7 @@
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/init_from.h"
 #include "hotloop/cli/pruning_config.h"
+#include "hotloop/cli/quantization_config.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -148,6 +149,9 @@ struct FitConfig {
   TunerConfig tuner;
   /// The pruning section: a ModelPruning callback when pruning.enabled.
   std::optional<compress::ModelPruningOptions> pruning;
+  /// The quantization section: quantization-aware training when
+  /// quantization.qat.
+  std::optional<QuantizationConfig> quantization;
 };
 
 /// Every key of the fit/validate/test config with its default, type, range
