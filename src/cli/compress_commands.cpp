@@ -309,6 +309,13 @@ void prepare_quantization(const FitConfig& config, Session& session) {
       config.task == "classification",
       "quantization.qat trains classifiers here, not model.task=",
       config.task);
+  const std::string& precision = config.trainer.precision();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      precision == "32-true" || precision == "32",
+      "quantization.qat trains in float32 (the fake quantizers observe "
+      "float32 ranges): set trainer.precision=32-true, not ",
+      precision);
   auto* module = dynamic_cast<train::NetworkModule*>(session.module.get());
   HOTLOOP_CHECK_AS(
       ConfigError,

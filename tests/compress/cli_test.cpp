@@ -3,6 +3,7 @@
 
 #include "hotloop/cli/app.h"
 #include "hotloop/compress/quantized_net.h"
+#include "hotloop/interop/load_weights.h"
 #include "test_util.h"
 
 #include <gmock/gmock.h>
@@ -299,6 +300,40 @@ TEST(CompressCli, QuantizationAwareFitWritesAnInt8ModelThatTestRuns) {
   ASSERT_EQ(r.code, 0) << r.err;
 }
 
+TEST(CompressCli, QuantizationAwareFitStartsFromModelInitFrom) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 128, 50);
+  Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path float_ckpt = run_folder(dir) / "checkpoints" / "last.ckpt";
+  // lr 1e-30: the QAT fit's weights stay the float model's (an update
+  // that small vanishes in float32).
+  r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--optimizer.lr=1e-30",
+       "--optimizer.weight_decay=0",
+       "--model.init_from=" + float_ckpt.string(),
+       "--quantization.qat=true"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const interop::NamedTensors before = interop::read_weights(float_ckpt);
+  const interop::NamedTensors after = interop::read_weights(
+      (run_folder(dir, 1) / "checkpoints" / "last.ckpt").string());
+  for (const auto& [qat_name, float_name] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"network.features.0.weight", "network.features.0.weight"},
+           {"network.features.0.bn.weight", "network.features.1.weight"},
+           {"network.features.1.weight", "network.features.4.weight"},
+           {"network.head.0.weight", "network.head.1.weight"},
+           {"network.head.1.bias", "network.head.3.bias"}}) {
+    ASSERT_NE(after.find(qat_name), nullptr) << qat_name;
+    ASSERT_NE(before.find(float_name), nullptr) << float_name;
+    EXPECT_TRUE(after.find(qat_name)->equal(*before.find(float_name)))
+        << qat_name;
+  }
+  EXPECT_TRUE(fs::exists(run_folder(dir, 1) / "int8.ckpt"));
+}
+
 TEST(CompressCli, BadQuantizationSettingsAreNamedAndWriteNothing) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
@@ -317,6 +352,14 @@ TEST(CompressCli, BadQuantizationSettingsAreNamedAndWriteNothing) {
       r.err,
       HasSubstr("quantization.observer_enabled_stages: expected train, "
                 "validate or test, got 'predict'"));
+  r = run_cli(small_fit(
+      dir, {"--quantization.qat=true", "--trainer.precision=bf16-mixed"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("quantization.qat trains in float32 (the fake quantizers "
+                "observe float32 ranges): set trainer.precision=32-true, not "
+                "bf16-mixed"));
   r = run_cli(
       small_fit(dir, {"--quantization.qat=true", "--model.name=resnet18"}));
   EXPECT_NE(r.code, 0);
