@@ -4,6 +4,8 @@
 //
 //   compress_bench --ckpt PATH [--root DIR] [--channels 16,32] [--hidden 128]
 //                  [--repeats 5] [--batch 1000] [--calibration 32]
+//                  [--finetune-epochs 2] [--qat-epochs 2] [--qat-lr 1e-5]
+//                  [--qat-freeze-bn-epoch LAST]
 //                  [--skip-python] [--python PATH]
 //
 // PATH is a checkpoint of `hotloop fit --config configs/fashion_mnist.yaml`
@@ -16,14 +18,23 @@
 // - static int8 (quantize_static: calibrated on --calibration training
 //   batches, MinMax activations, per-channel weights) on each quantized
 //   engine this LibTorch has;
+// - quantization-aware training (prepare_qat: torch.ao's default QAT
+//   qconfig for the engine auto picks) of the same weights for
+//   --qat-epochs epochs (AdamW at --qat-lr, one-cycle, BatchNorm frozen
+//   from --qat-freeze-bn-epoch, by default for the last epoch), converted
+//   to int8 (convert_qat);
 // - PyTorch's eager static int8 of the same weights with the same qconfig,
 //   calibration batches and engine (python_quantize.py), and PyTorch's fp32.
 // Every row times one pass over the 10000 test images in batches of
 // --batch, --repeats times, interleaved; the table gives the median
-// samples/s with the min-max and the ratio to fp32.
+// samples/s with the min-max and the ratio to fp32. The fp32, masked and
+// shrunk rows also time 20 training steps on batches of 256 (forward,
+// cross-entropy, backward, SGD step) per repeat: training samples/s.
 
 #include "bench_util.h"
 #include "hotloop/compress/prune.h"
+#include "hotloop/compress/qat.h"
+#include "hotloop/compress/quantization_aware_training.h"
 #include "hotloop/compress/quantize.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/compress/quantized_net.h"
@@ -40,6 +51,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/optim/sgd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +80,9 @@ struct Options {
   int64_t batch = 1000;
   int64_t calibration = 32;
   int64_t finetune_epochs = 2;
+  int64_t qat_epochs = 2;
+  double qat_lr = 1e-5;
+  int64_t qat_freeze_bn_epoch = -2; // -2: the last epoch
   bool python = true;
   std::string python_path = HOTLOOP_BENCH_PYTHON;
 };
@@ -79,6 +94,10 @@ struct Row {
   int64_t file_bytes = 0;
   std::vector<double> rates;
   Forward forward;
+  // Training samples/s (fp32, masked and shrunk rows): one timed pass of
+  // training steps per repeat.
+  std::function<double()> train_seconds;
+  std::vector<double> train_rates;
 };
 
 double median(std::vector<double> v) {
@@ -91,7 +110,8 @@ double median(std::vector<double> v) {
       stderr,
       "compress_bench: %s\nusage: compress_bench --ckpt PATH [--root DIR] "
       "[--channels 16,32] [--hidden 128] [--repeats 5] [--batch 1000] "
-      "[--calibration 32] [--finetune-epochs 2] [--skip-python] [--python "
+      "[--calibration 32] [--finetune-epochs 2] [--qat-epochs 2] [--qat-lr "
+      "1e-5] [--qat-freeze-bn-epoch LAST] [--skip-python] [--python "
       "PATH]\n",
       why.c_str());
   std::exit(2);
@@ -140,6 +160,39 @@ double accuracy(
     total += targets[i].size(0);
   }
   return static_cast<double>(correct) / total;
+}
+
+// Seconds for training steps over `batches`: forward, cross-entropy,
+// backward and an SGD step (learning rate 0, so that the model is left as
+// it is), a pruned model recomputing its masked weights before each
+// forward as the Trainer does.
+double train_seconds(
+    torch::nn::Module& model,
+    const Forward& forward,
+    const std::vector<std::pair<at::Tensor, at::Tensor>>& batches) {
+  // BatchNorm's statistics move in training mode: put back afterwards.
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : model.buffers()) {
+    buffers.push_back(b.clone());
+  }
+  model.train();
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.0));
+  const auto start = Clock::now();
+  for (const auto& [x, y] : batches) {
+    compress::recompute_pruned(model);
+    sgd.zero_grad();
+    at::cross_entropy_loss(forward(x), y).backward();
+    sgd.step();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  model.eval();
+  const at::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto& b : model.buffers()) {
+    b.copy_(buffers[i++]);
+  }
+  compress::recompute_pruned(model);
+  return s;
 }
 
 // Raw float32 tensors with a text index, for python_quantize.py.
@@ -196,6 +249,12 @@ int main(int argc, char** argv) {
       o.calibration = std::stoll(value);
     } else if (arg == "--finetune-epochs") {
       o.finetune_epochs = std::stoll(value);
+    } else if (arg == "--qat-epochs") {
+      o.qat_epochs = std::stoll(value);
+    } else if (arg == "--qat-lr") {
+      o.qat_lr = std::stod(value);
+    } else if (arg == "--qat-freeze-bn-epoch") {
+      o.qat_freeze_bn_epoch = std::stoll(value);
     } else if (arg == "--python") {
       o.python_path = value;
     } else {
@@ -228,6 +287,7 @@ int main(int argc, char** argv) {
   normalize.mean = {0.2860};
   normalize.std = {0.3530};
   std::vector<at::Tensor> inputs, targets, calibration;
+  std::vector<std::pair<at::Tensor, at::Tensor>> train_batches;
   {
     data::DataLoader test(
         data::load_mnist_split(o.root, /*train=*/false, normalize),
@@ -247,6 +307,13 @@ int main(int argc, char** argv) {
       }
       calibration.push_back(b.input.clone());
     }
+    // Training throughput: 20 batches of 256.
+    for (const data::Batch& b : train) {
+      if (train_batches.size() == 20) {
+        break;
+      }
+      train_batches.emplace_back(b.input.clone(), b.target.clone());
+    }
   }
 
   const fs::path work = fs::temp_directory_path() /
@@ -259,6 +326,12 @@ int main(int argc, char** argv) {
       {"fp32", 0, fp32_params, float_bytes, {}, [&](const at::Tensor& x) {
          return network->forward(x);
        }});
+  rows.back().train_seconds = [&] {
+    return train_seconds(
+        *network,
+        [&](const at::Tensor& x) { return network->forward(x); },
+        train_batches);
+  };
 
   // Pruned to a fraction of the channels and hidden units, masked and
   // shrunk.
@@ -334,6 +407,12 @@ int main(int argc, char** argv) {
          float_bytes,
          {},
          [pruned](const at::Tensor& x) mutable { return pruned->forward(x); }});
+    rows.back().train_seconds = [pruned, &train_batches]() mutable {
+      return train_seconds(
+          *pruned,
+          [pruned](const at::Tensor& x) mutable { return pruned->forward(x); },
+          train_batches);
+    };
     rows.push_back(
         {"pruned " + label + tuned + ", shrunk",
          0,
@@ -341,6 +420,12 @@ int main(int argc, char** argv) {
          static_cast<int64_t>(fs::file_size(path)),
          {},
          [shrunk](const at::Tensor& x) mutable { return shrunk->forward(x); }});
+    rows.back().train_seconds = [shrunk, &train_batches]() mutable {
+      return train_seconds(
+          *shrunk,
+          [shrunk](const at::Tensor& x) mutable { return shrunk->forward(x); },
+          train_batches);
+    };
   }
 
   // Static int8 on each engine.
@@ -367,15 +452,75 @@ int main(int argc, char** argv) {
   }
   compress::select_quantized_engine(engine_before);
 
+  // Quantization-aware training of the same weights, converted to int8.
+  if (o.qat_epochs > 0) {
+    compress::QatNet qat = compress::prepare_qat(*network);
+    data::ImageTransformOptions augment = normalize;
+    augment.crop_padding = 2;
+    augment.horizontal_flip = true;
+    data::DataLoader loader(
+        data::load_mnist_split(o.root, /*train=*/true, augment),
+        data::DataLoaderOptions(256).shuffle(true).seed(0).num_workers(1));
+    optim::OptimizerOptions adamw;
+    adamw.lr = o.qat_lr;
+    adamw.weight_decay = 1e-4;
+    train::ImageClassifier tuned(torch::nn::AnyModule(qat), adamw, {}, 1);
+    auto callback = std::make_shared<compress::QuantizationAwareTraining>(
+        compress::QuantizationAwareTrainingOptions().freeze_bn_epoch(
+            o.qat_freeze_bn_epoch == -2 ? o.qat_epochs - 1
+                                        : o.qat_freeze_bn_epoch));
+    std::ostream quiet(nullptr);
+    train::Trainer trainer(
+        train::TrainerOptions()
+            .max_epochs(o.qat_epochs)
+            .default_root_dir("")
+            .logger(false)
+            .enable_checkpointing(false)
+            .enable_progress_bar(false)
+            .accelerator("cpu"),
+        quiet);
+    trainer.add_callback(callback);
+    trainer.fit(tuned, loader);
+    compress::QuantizedNet net = *callback->converted();
+    const std::string engine = net->engine();
+    const std::string path = (work / "int8-qat.ckpt").string();
+    compress::save_quantized(path, *net);
+    nets.push_back(net);
+    rows.push_back(
+        {"QAT int8 (" + engine + ") +" + std::to_string(o.qat_epochs) +
+             " epochs",
+         0,
+         fp32_params,
+         static_cast<int64_t>(fs::file_size(path)),
+         {},
+         [net, engine](const at::Tensor& x) mutable {
+           compress::select_quantized_engine(engine);
+           return net->forward(x);
+         }});
+    compress::select_quantized_engine(engine_before);
+  }
+
   // Accuracy once; then the timed passes, interleaved, after a warm-up.
   for (Row& row : rows) {
     row.accuracy = accuracy(row.forward, inputs, targets);
     seconds(row.forward, {inputs.front()});
   }
   const double samples = 10000;
+  double train_samples = 0;
+  for (const auto& batch : train_batches) {
+    train_samples += static_cast<double>(batch.first.size(0));
+  }
+  for (Row& row : rows) {
+    if (row.train_seconds) {
+      row.train_seconds(); // warm-up
+    }
+  }
   for (int64_t r = 0; r < o.repeats; ++r) {
     for (Row& row : rows) {
       row.rates.push_back(samples / seconds(row.forward, inputs));
+      if (row.train_seconds) {
+        row.train_rates.push_back(train_samples / row.train_seconds());
+      }
     }
   }
 
@@ -440,21 +585,39 @@ int main(int argc, char** argv) {
             ", 10000 test images in batches of " + std::to_string(o.batch) +
             ", median of " + std::to_string(o.repeats) + " passes (min-max)"}});
   std::printf(
-      "\n%-42s %8s %11s %10s %22s %9s\n",
+      "\n%-42s %8s %11s %10s %22s %9s %26s\n",
       "model",
       "test acc",
       "parameters",
       "file KB",
       "samples/s (min-max)",
-      "vs fp32");
+      "vs fp32",
+      "train samples/s, vs fp32");
   const double fp32_rate = median(rows.front().rates);
+  const double fp32_train = median(rows.front().train_rates);
   const double fp32_acc = rows.front().accuracy;
   double best_int8 = 0, best_int8_acc = 0, half_shrunk = 0;
+  double best_static_acc = 0, qat_acc = -1;
   for (const Row& row : rows) {
     const auto [low, high] =
         std::minmax_element(row.rates.begin(), row.rates.end());
+    std::string train = "-";
+    if (!row.train_rates.empty()) {
+      const auto [tlow, thigh] =
+          std::minmax_element(row.train_rates.begin(), row.train_rates.end());
+      char text[80];
+      std::snprintf(
+          text,
+          sizeof(text),
+          "%.0f (%.0f-%.0f) %.2fx",
+          median(row.train_rates),
+          *tlow,
+          *thigh,
+          median(row.train_rates) / fp32_train);
+      train = text;
+    }
     std::printf(
-        "%-42s %7.2f%% %11lld %10lld %9.0f (%.0f-%.0f) %8.2fx\n",
+        "%-42s %7.2f%% %11lld %10lld %9.0f (%.0f-%.0f) %8.2fx %26s\n",
         row.name.c_str(),
         100 * row.accuracy,
         static_cast<long long>(row.parameters),
@@ -462,11 +625,18 @@ int main(int argc, char** argv) {
         median(row.rates),
         row.rates.empty() ? 0.0 : *low,
         row.rates.empty() ? 0.0 : *high,
-        median(row.rates) / fp32_rate);
+        median(row.rates) / fp32_rate,
+        train.c_str());
     if (row.name.rfind("static int8", 0) == 0 &&
         median(row.rates) > best_int8) {
       best_int8 = median(row.rates);
       best_int8_acc = row.accuracy;
+    }
+    if (row.name.rfind("static int8", 0) == 0) {
+      best_static_acc = std::max(best_static_acc, row.accuracy);
+    }
+    if (row.name.rfind("QAT int8", 0) == 0) {
+      qat_acc = row.accuracy;
     }
     if (row.name.rfind("pruned 50%", 0) == 0 &&
         row.name.find("shrunk") != std::string::npos) {
@@ -488,12 +658,17 @@ int main(int argc, char** argv) {
   std::printf(
       "\ntargets: static int8 within 0.5 point of fp32: %s (%+.2f points); "
       "static int8 >= 1.5x fp32 samples/s: %s (%.2fx); half the channels "
-      "shrunk >= 1.6x: %s (%.2fx); QAT: not measured (hotloop has no QAT)\n",
+      "shrunk >= 1.6x: %s (%.2fx); QAT int8 at least as accurate as static "
+      "int8: %s (%+.2f points)\n",
       fp32_acc - best_int8_acc <= 0.005 ? "PASS" : "MISS",
       100 * (best_int8_acc - fp32_acc),
       best_int8 >= 1.5 * fp32_rate ? "PASS" : "MISS",
       best_int8 / fp32_rate,
       half_shrunk >= 1.6 * fp32_rate ? "PASS" : "MISS",
-      half_shrunk / fp32_rate);
+      half_shrunk / fp32_rate,
+      qat_acc < 0                  ? "not measured (--qat-epochs 0)"
+      : qat_acc >= best_static_acc ? "PASS"
+                                   : "MISS",
+      qat_acc < 0 ? 0.0 : 100 * (qat_acc - best_static_acc));
   return 0;
 }
