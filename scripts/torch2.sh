@@ -70,8 +70,10 @@ else
   ROOT=${HOTLOOP_TORCH2_ROOT:-/var/cache/hotloop/torch2-root}
   BUILD=build-torch2
   COMPONENTS=main
-  # python3-torch gives torchrun and the Python reference checks, at 2.6 too.
-  PACKAGES+=(libtorch-dev libgloo-dev python3-torch)
+  # python3-torch gives torchrun and the Python reference checks, at 2.6
+  # too; python3-safetensors the check against the safetensors library
+  # itself (Debian 12 has none).
+  PACKAGES+=(libtorch-dev libgloo-dev python3-torch python3-safetensors)
 fi
 ROOT=$(realpath -m "$ROOT")
 

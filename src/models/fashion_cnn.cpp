@@ -2,13 +2,13 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/dist/sync_batch_norm.h"
+#include "hotloop/models/max_pool2x2.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/pooling.h>
 
 namespace hotloop::models {
 
@@ -59,7 +59,7 @@ FashionCnnImpl::FashionCnnImpl(FashionCnnOptions options)
       features_->push_back(nn::BatchNorm2d(out));
     }
     features_->push_back(nn::ReLU(nn::ReLUOptions().inplace(true)));
-    features_->push_back(nn::MaxPool2d(2));
+    features_->push_back(MaxPool2x2());
     in = out;
     size /= 2;
   }

@@ -4,11 +4,12 @@
 // nanoGPT's GPT, torchvision's resnet18 and the CNN's and MLP's twins give
 // hotloop's logits; torchvision's resnet18 saved by Python gives Python's
 // logits in hotloop. tests/reference/make_interop_reference.py is the
-// Python side. Skipped where HOTLOOP_TEST_PYTHON has no torch or
+// Python side. Skipped where the test Python has no torch or
 // torchvision (the committed files of load_weights_test cover the Python
 // to hotloop direction without Python).
 #include "hotloop/interop/export.h"
 #include "hotloop/interop/load_weights.h"
+#include "hotloop/interop/safetensors.h"
 #include "hotloop/interop/torch_file.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/gpt.h"
@@ -24,6 +25,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -53,13 +55,19 @@ std::pair<int, std::string> shell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
-// "" when HOTLOOP_TEST_PYTHON imports `modules`, else why not.
+// The interpreter: the environment's HOTLOOP_TEST_PYTHON where set (say a
+// wrapper that runs another root's python3), the configured one otherwise.
+std::string python() {
+  const char* chosen = std::getenv("HOTLOOP_TEST_PYTHON");
+  return chosen != nullptr && *chosen != '\0' ? chosen : HOTLOOP_TEST_PYTHON;
+}
+
+// "" when python() imports `modules`, else why not.
 std::string why_no_python(const std::string& modules = "torch, torchvision") {
-  const auto [code, output] =
-      shell(std::string(HOTLOOP_TEST_PYTHON) + " -c 'import " + modules + "'");
+  const auto [code, output] = shell(python() + " -c 'import " + modules + "'");
   return code == 0 ? ""
-                   : "needs " + std::string(HOTLOOP_TEST_PYTHON) + " with " +
-                         modules + ": " + output.substr(0, output.find('\n'));
+                   : "needs " + python() + " with " + modules + ": " +
+                         output.substr(0, output.find('\n'));
 }
 
 // "<case> input|tokens ... " and "<case> output logits ..." as the script
@@ -157,9 +165,8 @@ TEST(PythonParity, HotloopsExportedModelsGiveHotloopsLogitsInPython) {
     export_module(*gpt, dir.file(std::string("gpt") + ext));
     export_module(*resnet, dir.file(std::string("resnet18") + ext));
   }
-  const auto [code, output] = shell(
-      std::string(HOTLOOP_TEST_PYTHON) + " " + kScript + " check " +
-      dir.path());
+  const auto [code, output] =
+      shell(python() + " " + kScript + " check " + dir.path());
   EXPECT_EQ(code, 0) << output;
   for (const char* file :
        {"cnn.pt",
@@ -181,9 +188,8 @@ TEST(PythonParity, TorchvisionsResnet18SavedByPythonGivesPythonsLogits) {
     GTEST_SKIP() << why;
   }
   TempDir dir;
-  const auto [code, output] = shell(
-      std::string(HOTLOOP_TEST_PYTHON) + " " + kScript + " resnet " +
-      dir.path());
+  const auto [code, output] =
+      shell(python() + " " + kScript + " resnet " + dir.path());
   ASSERT_EQ(code, 0) << output;
   std::ifstream text(dir.file("resnet18.txt"));
   std::string input_line;
@@ -264,10 +270,86 @@ TEST(PythonParity, TorchLoadWithWeightsOnlyReadsEveryDtypeHotloopWrites) {
       "assert d['b'].data_ptr() == d['a'].data_ptr()\n"
       "print('read', len(d))\n";
   std::ofstream(dir.file("check.py")) << check;
-  const auto [code, output] =
-      shell(std::string(HOTLOOP_TEST_PYTHON) + " " + dir.file("check.py"));
+  const auto [code, output] = shell(python() + " " + dir.file("check.py"));
   EXPECT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("read 12"));
+}
+
+// The safetensors library itself (Debian 13's python3-safetensors, which
+// scripts/torch2.sh installs in its root; Debian 12 has none, so it is
+// skipped here): it reads every dtype and the metadata hotloop writes, and
+// hotloop reads what it writes.
+TEST(PythonParity, TheSafetensorsLibraryReadsHotloopsFilesAndTheReverse) {
+  if (const std::string why = why_no_python("torch, safetensors");
+      !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  TempDir dir;
+  const std::pair<const char*, at::ScalarType> dtypes[] = {
+      {"f64", at::kDouble},
+      {"f32", at::kFloat},
+      {"f16", at::kHalf},
+      {"bf16", at::kBFloat16},
+      {"i64", at::kLong},
+      {"i32", at::kInt},
+      {"i16", at::kShort},
+      {"i8", at::kChar},
+      {"u8", at::kByte},
+      {"bool", at::kBool}};
+  // Each dtype's [2, 3] tensor of 0..5 (halves for the floating ones, 0/1
+  // for bool), as the script builds it.
+  const auto expected = [](at::ScalarType dtype) {
+    at::Tensor t = at::arange(6, at::kDouble).view({2, 3});
+    if (dtype == at::kBool) {
+      return t.remainder(2).to(dtype);
+    }
+    return (at::isFloatingType(dtype) ? t * 0.5 : t).to(dtype);
+  };
+  NamedTensors ours;
+  for (const auto& [name, dtype] : dtypes) {
+    ours.add(name, expected(dtype));
+  }
+  ours.metadata["format"] = "pt";
+  ours.metadata["written_by"] = "hotloop";
+  save_safetensors(dir.file("hotloop.safetensors"), ours);
+  const std::string script =
+      "import sys, torch\n"
+      "from safetensors import safe_open\n"
+      "from safetensors.torch import load_file, save_file\n"
+      "names = ['f64','f32','f16','bf16','i64','i32','i16','i8','u8','bool']\n"
+      "types = [torch.float64, torch.float32, torch.float16, torch.bfloat16,\n"
+      "         torch.int64, torch.int32, torch.int16, torch.int8, "
+      "torch.uint8,\n"
+      "         torch.bool]\n"
+      "def expected(t):\n"
+      "    x = torch.arange(6, dtype=torch.float64).view(2, 3)\n"
+      "    if t == torch.bool: return x.remainder(2).to(t)\n"
+      "    return (x * 0.5 if t.is_floating_point else x).to(t)\n"
+      "d = load_file(sys.argv[1])\n"
+      "assert sorted(d) == sorted(names), sorted(d)\n"
+      "for n, t in zip(names, types):\n"
+      "    assert d[n].dtype == t and torch.equal(d[n], expected(t)), n\n"
+      "with safe_open(sys.argv[1], 'pt') as f:\n"
+      "    meta = f.metadata()\n"
+      "assert meta == {'format': 'pt', 'written_by': 'hotloop'}, meta\n"
+      "save_file({n: expected(t) for n, t in zip(names, types)}, sys.argv[2],\n"
+      "          metadata={'format': 'pt', 'written_by': 'python'})\n"
+      "print('read', len(d))\n";
+  std::ofstream(dir.file("roundtrip.py")) << script;
+  const auto [code, output] = shell(
+      python() + " " + dir.file("roundtrip.py") + " " +
+      dir.file("hotloop.safetensors") + " " + dir.file("python.safetensors"));
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("read 10"));
+
+  const SafetensorsFile theirs(dir.file("python.safetensors"));
+  EXPECT_EQ(theirs.metadata().at("written_by"), "python");
+  ASSERT_EQ(theirs.entries().size(), 10u);
+  for (const auto& [name, dtype] : dtypes) {
+    const at::Tensor t = theirs.tensor(name);
+    EXPECT_EQ(t.scalar_type(), dtype) << name;
+    EXPECT_TRUE(t.equal(expected(dtype))) << name;
+  }
 }
 
 } // namespace

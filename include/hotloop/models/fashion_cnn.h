@@ -29,7 +29,8 @@ struct FashionCnnOptions {
   bool sync_batchnorm = false;
 };
 
-/// Conv blocks (3x3 conv without bias -> BatchNorm -> ReLU -> 2x2 max-pool)
+/// Conv blocks (3x3 conv without bias -> BatchNorm -> ReLU -> 2x2 max-pool,
+/// MaxPool2x2: PyTorch's MaxPool2d(2) with a faster CPU kernel)
 /// then an MLP head. The convs carry no bias because the BatchNorm after
 /// each subtracts the batch mean, which cancels any bias; dropping it saves
 /// parameters and a kernel per layer. Initialised as PyTorch initialises the
