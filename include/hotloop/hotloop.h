@@ -12,4 +12,5 @@
 #include "hotloop/train.h"
 #include "hotloop/dist.h"
 #include "hotloop/log.h"
+#include "hotloop/compress.h"
 #include "hotloop/interop.h"

@@ -6,6 +6,7 @@
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/session.h"
 #include "hotloop/cli/trained_data.h"
+#include "hotloop/compress/quantized_net.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/data/subset.h"
@@ -68,6 +69,11 @@ constexpr const char* kUsage =
     "             windows and write tuned.yaml (--budget 5m, --output)\n"
     "  checkpoint what a checkpoint holds and whether its checksum verifies\n"
     "             (hotloop checkpoint PATH)\n"
+    "  quantize   an int8 checkpoint from a trained one (--ckpt_path, --mode\n"
+    "             static|dynamic, --calibration_batches 32, --engine auto,\n"
+    "             --output); test and predict run it\n"
+    "  shrink     a smaller model from a structurally pruned one\n"
+    "             (--ckpt_path, --output)\n"
     "  export     write a checkpoint's model for Python: safetensors or a\n"
     "             PyTorch state_dict (hotloop export PATH --output FILE)\n"
     "\n"
@@ -87,6 +93,10 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
   if (config.lr_monitor) {
     trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
         config.lr_monitor_interval, config.lr_monitor_momentum));
+  }
+  if (config.pruning) {
+    trainer.add_callback(
+        std::make_shared<compress::ModelPruning>(*config.pruning));
   }
 }
 
@@ -306,6 +316,7 @@ int fit_in_process(
     std::ostream& out) {
   Session session = build_session(config, /*with_train=*/true);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   auto train_loader = std::make_unique<data::DataLoader>(
       session.train_set, loader_options(config, session, true));
   data::DataLoader val_loader(
@@ -325,6 +336,7 @@ int fit_in_process(
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
           : "";
   const std::string& run_dir = trainer.log_dir(ckpt_path);
+  add_quantization_callback(trainer, config, session, run_dir);
   // The run's own config, with the model it resolved (csv's mlp) and what
   // the tuners found.
   Config resolved = resolve_config(args.config);
@@ -463,8 +475,8 @@ std::string evaluated_checkpoint(
       command,
       " needs --ckpt_path PATH (or last), or --model.init_from=FILE");
   return args.extra.count("ckpt_path")
-      ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
-      : "";
+             ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
+             : "";
 }
 
 int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
@@ -476,14 +488,20 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   // Evaluation writes no run folder.
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
-  const auto metrics =
-      test ? trainer.test(*session.module, loader, ckpt_path)
-           : trainer.validate(*session.module, loader, ckpt_path);
+  // An int8 checkpoint runs as it is, in a module of its own.
+  std::string load = ckpt_path;
+  if (!ckpt_path.empty() && compress::is_quantized_checkpoint(ckpt_path)) {
+    session.module = int8_module(config, ckpt_path);
+    load.clear();
+  }
+  const auto metrics = test ? trainer.test(*session.module, loader, load)
+                            : trainer.validate(*session.module, loader, load);
   out << (test ? "test" : "validate") << " of "
       << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << "\n";
   print_metrics(out, metrics);
@@ -520,12 +538,18 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
   Session session = build_session(
       config, /*with_train=*/false, trained ? &*trained : nullptr);
   apply_init_from(config.init_from, *session.module, out);
+  prepare_quantization(config, session);
   data::DataLoader loader(
       session.val_set, loader_options(config, session, false));
   train::Trainer trainer(
       train::TrainerOptions(config.trainer).default_root_dir(""), out);
+  std::string load = ckpt_path;
+  if (!ckpt_path.empty() && compress::is_quantized_checkpoint(ckpt_path)) {
+    session.module = int8_module(config, ckpt_path);
+    load.clear();
+  }
   const std::vector<at::Tensor> batches =
-      trainer.predict(*session.module, loader, ckpt_path);
+      trainer.predict(*session.module, loader, load);
   if (config.task == "regression") {
     // One number per row: the prediction and the table's value.
     const auto* subset =
@@ -613,8 +637,8 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     rows = index;
   });
   out << "predict of "
-      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": "
-      << rows << " rows written to " << output << "\n";
+      << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << ": " << rows
+      << " rows written to " << output << "\n";
   return 0;
 }
 
@@ -765,11 +789,12 @@ int run(
     HOTLOOP_CHECK_AS(
         ConfigError,
         command == "fit" || command == "validate" || command == "test" ||
-            command == "predict" || command == "generate" || command == "tune",
+            command == "predict" || command == "generate" ||
+            command == "tune" || command == "quantize" || command == "shrink",
         "unknown command '",
         command,
-        "' (expected fit, validate, test, predict, generate, tune, report, "
-        "checkpoint or export)");
+        "' (expected fit, validate, test, predict, generate, tune, quantize, "
+        "shrink, report, checkpoint or export)");
     known_command = true;
     const ConfigSchema& schema = fit_schema();
     const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -784,6 +809,14 @@ int run(
     if (command == "tune") {
       flags.erase("ckpt_path");
       for (const char* const* flag = kTuneFlags; *flag != nullptr; ++flag) {
+        flags.insert(*flag);
+      }
+    }
+    if (command == "quantize" || command == "shrink") {
+      for (const char* const* flag = command == "quantize" ? kQuantizeFlags
+                                                           : kShrinkFlags;
+           *flag != nullptr;
+           ++flag) {
         flags.insert(*flag);
       }
     }
@@ -833,6 +866,12 @@ int run(
     }
     if (command == "tune") {
       return run_tune(parsed, out);
+    }
+    if (command == "quantize") {
+      return run_quantize(parsed, out);
+    }
+    if (command == "shrink") {
+      return run_shrink(parsed, out);
     }
     return run_evaluate(parsed, command == "test", out);
   } catch (const ConfigError& e) {

@@ -5,6 +5,7 @@
 
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/fit_config.h"
+#include "hotloop/cli/session.h"
 #include "hotloop/core/error.h"
 
 #include <limits>
@@ -12,6 +13,10 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+namespace hotloop::train {
+class Trainer;
+} // namespace hotloop::train
 
 namespace hotloop::cli {
 
@@ -76,6 +81,33 @@ int run_tune(const ParsedArgs& args, std::ostream& out);
 /// `hotloop checkpoint PATH`: what a checkpoint holds and whether its
 /// checksum verifies (exit status 1 when it does not).
 int run_checkpoint(const std::vector<std::string>& args, std::ostream& out);
+
+/// `hotloop quantize`: an int8 checkpoint from a float one (static,
+/// calibrated on training batches, or dynamic), with both models' accuracy
+/// and inference speed; `hotloop shrink`: a structurally pruned model made
+/// smaller. The flags they read besides the config's keys.
+extern const char* const kQuantizeFlags[];
+int run_quantize(const ParsedArgs& args, std::ostream& out);
+extern const char* const kShrinkFlags[];
+int run_shrink(const ParsedArgs& args, std::ostream& out);
+
+/// The classifier that runs the int8 checkpoint `ckpt_path` (hotloop test
+/// and predict).
+std::shared_ptr<train::Module> int8_module(
+    const FitConfig& config, const std::string& ckpt_path);
+
+/// quantization.qat: the session's network replaced by its QAT version
+/// (compress::prepare_qat; after model.init_from, before a checkpoint is
+/// loaded). Nothing without quantization.qat; ConfigError for a regression
+/// or a model hotloop cannot quantize.
+void prepare_quantization(const FitConfig& config, Session& session);
+/// quantization.qat: the QuantizationAwareTraining callback, writing
+/// `run_dir`/int8.ckpt (with the session's TrainedData) when the fit ends.
+void add_quantization_callback(
+    train::Trainer& trainer,
+    const FitConfig& config,
+    const Session& session,
+    const std::string& run_dir);
 
 /// `hotloop export CHECKPOINT|RUN_DIR`: the model as a safetensors file or
 /// a PyTorch state_dict, with its config (src/cli/export.cpp).

@@ -1275,6 +1275,8 @@ const ConfigSchema& fit_schema() {
     ConfigSchema s = make_schema();
     add_registered_options(s, registered_models(), "model");
     add_registered_options(s, registered_datasets(), "dataset");
+    add_pruning_options(s);
+    add_quantization_options(s);
     return s;
   }();
   return schema;
@@ -1681,6 +1683,8 @@ FitConfig to_fit_config(const Config& c) {
   if (f.trainer.name().empty()) {
     f.trainer.name(run_name(f));
   }
+  f.pruning = pruning_options(c);
+  f.quantization = quantization_options(c);
   return f;
 }
 

@@ -12,6 +12,10 @@ std::string Callback::state_key() const {
   return c10::demangle(typeid(*this).name());
 }
 
+nlohmann::json Callback::summary() const {
+  return nullptr;
+}
+
 nlohmann::json Callback::state_dict() const {
   return nullptr;
 }

@@ -1,5 +1,6 @@
 #include "hotloop/train/checkpoint.h"
 
+#include "hotloop/compress/parametrization.h"
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/zip_archive.h"
@@ -656,17 +657,39 @@ TrainingProgress load_checkpoint(
     progress.epoch = read_int("epoch", 0);
     progress.global_step = read_int("global_step", 0);
     progress.epoch_batches = read_int("epoch_batches", 0);
+    {
+      // compress::save_quantized's files hold an int8 model's records, which
+      // no float model matches: say so rather than name a first difference.
+      c10::IValue kept;
+      HOTLOOP_CHECK(
+          !archive.try_read("callbacks", kept) ||
+              !nlohmann::json::parse(kept.toStringRef()).contains("int8_model"),
+          path,
+          ": an int8 (quantized) checkpoint, not a float model's: load it "
+          "with compress::load_quantized, or run it with hotloop test or "
+          "predict");
+    }
     // LibTorch's load would take the checkpoint's shapes without a word.
     c10::IValue signature;
     if (archive.try_read("model_parameters", signature)) {
-      check_same_model(
-          path,
-          parse_signature(signature.toStringRef()),
-          model_signature(model));
+      const auto saved = parse_signature(signature.toStringRef());
+      // A pruned model's checkpoint (weight_orig + weight_mask) loads into
+      // the same model unpruned: it is reparametrised to match first.
+      std::vector<std::string> names;
+      for (const auto& entry : saved) {
+        names.push_back(entry.first);
+      }
+      compress::match_pruning(model, names);
+      check_same_model(path, saved, model_signature(model));
     }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
+    {
+      // What a pruned model's forward reads, from the loaded values.
+      const at::NoGradGuard no_grad;
+      compress::recompute_pruned(model);
+    }
     if (state == nullptr) {
       return progress;
     }

@@ -72,6 +72,15 @@ void write_summary(
       {"frozen_params", model.frozen_params},
       {"size_mb", model.size_mb},
   };
+  if (!result.callback_summary.empty()) {
+    // Beside the Trainer's own keys, which keep their values.
+    const nlohmann::json added = nlohmann::json::parse(result.callback_summary);
+    for (const auto& [key, value] : added.items()) {
+      if (!summary.contains(key)) {
+        summary[key] = value;
+      }
+    }
+  }
   write_file_atomically(
       (std::filesystem::path(run_dir) / "summary.json").string(),
       [&](std::ostream& out) { out << summary.dump(2) << "\n"; });

@@ -2,6 +2,8 @@
 
 #include "hotloop/cli/config.h"
 #include "hotloop/cli/init_from.h"
+#include "hotloop/cli/pruning_config.h"
+#include "hotloop/cli/quantization_config.h"
 #include "hotloop/data/transforms.h"
 #include "hotloop/dist/distributed_data_parallel.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -145,6 +147,11 @@ struct FitConfig {
   optim::OptimizerOptions optimizer;
   optim::SchedulerOptions scheduler;
   TunerConfig tuner;
+  /// The pruning section: a ModelPruning callback when pruning.enabled.
+  std::optional<compress::ModelPruningOptions> pruning;
+  /// The quantization section: quantization-aware training when
+  /// quantization.qat.
+  std::optional<QuantizationConfig> quantization;
 };
 
 /// Every key of the fit/validate/test config with its default, type, range

@@ -80,6 +80,11 @@ class Callback {
     return "";
   }
 
+  /// What this callback adds to the fit's summary.json: an object whose
+  /// members go beside the Trainer's own (such as ModelPruning's
+  /// `pruning`), asked for after on_fit_end; null (the default) for none.
+  virtual nlohmann::json summary() const;
+
   /// This callback's state for checkpoints; null when it has none.
   virtual nlohmann::json state_dict() const;
   /// Restores what state_dict returned.

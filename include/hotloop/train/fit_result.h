@@ -37,6 +37,9 @@ struct FitResult {
   bool interrupted = false;
   /// Where the training steps' time went.
   StepProfile profile;
+  /// What the callbacks add to summary.json (Callback::summary), as the
+  /// text of one JSON object; empty when none adds anything.
+  std::string callback_summary;
 };
 
 /// Writes `<run_dir>/summary.json` atomically: the result's metrics, counts,

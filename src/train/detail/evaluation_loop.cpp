@@ -1,5 +1,6 @@
 #include "hotloop/train/detail/evaluation_loop.h"
 
+#include "hotloop/compress/parametrization.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -43,6 +44,8 @@ void EvaluationLoop::for_each_batch(
   module_.eval();
   {
     const NoGradScope no_grad(trainer_.options().inference_mode());
+    // A pruned model's masked weights as its parameters are now.
+    compress::PrunedForward().recompute(module_);
     const int64_t batches = limited(loader.num_batches(), limit);
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time

@@ -784,6 +784,16 @@ FitResult FitLoop::finish() {
   trainer.each_callback([&](Callback& c) { c.on_fit_end(trainer, module_); });
 
   FitResult result;
+  nlohmann::json added = nlohmann::json::object();
+  for (const auto& callback : trainer.active_callbacks_) {
+    const nlohmann::json entry = callback->summary();
+    if (entry.is_object()) {
+      added.update(entry);
+    }
+  }
+  if (!added.empty()) {
+    result.callback_summary = added.dump();
+  }
   result.metrics = trainer.callback_metrics_;
   result.epochs = trainer.progress_.epoch;
   result.steps = trainer.progress_.global_step;

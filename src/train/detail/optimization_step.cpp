@@ -86,6 +86,13 @@ void OptimizationStep::use_cuda_graphs() {
 at::Tensor OptimizationStep::run_graphed(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   clock_.begin(Phase::kForward);
+  pruned_.recompute(module_);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !pruned_.any(),
+      "trainer.cuda_graphs=true cannot train a pruned model: its masked "
+      "weights are recomputed before each forward, outside the captured "
+      "step");
   const bool captured = graphed_->captured();
   const at::Tensor loss = graphed_->run(batch, batch_idx, metrics);
   if (!captured && graphed_->captured() && trainer_.shows_progress()) {
@@ -126,6 +133,7 @@ at::Tensor OptimizationStep::run(
   if (guard_losses_ && trainer_.options().on_nonfinite_loss() == "skip_step") {
     logged = metrics.state(); // a skipped step's metrics are taken back
   }
+  pruned_.recompute(module_);
   {
     const AutocastGuard autocast = precision_.autocast();
     loss = module_.training_step(batch, batch_idx, metrics);

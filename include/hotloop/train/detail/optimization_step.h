@@ -1,5 +1,6 @@
 #pragma once
 
+#include "hotloop/compress/parametrization.h"
 #include "hotloop/data/batch.h"
 #include "hotloop/train/metrics.h"
 #include "hotloop/train/module.h"
@@ -85,6 +86,9 @@ class OptimizationStep {
   at::Tensor nonfinite_;
   int64_t last_finite_step_ = -1;
   std::unique_ptr<GraphedStep> graphed_; // trainer.cuda_graphs
+  // A pruned model's masked weights, recomputed before each forward (what
+  // PyTorch's pruning pre-hooks do).
+  compress::PrunedForward pruned_;
 };
 
 /// Steps the schedules of `interval` that watch no metric and are due at
