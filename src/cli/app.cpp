@@ -500,6 +500,8 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
     session.module = int8_module(config, ckpt_path);
     load.clear();
   }
+  evaluate_quantization_aware(
+      config, session, test ? "test" : "validate", load);
   const auto metrics = test ? trainer.test(*session.module, loader, load)
                             : trainer.validate(*session.module, loader, load);
   out << (test ? "test" : "validate") << " of "
@@ -548,6 +550,7 @@ int run_predict(const ParsedArgs& args, std::ostream& out) {
     session.module = int8_module(config, ckpt_path);
     load.clear();
   }
+  evaluate_quantization_aware(config, session, "predict", load);
   const std::vector<at::Tensor> batches =
       trainer.predict(*session.module, loader, load);
   if (config.task == "regression") {

@@ -109,6 +109,17 @@ void add_quantization_callback(
     const Session& session,
     const std::string& run_dir);
 
+/// quantization.qat in validate, test and predict: the QAT checkpoint
+/// `load` loaded now (and `load` cleared) so that the observers can be set
+/// for `stage` (validate, test, predict): on only where
+/// quantization.observer_enabled_stages names it, as the callback does in
+/// a fit. Nothing for an int8 model or without quantization.qat.
+void evaluate_quantization_aware(
+    const FitConfig& config,
+    Session& session,
+    const std::string& stage,
+    std::string& load);
+
 /// `hotloop export CHECKPOINT|RUN_DIR`: the model as a safetensors file or
 /// a PyTorch state_dict, with its config (src/cli/export.cpp).
 int run_export(const std::vector<std::string>& args, std::ostream& out);

@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -352,6 +353,29 @@ void add_quantization_callback(
   }
   trainer.add_callback(
       std::make_shared<compress::QuantizationAwareTraining>(options));
+}
+
+void evaluate_quantization_aware(
+    const FitConfig& config,
+    Session& session,
+    const std::string& stage,
+    std::string& load) {
+  if (!config.quantization) {
+    return;
+  }
+  auto* module = dynamic_cast<train::NetworkModule*>(session.module.get());
+  if (module == nullptr ||
+      dynamic_cast<compress::QatNetImpl*>(module->network().get()) == nullptr) {
+    return; // an int8 checkpoint's module
+  }
+  if (!load.empty()) {
+    train::load_checkpoint(load, *session.module);
+    load.clear();
+  }
+  const auto& stages = config.quantization->callback.observer_enabled_stages();
+  compress::QuantizationAwareTraining::network_of(*session.module)
+      .enable_observers(
+          std::find(stages.begin(), stages.end(), stage) != stages.end());
 }
 
 } // namespace hotloop::cli

@@ -3,6 +3,7 @@
 #include "detail/quantized_weights.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
+#include "hotloop/models/max_pool2x2.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -172,8 +173,9 @@ QatNetImpl::QatNetImpl(
 at::Tensor QatNetImpl::forward(const at::Tensor& input) {
   at::Tensor x = quant_->forward(input);
   for (const auto& layer : *features_) {
-    x = at::max_pool2d(
-        layer->as<QatConvBnReLU2dImpl>()->forward(x), {2, 2}, {2, 2});
+    // FashionCnn's own pooling kernel: equal to at::max_pool2d, faster on
+    // the CPU.
+    x = models::max_pool2x2(layer->as<QatConvBnReLU2dImpl>()->forward(x));
   }
   x = x.flatten(/*start_dim=*/1);
   const size_t last = head_->size() - 1;

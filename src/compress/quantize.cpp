@@ -3,6 +3,7 @@
 #include "detail/quantized_weights.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
+#include "hotloop/models/max_pool2x2.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Type.h>
@@ -202,7 +203,7 @@ QuantizedNet quantize_static(
       FusedLayer& layer = layers[b];
       x = at::relu(at::conv2d(x, layer.weight, layer.bias, 1, 1));
       layer.observer.observe(x);
-      x = at::max_pool2d(x, {2, 2}, {2, 2});
+      x = models::max_pool2x2(x);
     }
     x = x.flatten(1);
     for (size_t l = blocks; l < layers.size(); ++l) {

@@ -149,8 +149,8 @@ TEST(Cli, UnknownCommandIsAnError) {
   EXPECT_THAT(
       r.err,
       HasSubstr("hotloop: error: unknown command 'fitt' (expected fit, "
-                "validate, test, predict, generate, tune, report, "
-                "checkpoint or export)"));
+                "validate, test, predict, generate, tune, quantize, shrink, "
+                "report, checkpoint or export)"));
 }
 
 TEST(Cli, FitHelpListsEveryOptionWithItsDefault) {

@@ -278,6 +278,21 @@ TEST(CompressCli, QuantizationAwareFitWritesAnInt8ModelThatTestRuns) {
   r = run_cli({"test", config, "--ckpt_path=last"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  // The observers stay still in test unless the stages name it: the loss
+  // differs when they move.
+  const Result moving = run_cli(
+      {"test",
+       config,
+       "--ckpt_path=last",
+       "--quantization.observer_enabled_stages=train,test"});
+  ASSERT_EQ(moving.code, 0) << moving.err;
+  const auto loss_line = [](const std::string& text) {
+    const size_t at = text.find("test_loss");
+    return at == std::string::npos ? std::string()
+                                   : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(loss_line(r.out), "");
+  EXPECT_NE(loss_line(r.out), loss_line(moving.out));
   // hotloop quantize converts the QAT checkpoint without calibration.
   r = run_cli(
       {"quantize",
