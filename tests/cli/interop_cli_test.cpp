@@ -11,8 +11,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace hotloop::cli {
@@ -176,6 +179,46 @@ TEST(CliInterop, FineTunesPythonsWeightsWithFrozenLayersAndANewHead) {
       r.out,
       HasSubstr("  another shape  head.3.weight: [10, 16] in the file, [4, "
                 "16] in the model (kept as initialised)"));
+}
+
+// Data-parallel: every rank loads the file, the frozen layers have no
+// gradient for the Reducer to wait on, and they leave the fit as loaded.
+TEST(CliInterop, FrozenLayersStayAsLoadedUnderDdp) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 128, 100);
+  const std::string python = reference("cnn.pt");
+  std::string command = HOTLOOP_CLI_PATH;
+  for (const std::string& arg : cnn_args(
+           dir,
+           "fit",
+           {"--model.init_from=" + python,
+            "--model.freeze=features",
+            "--trainer.strategy=ddp",
+            "--trainer.devices=2",
+            "--trainer.dist_timeout=60",
+            "--trainer.enable_progress_bar=false"})) {
+    command += " '" + arg + "'";
+  }
+  command += " > '" + dir.file("fit.log") + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream log_file(dir.file("fit.log"));
+  const std::string log(
+      (std::istreambuf_iterator<char>(log_file)),
+      std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_THAT(
+      log, HasSubstr("freeze: 6 parameters (348 values) trained no further"));
+  const interop::NamedTensors trained = interop::read_weights(
+      (fs::path(dir.path()) / kRun / "checkpoints" / "last.ckpt").string());
+  const interop::NamedTensors original = interop::load_torch_state_dict(python);
+  for (const char* name :
+       {"features.0.weight", "features.1.weight", "features.5.bias"}) {
+    EXPECT_TRUE(at::equal(
+        *trained.find(std::string("network.") + name), *original.find(name)))
+        << name;
+  }
+  EXPECT_FALSE(at::equal(
+      *trained.find("network.head.1.weight"), *original.find("head.1.weight")));
 }
 
 TEST(CliInterop, BadWeightFilesStopWithOneLineNamingThem) {
