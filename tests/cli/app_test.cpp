@@ -1,4 +1,5 @@
 #include "hotloop/cli/app.h"
+#include "cli/run_cli.h"
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/registry.h"
 #include "hotloop/cli/trained_data.h"
@@ -43,23 +44,10 @@ using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = run(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(
-      (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using ::hotloop::cli::testing::read_text;
+using ::hotloop::cli::testing::Result;
+using ::hotloop::cli::testing::run_cli;
+using ::hotloop::cli::testing::run_process;
 
 // The rows of a metrics.csv as "step: name=value ..." lines, without
 // elapsed_s (the Timer's wall time, the one column a resume may change).
@@ -1809,17 +1797,6 @@ TEST(Cli, CallbackAndDeviceOptionErrorsNameTheKey) {
     EXPECT_THAT(r.out, ::testing::Not(HasSubstr("epoch 1/2  train_loss")));
     EXPECT_FALSE(fs::exists(dir.file("runs/fashion_mnist/version_0"))) << flag;
   }
-}
-
-// Runs the hotloop program in a fresh process; returns its exit code.
-int run_process(const std::vector<std::string>& args, const std::string& log) {
-  std::string command = HOTLOOP_CLI_PATH;
-  for (const std::string& arg : args) {
-    command += " '" + arg + "'";
-  }
-  command += " > '" + log + "' 2>&1";
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 std::vector<at::Tensor> checkpoint_weights(const std::string& path) {

@@ -1,5 +1,6 @@
 // `hotloop export` and model.init_from / init_skip / init_strict / freeze
 // through the command line.
+#include "cli/run_cli.h"
 #include "hotloop/cli/app.h"
 #include "hotloop/interop/load_weights.h"
 #include "hotloop/interop/safetensors.h"
@@ -11,7 +12,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/wait.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,17 +25,10 @@ namespace fs = std::filesystem;
 using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = run(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using ::hotloop::cli::testing::read_text;
+using ::hotloop::cli::testing::Result;
+using ::hotloop::cli::testing::run_cli;
+using ::hotloop::cli::testing::run_process;
 
 std::string reference(const std::string& name) {
   return std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/interop/" + name;
@@ -187,25 +180,19 @@ TEST(CliInterop, FrozenLayersStayAsLoadedUnderDdp) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 128, 100);
   const std::string python = reference("cnn.pt");
-  std::string command = HOTLOOP_CLI_PATH;
-  for (const std::string& arg : cnn_args(
-           dir,
-           "fit",
-           {"--model.init_from=" + python,
-            "--model.freeze=features",
-            "--trainer.strategy=ddp",
-            "--trainer.devices=2",
-            "--trainer.dist_timeout=60",
-            "--trainer.enable_progress_bar=false"})) {
-    command += " '" + arg + "'";
-  }
-  command += " > '" + dir.file("fit.log") + "' 2>&1";
-  const int status = std::system(command.c_str());
-  std::ifstream log_file(dir.file("fit.log"));
-  const std::string log(
-      (std::istreambuf_iterator<char>(log_file)),
-      std::istreambuf_iterator<char>());
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  const int code = run_process(
+      cnn_args(
+          dir,
+          "fit",
+          {"--model.init_from=" + python,
+           "--model.freeze=features",
+           "--trainer.strategy=ddp",
+           "--trainer.devices=2",
+           "--trainer.dist_timeout=60",
+           "--trainer.enable_progress_bar=false"}),
+      dir.file("fit.log"));
+  const std::string log = read_text(dir.file("fit.log"));
+  ASSERT_EQ(code, 0) << log;
   EXPECT_THAT(
       log, HasSubstr("freeze: 6 parameters (348 values) trained no further"));
   const interop::NamedTensors trained = interop::read_weights(

@@ -1,6 +1,7 @@
 // The command line's pruning section, hotloop quantize and hotloop shrink,
 // and int8 checkpoints through test and predict.
 
+#include "cli/run_cli.h"
 #include "hotloop/cli/app.h"
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/interop/load_weights.h"
@@ -24,17 +25,8 @@ using ::hotloop::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = run(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using ::hotloop::cli::testing::Result;
+using ::hotloop::cli::testing::run_cli;
 
 std::vector<std::string> small_fit(
     const TempDir& dir, std::vector<std::string> extra = {}) {
