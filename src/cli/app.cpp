@@ -123,6 +123,31 @@ int64_t ddp_processes(const FitConfig& config) {
   return std::stoll(devices);
 }
 
+} // namespace
+
+FitConfig one_process_config(
+    const Config& config, const char* command, std::ostream& out) {
+  FitConfig f = to_fit_config(config);
+  if (f.strategy != "ddp") {
+    return f;
+  }
+  const std::string devices = f.trainer.devices();
+  const bool one_index = devices.size() >= 2 && devices.front() == '[';
+  f.strategy = "auto";
+  f.num_nodes = 1;
+  if (!one_index) {
+    f.trainer.devices("1");
+  }
+  out << "hotloop " << command << ": the config trains with "
+      << "trainer.strategy=ddp (trainer.devices=" << devices << "); "
+      << command << " runs in this one process, on "
+      << train::resolve_device(f.trainer.accelerator(), f.trainer.devices())
+      << "\n";
+  return f;
+}
+
+namespace {
+
 // Under a launcher, this process's share of the run: its device (its
 // LOCAL_RANK's GPU, or the CPU), the process group, the checks that the
 // launcher started what the config asks for.
@@ -480,7 +505,8 @@ std::string evaluated_checkpoint(
 }
 
 int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
-  FitConfig config = to_fit_config(args.config);
+  FitConfig config =
+      one_process_config(args.config, test ? "test" : "validate", out);
   const std::string ckpt_path =
       evaluated_checkpoint(args, config, test ? "test" : "validate");
   const std::optional<TrainedData> trained =
@@ -522,7 +548,7 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
 // class, its probability, the true class where known; with class names
 // also the names and the top-k; for image files the file.
 int run_predict(const ParsedArgs& args, std::ostream& out) {
-  FitConfig config = to_fit_config(args.config);
+  FitConfig config = one_process_config(args.config, "predict", out);
   const std::string ckpt_path = evaluated_checkpoint(args, config, "predict");
   const std::string output = args.extra.count("output")
                                  ? args.extra.at("output")

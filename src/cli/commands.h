@@ -53,6 +53,13 @@ T number_flag(
   return value;
 }
 
+/// The config of a command that runs in one process (validate, test,
+/// predict, generate, quantize, shrink) read from `config`: a ddp run's
+/// config (trainer.strategy=ddp, trainer.devices=N) becomes one process on
+/// one device, said in one line on `out`; any other config as it is.
+FitConfig one_process_config(
+    const Config& config, const char* command, std::ostream& out);
+
 /// `--ckpt_path`: `last` is the newest run's last.ckpt under
 /// default_root_dir/name; `auto` the same when there is one, else "" (a
 /// fresh start); anything else is the path itself. Throws Error for `last`

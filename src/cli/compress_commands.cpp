@@ -127,7 +127,7 @@ std::string require_ckpt(const ParsedArgs& args, const char* command) {
 } // namespace
 
 int run_quantize(const ParsedArgs& args, std::ostream& out) {
-  FitConfig config = to_fit_config(args.config);
+  FitConfig config = one_process_config(args.config, "quantize", out);
   const std::string ckpt_path =
       resolve_ckpt_path(require_ckpt(args, "quantize"), config);
   const std::string mode = flag(args, "mode", "static");
@@ -216,7 +216,7 @@ int run_quantize(const ParsedArgs& args, std::ostream& out) {
 }
 
 int run_shrink(const ParsedArgs& args, std::ostream& out) {
-  FitConfig config = to_fit_config(args.config);
+  FitConfig config = one_process_config(args.config, "shrink", out);
   const std::string ckpt_path =
       resolve_ckpt_path(require_ckpt(args, "shrink"), config);
   const std::string output = flag(

@@ -108,7 +108,7 @@ void write_tokens(
 } // namespace
 
 int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
-  const FitConfig config = to_fit_config(args.config);
+  const FitConfig config = one_process_config(args.config, "generate", err);
   HOTLOOP_CHECK_AS(
       ConfigError,
       args.extra.count("ckpt_path") || !config.init_from.path.empty(),

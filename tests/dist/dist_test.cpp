@@ -1090,6 +1090,53 @@ TEST(Launcher, TrainsOnTwoRanksAndRankZeroAloneWritesTheRun) {
   EXPECT_EQ(summary.at("steps"), 8);
 }
 
+// The run's own config.yaml says strategy=ddp and devices=2; the commands
+// that evaluate one checkpoint run in one process from it, and say so.
+TEST(Launcher, ADdpRunsConfigEvaluatesInOneProcess) {
+  TempDir dir;
+  const std::string run = dir.file("runs/ddp/version_0");
+  ASSERT_EQ(
+      finish(
+          start(
+              HOTLOOP_CLI_PATH,
+              cli_fit(
+                  dir.file("runs"),
+                  {"--trainer.strategy=ddp",
+                   "--trainer.devices=2",
+                   "--trainer.max_epochs=1"}),
+              dir.file("fit.log")),
+          kWorkerLimit),
+      0)
+      << read_text(dir.file("fit.log"));
+  const auto command = [&](const std::string& name,
+                           std::vector<std::string> extra) {
+    std::vector<std::string> args{
+        name, "--config", run + "/config.yaml", "--ckpt_path", "last"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string log = dir.file(name + ".log");
+    EXPECT_EQ(finish(start(HOTLOOP_CLI_PATH, args, log), kWorkerLimit), 0)
+        << read_text(log);
+    return read_text(log);
+  };
+  const std::string one =
+      " runs in this one process, on cpu\n";
+  std::string log = command("test", {});
+  EXPECT_THAT(
+      log,
+      HasSubstr("hotloop test: the config trains with trainer.strategy=ddp "
+                "(trainer.devices=2); test" + one));
+  EXPECT_THAT(log, HasSubstr("test_acc "));
+  log = command("validate", {});
+  EXPECT_THAT(log, HasSubstr("; validate" + one));
+  log = command("predict", {"--output", dir.file("predictions.csv")});
+  EXPECT_THAT(log, HasSubstr("; predict" + one));
+  EXPECT_TRUE(fs::exists(dir.file("predictions.csv")));
+  log = command(
+      "quantize", {"--mode", "dynamic", "--output", dir.file("int8.ckpt")});
+  EXPECT_THAT(log, HasSubstr("; quantize" + one));
+  EXPECT_TRUE(fs::exists(dir.file("int8.ckpt")));
+}
+
 TEST(Launcher, SyncBatchNormFromTheCommandLine) {
   TempDir dir;
   auto args = cli_fit(
