@@ -10,12 +10,15 @@
 #include "hotloop/compress/quantization_aware_training.h"
 #include "hotloop/compress/quantize.h"
 #include "hotloop/compress/quantized_engine.h"
+#include "hotloop/compress/quantized_gpt.h"
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/compress/shrink.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
+#include "hotloop/models/gpt.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/language_model.h"
 #include "hotloop/train/network_module.h"
 #include "hotloop/train/trainer.h"
 
@@ -67,38 +70,119 @@ std::string kept_states(const std::string& ckpt_path) {
       .dump();
 }
 
-// Validation accuracy and inference samples/s of `forward` over `loader`
-// (one pass, timed after a warm-up batch).
+// One pass of `loader`: the mean per unit (a sample, a token) of what
+// `measure` sums over a batch (correct predictions, a loss), and the units
+// per second of inference, timed after a warm-up batch (the warm-up itself
+// where it is the only one).
 struct Evaluation {
-  double accuracy = 0;
-  double samples_per_s = 0;
+  double mean = 0;
+  double units_per_s = 0;
 };
 
 Evaluation evaluate(
-    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    const std::function<double(const data::Batch&)>& measure,
+    const std::function<int64_t(const data::Batch&)>& units,
     data::DataLoader& loader) {
   const c10::InferenceMode inference;
-  int64_t correct = 0, samples = 0, timed = 0;
-  double seconds = 0;
-  bool warm = false;
+  int64_t counted = 0, timed = 0;
+  double sum = 0, seconds = 0, warm_up = 0;
   for (const data::Batch& batch : loader) {
     const auto start = std::chrono::steady_clock::now();
-    const at::Tensor logits = forward(batch.input);
+    sum += measure(batch);
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    if (warm) {
+    if (counted > 0) {
       seconds += elapsed;
-      timed += batch.input.size(0);
+      timed += units(batch);
+    } else {
+      warm_up = elapsed;
     }
-    warm = true;
-    correct += (logits.argmax(1) == batch.target).sum().item<int64_t>();
-    samples += batch.input.size(0);
+    counted += units(batch);
+  }
+  if (timed == 0) {
+    seconds = warm_up;
+    timed = counted;
   }
   Evaluation result;
-  result.accuracy = samples > 0 ? static_cast<double>(correct) / samples : 0;
-  result.samples_per_s = seconds > 0 ? timed / seconds : 0;
+  result.mean = counted > 0 ? sum / static_cast<double>(counted) : 0;
+  result.units_per_s = seconds > 0 ? timed / seconds : 0;
   return result;
+}
+
+// Validation accuracy and samples/s of a classifier's `forward`.
+Evaluation evaluate(
+    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    data::DataLoader& loader) {
+  return evaluate(
+      [&](const data::Batch& batch) {
+        return static_cast<double>(
+            (forward(batch.input).argmax(1) == batch.target)
+                .sum()
+                .item<int64_t>());
+      },
+      [](const data::Batch& batch) { return batch.input.size(0); },
+      loader);
+}
+
+// Validation loss and tokens/s of a GPT.
+Evaluation evaluate(models::GptImpl& gpt, data::DataLoader& loader) {
+  return evaluate(
+      [&](const data::Batch& batch) {
+        return gpt.token_loss(batch.input, batch.target).item<double>() *
+               static_cast<double>(batch.input.numel());
+      },
+      [](const data::Batch& batch) { return batch.input.numel(); },
+      loader);
+}
+
+// hotloop quantize --mode dynamic of a GPT: its Linear layers int8 in place,
+// the validation loss and tokens/s before and after.
+int quantize_gpt(
+    const ParsedArgs& args,
+    const FitConfig& config,
+    Session& session,
+    models::GptImpl& gpt,
+    const std::string& ckpt_path,
+    const std::string& output,
+    std::ostream& out) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      flag(args, "mode", "static") == "dynamic",
+      "hotloop quantize: a GPT quantizes dynamically (--mode=dynamic: its "
+      "Linear layers int8); static int8 needs quantized attention, "
+      "LayerNorm and GELU kernels, which hotloop does not have");
+  data::DataLoader val_loader(
+      session.val_set, loader_options(config, session, false));
+  const int64_t float_bytes = compress::stored_bytes(gpt);
+  const Evaluation fp32 = evaluate(gpt, val_loader);
+  const std::string engine =
+      compress::quantize_dynamic_inplace(gpt, flag(args, "engine", "auto"));
+  out << "quantize: dynamic int8 (the GPT's Linear layers, lm_head "
+         "included) on the "
+      << engine << " engine\n";
+  const Evaluation int8 = evaluate(gpt, val_loader);
+  compress::save_quantized(output, gpt, kept_states(ckpt_path));
+  const double ratio = int8.units_per_s / std::max(fp32.units_per_s, 1e-9);
+  out << std::fixed << std::setprecision(4) << "fp32: val_loss " << fp32.mean
+      << ", " << std::setprecision(0) << fp32.units_per_s
+      << " tokens/s; int8: val_loss " << std::setprecision(4) << int8.mean
+      << ", " << std::setprecision(0) << int8.units_per_s << " tokens/s ("
+      << std::setprecision(2) << ratio << "x); weights "
+      << compress::stored_bytes(gpt) / 1024 << " KB, float "
+      << float_bytes / 1024 << " KB\n"
+      << std::defaultfloat;
+  if (ratio < 1) {
+    out << "warning: the int8 model infers slower than the float one on "
+           "this machine ("
+        << std::setprecision(2) << std::fixed << ratio
+        << "x): keep the float model for speed" << std::defaultfloat << "\n";
+  }
+  out << "wrote " << output << " (" << fs::file_size(output)
+      << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
+      << "); hotloop test or generate --ckpt_path " << output
+      << " runs it\n";
+  return 0;
 }
 
 // The checkpoint loaded into the session's module, in eval mode.
@@ -148,6 +232,9 @@ int run_quantize(const ParsedArgs& args, std::ostream& out) {
   Session session = loaded_session(config, ckpt_path, mode == "static");
   std::shared_ptr<torch::nn::Module> network = network_of(*session.module);
   network->eval();
+  if (auto* gpt = dynamic_cast<models::GptImpl*>(network.get())) {
+    return quantize_gpt(args, config, session, *gpt, ckpt_path, output, out);
+  }
   compress::QuantizedNet net{nullptr};
   if (auto* qat = dynamic_cast<compress::QatNetImpl*>(network.get())) {
     HOTLOOP_CHECK_AS(
@@ -195,18 +282,18 @@ int run_quantize(const ParsedArgs& args, std::ostream& out) {
   const Evaluation int8 = evaluate(
       [&](const at::Tensor& x) { return net->forward(x); }, val_loader);
   compress::save_quantized(output, *net, kept_states(ckpt_path));
-  out << std::fixed << std::setprecision(4) << "fp32: val_acc " << fp32.accuracy
-      << ", " << std::setprecision(0) << fp32.samples_per_s
-      << " samples/s; int8: val_acc " << std::setprecision(4) << int8.accuracy
-      << ", " << std::setprecision(0) << int8.samples_per_s << " samples/s ("
+  out << std::fixed << std::setprecision(4) << "fp32: val_acc " << fp32.mean
+      << ", " << std::setprecision(0) << fp32.units_per_s
+      << " samples/s; int8: val_acc " << std::setprecision(4) << int8.mean
+      << ", " << std::setprecision(0) << int8.units_per_s << " samples/s ("
       << std::setprecision(2)
-      << int8.samples_per_s / std::max(fp32.samples_per_s, 1e-9) << "x)\n"
+      << int8.units_per_s / std::max(fp32.units_per_s, 1e-9) << "x)\n"
       << std::defaultfloat;
-  if (int8.samples_per_s < fp32.samples_per_s) {
+  if (int8.units_per_s < fp32.units_per_s) {
     out << "warning: the int8 model infers slower than the float one on "
            "this machine ("
         << std::setprecision(2) << std::fixed
-        << int8.samples_per_s / std::max(fp32.samples_per_s, 1e-9)
+        << int8.units_per_s / std::max(fp32.units_per_s, 1e-9)
         << "x): keep the float model for speed" << std::defaultfloat << "\n";
   }
   out << "wrote " << output << " (" << fs::file_size(output)
@@ -274,11 +361,11 @@ int run_shrink(const ParsedArgs& args, std::ostream& out) {
       val_loader);
   out << "shrink: " << report.describe() << "\n"
       << std::fixed << std::setprecision(4) << "before: val_acc "
-      << before.accuracy << ", " << std::setprecision(0) << before.samples_per_s
-      << " samples/s; after: val_acc " << std::setprecision(4) << after.accuracy
-      << ", " << std::setprecision(0) << after.samples_per_s << " samples/s ("
+      << before.mean << ", " << std::setprecision(0) << before.units_per_s
+      << " samples/s; after: val_acc " << std::setprecision(4) << after.mean
+      << ", " << std::setprecision(0) << after.units_per_s << " samples/s ("
       << std::setprecision(2)
-      << after.samples_per_s / std::max(before.samples_per_s, 1e-9) << "x)\n"
+      << after.units_per_s / std::max(before.units_per_s, 1e-9) << "x)\n"
       << std::defaultfloat << "wrote " << output
       << "; use it with the run's config and " << options << "\n";
   return 0;
@@ -286,6 +373,13 @@ int run_shrink(const ParsedArgs& args, std::ostream& out) {
 
 std::shared_ptr<train::Module> int8_module(
     const FitConfig& config, const std::string& ckpt_path) {
+  if (config.model_name == "gpt") {
+    compress::select_quantized_engine("auto");
+    models::Gpt gpt(config.gpt);
+    compress::load_quantized(ckpt_path, *gpt);
+    return std::make_shared<train::LanguageModel>(
+        torch::nn::AnyModule(gpt), config.optimizer, config.scheduler);
+  }
   HOTLOOP_CHECK_AS(
       ConfigError,
       config.task == "classification",

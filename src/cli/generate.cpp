@@ -1,6 +1,9 @@
 #include "commands.h"
 
 #include "hotloop/cli/init_from.h"
+#include "hotloop/compress/quantized_engine.h"
+#include "hotloop/compress/quantized_gpt.h"
+#include "hotloop/compress/quantized_net.h"
 #include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
 #include "hotloop/models/gpt_generate.h"
@@ -143,12 +146,28 @@ int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   if (init.file_vocab_size > 0) {
     options.vocab_limit(init.file_vocab_size);
   }
+  bool int8 = false;
   if (args.extra.count("ckpt_path")) {
-    train::load_checkpoint(
-        resolve_ckpt_path(args.extra.at("ckpt_path"), config), module);
+    const std::string path =
+        resolve_ckpt_path(args.extra.at("ckpt_path"), config);
+    // hotloop quantize --mode dynamic's file: the GPT with int8 Linear
+    // layers, on the CPU.
+    int8 = compress::is_quantized_checkpoint(path);
+    if (int8) {
+      compress::select_quantized_engine("auto");
+      compress::load_quantized(path, *gpt);
+    } else {
+      train::load_checkpoint(path, module);
+    }
   }
-  const c10::Device device =
-      train::resolve_device(config.trainer.accelerator(), config.trainer.devices());
+  const c10::Device device = train::resolve_device(
+      config.trainer.accelerator(), config.trainer.devices());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !int8 || device.is_cpu(),
+      "hotloop generate: an int8 GPT runs on the CPU, not ",
+      device,
+      " (--trainer.accelerator=cpu)");
   module.to(device);
 
   int64_t generated = 0;

@@ -335,7 +335,8 @@ QuantizedNet quantize_dynamic(
   throw ConfigError(hotloop::detail::str_cat(
       "cannot quantize ",
       network.name(),
-      " dynamically: hotloop quantizes the Linear layers of an mlp"));
+      " dynamically: hotloop quantizes the Linear layers of an mlp "
+      "(quantize_dynamic) and of a gpt (quantize_dynamic_inplace)"));
 }
 
 } // namespace hotloop::compress

@@ -3,17 +3,13 @@
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
+#include "detail/quantized_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
 #include <torch/serialize/input-archive.h>
 #include <nlohmann/json.hpp>
 
 #include <iostream>
-
-#include <map>
-#include <mutex>
 
 namespace hotloop::compress {
 namespace {
@@ -22,30 +18,9 @@ using Kind = QuantizedStage::Kind;
 
 constexpr const char* kMarker = "int8_model";
 
-// LibTorch's quantized operators through the dispatcher (their prepacked
-// weights are TorchScript classes, handled as IValues).
 c10::IValue call(
     const char* name, const char* overload, std::vector<c10::IValue> args) {
-  static std::mutex mutex;
-  static std::map<std::string, c10::OperatorHandle> handles;
-  const std::string key = std::string(name) + "." + overload;
-  c10::OperatorHandle* handle = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    auto found = handles.find(key);
-    if (found == handles.end()) {
-      found = handles
-                  .emplace(
-                      key,
-                      c10::Dispatcher::singleton().findSchemaOrThrow(
-                          name, overload))
-                  .first;
-    }
-    handle = &found->second;
-  }
-  torch::jit::Stack stack(std::move(args));
-  handle->callBoxed(&stack);
-  return std::move(stack.at(0));
+  return detail::call_quantized(name, overload, std::move(args));
 }
 
 const char* kind_name(Kind kind) {
@@ -311,6 +286,13 @@ QuantizedNet load_quantized(const std::string& path) {
       path,
       ")");
   const nlohmann::json& model = callbacks.at(kMarker);
+  HOTLOOP_CHECK(
+      model.contains("stages"),
+      path,
+      ": an int8 model of kind '",
+      model.value("kind", std::string()),
+      "', which runs as the model it came from: load it with "
+      "load_quantized(path, model) (hotloop test and generate do)");
   auto holder = std::make_shared<Holder>();
   const nlohmann::json& described = model.at("stages");
   for (size_t i = 0; i < described.size(); ++i) {

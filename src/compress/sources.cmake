@@ -3,7 +3,9 @@
 # the top-level CMakeLists.txt.
 target_sources(hotloop PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/detail/module_access.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/detail/quantized_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/detail/quantized_weights.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/dynamic_linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fake_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/forward_tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_pruning.cpp
@@ -16,6 +18,7 @@ target_sources(hotloop PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/quantization_aware_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantized_engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/quantized_gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantized_net.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shrink.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../cli/compress_commands.cpp

@@ -55,6 +55,39 @@ nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return nn::Linear(nn::LinearOptions(in, out).bias(bias));
 }
 
+/// One of the model's Linear layers: the float nn::Linear, or what
+/// GptImpl::replace_linears put in its place.
+class GptLinear {
+ public:
+  GptLinear(nn::Module& owner, const std::string& name, nn::Linear layer)
+      : name_(name), layer_(owner.register_module(name, std::move(layer))) {}
+
+  at::Tensor operator()(const at::Tensor& x) {
+    return replacement_ != nullptr ? replacement_->forward(x)
+                                   : layer_->forward(x);
+  }
+
+  void replace(
+      nn::Module& owner, const std::string& prefix, const GptLinearMaker& make) {
+    if (replacement_ != nullptr) {
+      return;
+    }
+    auto replacement =
+        make(prefix + name_, layer_->weight, layer_->bias);
+    if (replacement == nullptr) {
+      return;
+    }
+    owner.unregister_module(name_);
+    replacement_ = owner.register_module(name_, std::move(replacement));
+    layer_ = nn::Linear(nullptr);
+  }
+
+ private:
+  std::string name_;
+  nn::Linear layer_;
+  std::shared_ptr<GptLinearReplacement> replacement_;
+};
+
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return p > 0 && training ? at::dropout(x, p, /*train=*/true) : x;
 }
@@ -83,12 +116,19 @@ class GptAttentionImpl : public nn::Module {
   explicit GptAttentionImpl(const GptOptions& options)
       : n_head_(options.n_head()),
         dropout_(options.dropout()),
-        c_attn_(register_module(
+        c_attn_(
+            *this,
             "c_attn",
-            linear(options.n_embd(), 3 * options.n_embd(), options.bias()))),
-        c_proj_(register_module(
+            linear(options.n_embd(), 3 * options.n_embd(), options.bias())),
+        c_proj_(
+            *this,
             "c_proj",
-            linear(options.n_embd(), options.n_embd(), options.bias()))) {}
+            linear(options.n_embd(), options.n_embd(), options.bias())) {}
+
+  void replace_linears(const std::string& prefix, const GptLinearMaker& make) {
+    c_attn_.replace(*this, prefix, make);
+    c_proj_.replace(*this, prefix, make);
+  }
 
   /// x: [B, T, C] -> [B, T, C]. With `cache`, x holds the positions after
   /// the cached ones, which its keys and values are appended to.
@@ -96,7 +136,7 @@ class GptAttentionImpl : public nn::Module {
     const int64_t b = x.size(0);
     const int64_t t = x.size(1);
     const int64_t c = x.size(2);
-    const auto qkv = c_attn_->forward(x).split(c, /*dim=*/2);
+    const auto qkv = c_attn_(x).split(c, /*dim=*/2);
     const auto heads = [&](const at::Tensor& y) {
       return y.view({b, t, n_head_, c / n_head_}).transpose(1, 2);
     };
@@ -116,14 +156,14 @@ class GptAttentionImpl : public nn::Module {
       y = cached_attention(heads(qkv[0]), cache->keys, cache->values);
     }
     y = y.transpose(1, 2).contiguous().view({b, t, c});
-    return maybe_dropout(c_proj_->forward(y), dropout_, is_training());
+    return maybe_dropout(c_proj_(y), dropout_, is_training());
   }
 
  private:
   int64_t n_head_;
   double dropout_;
-  nn::Linear c_attn_;
-  nn::Linear c_proj_;
+  GptLinear c_attn_;
+  GptLinear c_proj_;
 };
 TORCH_MODULE(GptAttention);
 
@@ -132,22 +172,28 @@ class GptMlpImpl : public nn::Module {
  public:
   explicit GptMlpImpl(const GptOptions& options)
       : dropout_(options.dropout()),
-        c_fc_(register_module(
+        c_fc_(
+            *this,
             "c_fc",
-            linear(options.n_embd(), 4 * options.n_embd(), options.bias()))),
-        c_proj_(register_module(
+            linear(options.n_embd(), 4 * options.n_embd(), options.bias())),
+        c_proj_(
+            *this,
             "c_proj",
-            linear(4 * options.n_embd(), options.n_embd(), options.bias()))) {}
+            linear(4 * options.n_embd(), options.n_embd(), options.bias())) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    return maybe_dropout(
-        c_proj_->forward(at::gelu(c_fc_->forward(x))), dropout_, is_training());
+    return maybe_dropout(c_proj_(at::gelu(c_fc_(x))), dropout_, is_training());
+  }
+
+  void replace_linears(const std::string& prefix, const GptLinearMaker& make) {
+    c_fc_.replace(*this, prefix, make);
+    c_proj_.replace(*this, prefix, make);
   }
 
  private:
   double dropout_;
-  nn::Linear c_fc_;
-  nn::Linear c_proj_;
+  GptLinear c_fc_;
+  GptLinear c_proj_;
 };
 TORCH_MODULE(GptMlp);
 
@@ -172,6 +218,11 @@ class GptBlockImpl : public nn::Module {
       const at::Tensor& input, GptKvCache::Entry* cache = nullptr) {
     at::Tensor x = input + attn_->forward(ln_1_->forward(input), cache);
     return x + mlp_->forward(ln_2_->forward(x));
+  }
+
+  void replace_linears(const std::string& prefix, const GptLinearMaker& make) {
+    attn_->replace_linears(prefix + "attn.", make);
+    mlp_->replace_linears(prefix + "mlp.", make);
   }
 
  private:
@@ -285,7 +336,12 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& idx) {
-  return at::linear(run(idx, nullptr), wte_->weight);
+  return head(run(idx, nullptr));
+}
+
+at::Tensor GptImpl::head(const at::Tensor& hidden) {
+  return lm_head_ != nullptr ? lm_head_->forward(hidden)
+                             : at::linear(hidden, wte_->weight);
 }
 
 at::Tensor GptImpl::hidden(const at::Tensor& idx) {
@@ -293,12 +349,12 @@ at::Tensor GptImpl::hidden(const at::Tensor& idx) {
 }
 
 at::Tensor GptImpl::decode(const at::Tensor& idx, GptKvCache& cache) {
-  return at::linear(run(idx, &cache), wte_->weight);
+  return head(run(idx, &cache));
 }
 
 at::Tensor GptImpl::token_loss(
     const at::Tensor& idx, const at::Tensor& targets) {
-  if (options_.loss_chunk_size() == 0) {
+  if (options_.loss_chunk_size() == 0 || lm_head_ != nullptr) {
     return gpt_loss(forward(idx), targets);
   }
   return chunked_cross_entropy(
@@ -337,6 +393,19 @@ at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
     }
   }
   return ln_f_->forward(x);
+}
+
+void GptImpl::replace_linears(const GptLinearMaker& make) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->replace_linears(
+        "transformer.h." + std::to_string(i) + ".", make);
+  }
+  if (lm_head_ == nullptr) {
+    lm_head_ = make("lm_head", wte_->weight, at::Tensor());
+    if (lm_head_ != nullptr) {
+      register_module("lm_head", lm_head_);
+    }
+  }
 }
 
 int64_t GptKvCache::length() const {

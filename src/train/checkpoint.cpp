@@ -657,21 +657,28 @@ TrainingProgress load_checkpoint(
     progress.epoch = read_int("epoch", 0);
     progress.global_step = read_int("global_step", 0);
     progress.epoch_batches = read_int("epoch_batches", 0);
+    c10::IValue signature;
+    const bool signed_model = archive.try_read("model_parameters", signature);
     {
       // compress::save_quantized's files hold an int8 model's records, which
       // no float model matches: say so rather than name a first difference.
+      // (An int8 Gpt, made int8 before loading, matches its own file.)
       c10::IValue kept;
+      const bool int8 =
+          archive.try_read("callbacks", kept) &&
+          nlohmann::json::parse(kept.toStringRef()).contains("int8_model");
       HOTLOOP_CHECK(
-          !archive.try_read("callbacks", kept) ||
-              !nlohmann::json::parse(kept.toStringRef()).contains("int8_model"),
+          !int8 ||
+              (signed_model &&
+               parse_signature(signature.toStringRef()) ==
+                   model_signature(model)),
           path,
           ": an int8 (quantized) checkpoint, not a float model's: load it "
           "with compress::load_quantized, or run it with hotloop test or "
           "predict");
     }
     // LibTorch's load would take the checkpoint's shapes without a word.
-    c10::IValue signature;
-    if (archive.try_read("model_parameters", signature)) {
+    if (signed_model) {
       const auto saved = parse_signature(signature.toStringRef());
       // A pruned model's checkpoint (weight_orig + weight_mask) loads into
       // the same model unpruned: it is reparametrised to match first.

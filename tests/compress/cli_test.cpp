@@ -177,7 +177,8 @@ TEST(CompressCli, QuantizeWritesAnInt8CheckpointThatTestAndPredictRun) {
   EXPECT_THAT(
       r.err,
       HasSubstr("cannot quantize hotloop::models::FashionCnnImpl "
-                "dynamically: hotloop quantizes the Linear layers of an mlp"));
+                "dynamically: hotloop quantizes the Linear layers of an mlp "
+                "(quantize_dynamic) and of a gpt"));
   EXPECT_FALSE(fs::exists(dir.file("dynamic.ckpt")));
   r = run_cli({"quantize", config});
   EXPECT_EQ(r.code, 2);
@@ -198,6 +199,94 @@ TEST(CompressCli, QuantizeWritesAnInt8CheckpointThatTestAndPredictRun) {
         << command;
     EXPECT_FALSE(fs::exists(dir.file("again.ckpt"))) << command;
   }
+}
+
+// A GPT's Linear layers int8: quantize --mode dynamic, then test and
+// generate from the int8 file.
+TEST(CompressCli, QuantizeDynamicMakesAnInt8GptThatTestAndGenerateRun) {
+  TempDir dir;
+  {
+    std::ofstream text(dir.file("text.txt"));
+    for (int i = 0; i < 300; ++i) {
+      text << "hotloop trains models. ";
+    }
+  }
+  const std::vector<std::string> gpt = {
+      "--trainer.accelerator=cpu",
+      "--data.dataset=text",
+      "--data.path=" + dir.file("text.txt"),
+      "--data.block_size=16",
+      "--data.batch_size=16",
+      "--model.name=gpt",
+      "--model.n_layer=1",
+      "--model.n_embd=32",
+      "--model.n_head=2",
+      "--trainer.name=gpt",
+      "--trainer.default_root_dir=" + dir.file("runs")};
+  const auto command = [&](const std::string& name,
+                           std::vector<std::string> extra) {
+    std::vector<std::string> args = {name};
+    args.insert(args.end(), gpt.begin(), gpt.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  Result r = command("fit", {"--trainer.max_epochs=1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string int8 = dir.file("gpt.int8.ckpt");
+  // Static int8 has no kernels for attention: named, nothing written.
+  r = command("quantize", {"--ckpt_path=last", "--output=" + int8});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err, HasSubstr("hotloop quantize: a GPT quantizes dynamically"));
+  EXPECT_FALSE(fs::exists(int8));
+
+  r = command(
+      "quantize", {"--ckpt_path=last", "--mode=dynamic", "--output=" + int8});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("quantize: dynamic int8 (the GPT's Linear layers, lm_head "
+                "included) on the "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "fp32: val_loss [0-9.]+, [1-9][0-9]* tokens/s; int8: "
+                         "val_loss [0-9.]+, [1-9][0-9]* tokens/s"));
+  EXPECT_TRUE(compress::is_quantized_checkpoint(int8));
+  // The float checkpoint's val_loss and the int8 one's, both printed, are
+  // close: the same model.
+  const auto losses = [](const std::string& out) {
+    std::vector<double> found;
+    for (size_t at = out.find("val_loss "); at != std::string::npos;
+         at = out.find("val_loss ", at + 1)) {
+      found.push_back(std::stod(out.substr(at + 9)));
+    }
+    return found;
+  };
+  const std::vector<double> both = losses(r.out);
+  ASSERT_EQ(both.size(), 2u) << r.out;
+  EXPECT_NEAR(both[1], both[0], 0.05 * both[0]);
+
+  r = command("test", {"--ckpt_path=" + int8});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t at = r.out.find("test_loss ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(at + 10)), both[1], 1e-3);
+
+  r = command(
+      "generate",
+      {"--ckpt_path=" + int8,
+       "--prompt=hot",
+       "--max_new_tokens=12",
+       "--temperature=0.1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("hot", 0), 0u) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("generate: 12 tokens in "));
+  // Training refuses the int8 file, naming it.
+  r = command(
+      "fit", {"--trainer.max_epochs=2", "--ckpt_path=" + int8});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err, HasSubstr(int8 + ": an int8 (quantized) checkpoint, not a float "
+                              "model's"));
 }
 
 TEST(CompressCli, ShrinkMakesAStructurallyPrunedCnnSmallerWithTheSameResults) {

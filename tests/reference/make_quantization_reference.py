@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/reference/quantization.txt: torch.ao's eager-mode static
-and dynamic quantization of hotloop's FashionCnn and Mlp layouts, for
-tests/compress/quantize_test.cpp to compare with hotloop::compress.
+and dynamic quantization of hotloop's FashionCnn and Mlp layouts, and the
+dynamic quantization of nanoGPT's GPT, for tests/compress/quantize_test.cpp
+to compare with hotloop::compress.
 
 Run with Debian's python3-torch (1.13) or any later PyTorch:
 
@@ -17,9 +18,16 @@ per conv/linear), and the converted model's output on the test input
 (`output`). The engine is onednn, the observers MinMaxObserver (quint8,
 per-tensor affine) and PerChannelMinMaxObserver (qint8, per-channel
 symmetric), as hotloop's defaults; dynamic: torch.ao's default.
+
+Case gpt_dynamic: the nanoGPT twin of tests/reference/interop/gpt.safetensors
+(make_interop_reference.py's gpt_twin: vocab 64, block 16, 2 layers, 2
+heads, 32 wide) through quantize_dynamic({nn.Linear}), lm_head included:
+the tokens (`input` idx), each Linear's weight scale (`qparams`
+weight.<module>.scale) and the logits of every position (`output`).
 """
 
 import os
+import sys
 
 import torch
 import torch.nn as nn
@@ -37,6 +45,8 @@ from torch.ao.quantization import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "quantization.txt")
+sys.path.insert(0, HERE)
+from make_interop_reference import case_input, gpt_twin  # noqa: E402
 
 
 class FashionCnn(nn.Module):
@@ -198,6 +208,19 @@ def main():
                          torch.tensor([w.q_scale()])))
         lines.append(row("dynamic", "qparams", f"weight.{i}.zero_point",
                          torch.tensor([w.q_zero_point()])))
+
+    # Dynamic, nanoGPT's GPT: every nn.Linear, the tied lm_head too.
+    gpt = gpt_twin().eval()
+    idx = case_input("gpt")
+    lines.append(row("gpt_dynamic", "input", "idx", idx))
+    dynamic = quantize_dynamic(gpt, {nn.Linear}, dtype=torch.qint8)
+    with torch.no_grad():
+        logits = dynamic(idx, torch.zeros_like(idx))[0]
+    lines.append(row("gpt_dynamic", "output", "logits", logits))
+    for name, layer in dynamic.named_modules():
+        if isinstance(layer, torch.ao.nn.quantized.dynamic.Linear):
+            lines.append(row("gpt_dynamic", "qparams", f"weight.{name}.scale",
+                             torch.tensor([layer.weight().q_scale()])))
 
     with open(OUT, "w") as f:
         f.write("\n".join(lines) + "\n")

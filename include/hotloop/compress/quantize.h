@@ -86,7 +86,8 @@ QuantizedNet quantize_static(
 QuantizedNet quantize_dynamic(
     models::MlpImpl& model, const std::string& engine = "auto");
 /// Dispatches on the network's type; ConfigError for one without Linear
-/// layers hotloop can quantize dynamically.
+/// layers hotloop can quantize dynamically (a Gpt's are quantized in place:
+/// quantized_gpt.h).
 QuantizedNet quantize_dynamic(
     torch::nn::Module& network, const std::string& engine = "auto");
 

@@ -10,7 +10,9 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace hotloop::models {
@@ -55,6 +57,20 @@ struct GptOptions {
   /// (gpt_loss). >= 0.
   TORCH_ARG(int64_t, loss_chunk_size) = 4096;
 };
+
+/// What takes a Linear layer's place in a Gpt (GptImpl::replace_linears):
+/// compress::DynamicLinear, its int8 form. forward maps [..., in] to
+/// [..., out] as the layer did.
+class GptLinearReplacement : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+};
+
+/// For GptImpl::replace_linears: the replacement of the Linear layer
+/// `name` (weight [out, in], bias [out] or undefined), or nullptr to keep
+/// it.
+using GptLinearMaker = std::function<std::shared_ptr<GptLinearReplacement>(
+    const std::string& name, const at::Tensor& weight, const at::Tensor& bias)>;
 
 /// The keys and values every attention layer computed for the positions
 /// seen so far, so that generation feeds each new token alone (nanoGPT
@@ -103,7 +119,7 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   /// The mean next-token cross-entropy of forward(idx) against targets
   /// ([B, T] int64, -1 ignored), as gpt_loss gives it: chunked by
   /// options().loss_chunk_size() positions (chunked_cross_entropy), or
-  /// over forward's logits when that is 0.
+  /// over forward's logits when that is 0 or lm_head was replaced.
   at::Tensor token_loss(
       const at::Tensor& idx, const at::Tensor& targets) override;
   /// The same for tokens at positions cache.length() .. + T, attending to
@@ -128,12 +144,25 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   /// gpt_flops_per_token).
   double forward_flops_per_token(int64_t block) const;
 
+  /// Puts `make`'s modules in place of the model's Linear layers, by
+  /// nanoGPT's module names (transformer.h.N.attn.c_attn,
+  /// transformer.h.N.attn.c_proj, transformer.h.N.mlp.c_fc,
+  /// transformer.h.N.mlp.c_proj, then lm_head, whose weight is
+  /// transformer.wte.weight): a replaced layer leaves the model with its
+  /// parameters, its replacement is registered under its name (lm_head
+  /// beside wte, which stays the token embedding). A layer replaced before
+  /// is not offered again. Inference: a replaced model trains no further
+  /// through those layers.
+  void replace_linears(const GptLinearMaker& make);
+
   /// The options the model was built with.
   const GptOptions& options() const {
     return options_;
   }
 
  private:
+  // The logits of the final LayerNorm's output.
+  at::Tensor head(const at::Tensor& hidden);
   // The final LayerNorm's output for idx (appended to `cache` when given).
   at::Tensor run(const at::Tensor& idx, GptKvCache* cache);
 
@@ -143,6 +172,8 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   torch::nn::ModuleList h_{nullptr};
   std::vector<std::shared_ptr<detail::GptBlockImpl>> blocks_;
   std::shared_ptr<detail::GptLayerNormImpl> ln_f_;
+  // lm_head once replace_linears replaced it; null: wte's weight.
+  std::shared_ptr<GptLinearReplacement> lm_head_;
 };
 TORCH_MODULE(Gpt);
 

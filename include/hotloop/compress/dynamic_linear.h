@@ -1,0 +1,60 @@
+#pragma once
+
+#include "hotloop/models/gpt.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hotloop::compress {
+
+/// torch.ao.nn.quantized.dynamic.Linear: a Linear layer whose weight is
+/// int8 (qint8, per tensor, symmetric: torch.ao's default_dynamic_qconfig's
+/// MinMaxObserver) and whose input is quantized at each call from its own
+/// range (quint8, the range reduced to 0..127 as torch.ao asks of
+/// quantized::linear_dynamic), the output float. It takes a Linear layer's
+/// place in a Gpt (models::GptLinearReplacement; quantize_dynamic_inplace).
+///
+/// Its buffers are what checkpoints hold: `weight` (the int8 values,
+/// [out, in]), `scale` and `zero_point` ([1], double and int64) and `bias`
+/// (float [out], where the layer has one). The weight is packed for the
+/// current quantized engine (quantized_engine.h) at the first forward after
+/// they change, so a loaded checkpoint runs as it is. CPU only, inference
+/// only.
+class DynamicLinearImpl : public models::GptLinearReplacement {
+ public:
+  /// A layer of zeros, for a checkpoint to fill.
+  DynamicLinearImpl(int64_t in_features, int64_t out_features, bool bias);
+  /// The int8 form of a float layer (weight [out, in], bias [out] or
+  /// undefined), observed as torch.ao's quantize_dynamic observes it.
+  static std::shared_ptr<DynamicLinearImpl> quantize(
+      const at::Tensor& weight, const at::Tensor& bias);
+
+  /// x: [..., in] float -> [..., out] float.
+  at::Tensor forward(const at::Tensor& x) override;
+
+  /// The weight as a quantized tensor (qint8, per tensor).
+  at::Tensor quantized_weight() const;
+  /// Bytes of the weight and bias as stored.
+  int64_t weight_bytes() const;
+
+ private:
+  at::Tensor weight_;
+  at::Tensor scale_;
+  at::Tensor zero_point_;
+  at::Tensor bias_;
+  std::mutex mutex_;
+  c10::IValue packed_;
+  // What packed_ was made from: each buffer's storage and version, the
+  // engine.
+  std::vector<std::pair<const void*, int64_t>> packed_from_;
+  int64_t packed_engine_ = -1;
+};
+
+} // namespace hotloop::compress

@@ -1,0 +1,150 @@
+#include "hotloop/compress/quantized_gpt.h"
+
+#include "hotloop/compress/dynamic_linear.h"
+#include "hotloop/compress/quantized_engine.h"
+#include "hotloop/core/error.h"
+#include "hotloop/train/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <sstream>
+
+namespace hotloop::compress {
+namespace {
+
+constexpr const char* kMarker = "int8_model";
+constexpr const char* kKind = "gpt dynamic";
+
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+} // namespace
+
+std::string quantize_dynamic_inplace(
+    models::GptImpl& model, const std::string& engine) {
+  const std::string chosen = select_quantized_engine(engine);
+  for (const at::Tensor& p : model.parameters()) {
+    HOTLOOP_CHECK(
+        p.device().is_cpu(),
+        "quantize_dynamic: the GPT must be on the CPU (int8 Linear layers "
+        "run there), it is on ",
+        p.device());
+  }
+  model.replace_linears(
+      [](const std::string&, const at::Tensor& weight, const at::Tensor& bias)
+          -> std::shared_ptr<models::GptLinearReplacement> {
+        return DynamicLinearImpl::quantize(weight, bias);
+      });
+  return chosen;
+}
+
+bool is_quantized(const models::GptImpl& model) {
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (dynamic_cast<const DynamicLinearImpl*>(module.get()) != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t stored_bytes(const models::GptImpl& model) {
+  int64_t bytes = 0;
+  for (const at::Tensor& p : model.parameters()) {
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  for (const at::Tensor& b : model.buffers()) {
+    bytes += b.numel() * static_cast<int64_t>(b.element_size());
+  }
+  return bytes;
+}
+
+void save_quantized(
+    const std::string& path,
+    models::GptImpl& model,
+    const std::string& extra) {
+  HOTLOOP_CHECK(
+      is_quantized(model),
+      path,
+      ": the GPT is float; quantize_dynamic_inplace makes it int8 first");
+  nlohmann::json callbacks =
+      extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
+  callbacks[kMarker] = {{"kind", kKind}, {"engine", quantized_engine()}};
+  train::CheckpointState state;
+  state.callbacks = callbacks.dump();
+  train::save_checkpoint(path, model, state);
+}
+
+void load_quantized(const std::string& path, models::GptImpl& model) {
+  const train::CheckpointSummary summary = train::describe_checkpoint(path);
+  HOTLOOP_CHECK(
+      summary.content_read,
+      path,
+      ": corrupted checkpoint (",
+      summary.seal.problem,
+      ")");
+  const nlohmann::json callbacks =
+      summary.callback_states.empty()
+          ? nlohmann::json::object()
+          : nlohmann::json::parse(summary.callback_states);
+  HOTLOOP_CHECK(
+      callbacks.contains(kMarker),
+      path,
+      ": a float model's checkpoint, not an int8 one: quantize it first "
+      "(hotloop quantize --mode dynamic --ckpt_path ",
+      path,
+      ")");
+  const std::string kind = callbacks.at(kMarker).at("kind").get<std::string>();
+  HOTLOOP_CHECK(
+      kind == kKind,
+      path,
+      ": an int8 model of kind '",
+      kind,
+      "', not an int8 GPT ('",
+      kKind,
+      "')");
+  quantize_dynamic_inplace(model, "auto");
+  // The same names and shapes as the model's, or the first that differs.
+  std::map<std::string, std::string> mine;
+  for (const auto& p : model.named_parameters()) {
+    mine[p.key()] = shape_text(p.value());
+  }
+  for (const auto& b : model.named_buffers()) {
+    mine[b.key()] = shape_text(b.value());
+  }
+  for (const auto& [name, shape] : summary.model) {
+    const auto found = mine.find(name);
+    HOTLOOP_CHECK(
+        found != mine.end(),
+        path,
+        ": '",
+        name,
+        "' of the file's int8 GPT is not in the model (are model.n_layer "
+        "and the other model.* options the run's?)");
+    HOTLOOP_CHECK(
+        found->second == shape,
+        path,
+        ": '",
+        name,
+        "' is ",
+        shape,
+        " in the file, ",
+        found->second,
+        " in the model (are model.n_embd, model.vocab_size and the other "
+        "model.* options the run's?)");
+    mine.erase(found);
+  }
+  HOTLOOP_CHECK(
+      mine.empty(),
+      path,
+      ": the model's '",
+      mine.empty() ? std::string() : mine.begin()->first,
+      "' is not in the file's int8 GPT (are model.n_layer and the other "
+      "model.* options the run's?)");
+  train::load_checkpoint(path, model);
+}
+
+} // namespace hotloop::compress

@@ -1,0 +1,162 @@
+#include "hotloop/compress/quantized_gpt.h"
+
+#include "hotloop/compress/dynamic_linear.h"
+#include "hotloop/compress/quantized_engine.h"
+#include "hotloop/compress/quantized_net.h"
+#include "hotloop/core/error.h"
+#include "hotloop/interop/load_weights.h"
+#include "hotloop/models/gpt_generate.h"
+#include "hotloop/train/checkpoint.h"
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace hotloop::compress {
+namespace {
+
+using hotloop::testing::Reference;
+using hotloop::testing::TempDir;
+using ::testing::HasSubstr;
+
+at::Tensor ref(const std::string& field, const std::string& name) {
+  return hotloop::testing::to_tensor(
+      Reference::get("quantization.txt").one("gpt_dynamic", field, name),
+      at::kFloat);
+}
+
+// The twin of make_quantization_reference.py's nanoGPT.
+models::Gpt reference_gpt() {
+  models::Gpt gpt(models::GptOptions::tiny());
+  const std::string file =
+      std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/interop/gpt.safetensors";
+  interop::load_weights(*gpt, interop::read_weights(file), file);
+  gpt->eval();
+  return gpt;
+}
+
+class QuantizedGpt : public ::testing::Test {
+ protected:
+  // The reference ran on one thread on onednn.
+  void SetUp() override {
+    threads_ = at::get_num_threads();
+    at::set_num_threads(1);
+    engine_ = quantized_engine();
+  }
+  void TearDown() override {
+    at::set_num_threads(threads_);
+    select_quantized_engine(engine_);
+  }
+
+ private:
+  int threads_ = 1;
+  std::string engine_;
+};
+
+TEST_F(QuantizedGpt, DynamicEqualsTorchAosQuantizeDynamicOfNanoGpt) {
+  models::Gpt gpt = reference_gpt();
+  const at::Tensor idx = ref("input", "idx").to(at::kLong);
+  const at::Tensor float_logits = gpt->forward(idx);
+  EXPECT_EQ(quantize_dynamic_inplace(*gpt, "onednn"), "onednn");
+  EXPECT_TRUE(is_quantized(*gpt));
+  // torch.ao's layers, by its module names, lm_head too; exact scales.
+  std::set<std::string> layers;
+  for (const auto& item : gpt->named_modules("", /*include_self=*/false)) {
+    if (const auto* layer =
+            dynamic_cast<const DynamicLinearImpl*>(item.value().get())) {
+      layers.insert(item.key());
+      const at::Tensor w = layer->quantized_weight();
+      EXPECT_EQ(w.q_scale(), ref("qparams", "weight." + item.key() + ".scale")
+                                 .item<double>())
+          << item.key();
+      EXPECT_EQ(w.q_zero_point(), 0);
+    }
+  }
+  EXPECT_EQ(layers.size(), 9u);
+  EXPECT_EQ(layers.count("lm_head"), 1u);
+  EXPECT_EQ(layers.count("transformer.h.1.mlp.c_fc"), 1u);
+  // The float Linear weights left the model; the embeddings stayed.
+  std::set<std::string> parameters;
+  for (const auto& p : gpt->named_parameters()) {
+    parameters.insert(p.key());
+  }
+  EXPECT_EQ(parameters.count("transformer.h.0.attn.c_attn.weight"), 0u);
+  EXPECT_EQ(parameters.count("transformer.wte.weight"), 1u);
+  const at::Tensor logits = gpt->forward(idx);
+  const at::Tensor expected = ref("output", "logits");
+  ASSERT_EQ(logits.sizes(), expected.sizes());
+  const double diff = (logits - expected).abs().max().item<double>();
+  EXPECT_LT(diff, 1e-4);
+  // Int8, not float: the logits moved off the float model's.
+  EXPECT_GT((logits - float_logits).abs().max().item<double>(), 100 * diff);
+  // The loss sees the int8 head.
+  EXPECT_NEAR(
+      gpt->token_loss(idx, idx).item<double>(),
+      models::gpt_loss(logits, idx).item<double>(),
+      1e-6);
+}
+
+TEST_F(QuantizedGpt, SavesAndLoadsAsACheckpointOfItsOwnKind) {
+  TempDir dir;
+  models::Gpt gpt = reference_gpt();
+  const int64_t float_bytes = stored_bytes(*gpt);
+  const std::string file = dir.file("gpt.int8.ckpt");
+  EXPECT_THROW(save_quantized(file, *gpt), Error); // float
+  quantize_dynamic_inplace(*gpt, "onednn");
+  // Each Linear weight from 4 bytes a value to 1.
+  EXPECT_LT(stored_bytes(*gpt), float_bytes * 6 / 10);
+  save_quantized(file, *gpt, R"({"kept": {"a": 1}})");
+  EXPECT_TRUE(is_quantized_checkpoint(file));
+
+  // A float GPT of the same options loads it and gives the same logits,
+  // and the same generated tokens.
+  models::Gpt loaded(models::GptOptions::tiny());
+  load_quantized(file, *loaded);
+  loaded->eval();
+  const at::Tensor idx = ref("input", "idx").to(at::kLong);
+  EXPECT_TRUE(at::equal(loaded->forward(idx), gpt->forward(idx)));
+  const auto options =
+      models::GenerateOptions().max_new_tokens(8).top_k(5).seed(3);
+  EXPECT_TRUE(at::equal(
+      models::generate(*loaded, idx.narrow(1, 0, 4), options),
+      models::generate(*gpt, idx.narrow(1, 0, 4), options)));
+
+  // A float model refuses it; the int8 loader refuses a float checkpoint
+  // and another shape.
+  models::Gpt float_gpt(models::GptOptions::tiny());
+  try {
+    train::load_checkpoint(file, *float_gpt);
+    FAIL() << "a float GPT loaded an int8 checkpoint";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("an int8 (quantized) checkpoint"));
+  }
+  train::save_checkpoint(dir.file("float.ckpt"), *float_gpt);
+  try {
+    load_quantized(dir.file("float.ckpt"), *loaded);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("float.ckpt: a float model's checkpoint, not an int8 one"));
+  }
+  models::Gpt wider(models::GptOptions::tiny().n_embd(64));
+  try {
+    load_quantized(file, *wider);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("gpt.int8.ckpt: 'transformer.wte.weight' is [64, 32] in "
+                  "the file, [64, 64] in the model"));
+  }
+  // Nor is it a QuantizedNet.
+  EXPECT_THROW(load_quantized(file), Error);
+}
+
+} // namespace
+} // namespace hotloop::compress
