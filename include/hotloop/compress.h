@@ -4,6 +4,7 @@
 // semantics), the ModelPruning callback, structural shrinking, and int8
 // quantization (torch.ao's observers, LibTorch's quantized kernels).
 
+#include "hotloop/compress/dynamic_linear.h"
 #include "hotloop/compress/fake_quantize.h"
 #include "hotloop/compress/forward_tensor.h"
 #include "hotloop/compress/model_pruning.h"
@@ -16,5 +17,6 @@
 #include "hotloop/compress/quantization_aware_training.h"
 #include "hotloop/compress/quantize.h"
 #include "hotloop/compress/quantized_engine.h"
+#include "hotloop/compress/quantized_gpt.h"
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/compress/shrink.h"
