@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/serialize/input-archive.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <fstream>
@@ -89,6 +90,17 @@ NamedTensors read_checkpoint_model(const std::string& path) {
         archive.try_read("model", model),
         path,
         ": not a hotloop checkpoint (no model in it)");
+    // hotloop quantize's files hold int8 values and their scales, which no
+    // float model (nor Python's) takes.
+    c10::IValue callbacks;
+    HOTLOOP_CHECK(
+        !archive.try_read("callbacks", callbacks) ||
+            !nlohmann::json::parse(callbacks.toStringRef())
+                 .contains("int8_model"),
+        path,
+        ": an int8 (quantized) checkpoint: its tensors are int8 values and "
+        "scales, not a float model's weights; use the float checkpoint it "
+        "was quantized from");
     add_tensors(model, "", out, 0);
   } catch (const Error&) {
     throw;

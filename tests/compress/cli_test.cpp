@@ -280,13 +280,24 @@ TEST(CompressCli, QuantizeDynamicMakesAnInt8GptThatTestAndGenerateRun) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("hot", 0), 0u) << r.out;
   EXPECT_THAT(r.err, HasSubstr("generate: 12 tokens in "));
-  // Training refuses the int8 file, naming it.
+  // Training refuses the int8 file, naming it; so do model.init_from and
+  // export, which take float weights.
   r = command(
       "fit", {"--trainer.max_epochs=2", "--ckpt_path=" + int8});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(
       r.err, HasSubstr(int8 + ": an int8 (quantized) checkpoint, not a float "
                               "model's"));
+  const std::string weights =
+      ": an int8 (quantized) checkpoint: its tensors are int8 values and "
+      "scales, not a float model's weights";
+  r = command("fit", {"--trainer.max_epochs=1", "--model.init_from=" + int8});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(int8 + weights));
+  r = run_cli({"export", int8, "--output", dir.file("gpt.safetensors")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(int8 + weights));
+  EXPECT_FALSE(fs::exists(dir.file("gpt.safetensors")));
 }
 
 TEST(CompressCli, ShrinkMakesAStructurallyPrunedCnnSmallerWithTheSameResults) {
