@@ -6,12 +6,22 @@ qconfig (MinMaxObserver quint8 activations, PerChannelMinMaxObserver qint8
 weights), the same calibration batches, on the engine hotloop picked for
 its first int8 row (onednn on Debian's 1.13).
 
+With --qat-epochs N (> 0) and --root, also torch.ao's quantization-aware
+training of the same weights with compress_bench's recipe: fuse_modules_qat,
+get_default_qat_qconfig(engine), prepare_qat; N epochs of the training
+images (padded by 2 and cropped at random, flipped at random) in batches of
+256 with AdamW at --qat-lr (weight decay 1e-4 but on BatchNorm weights and
+biases) under OneCycleLR; BatchNorm statistics frozen (freeze_bn_stats) and
+observers stopped (disable_observer) for the last epoch; convert.
+
 One line per model in --out: name, test accuracy, file bytes, then the
 samples/s of each timed pass (one pass over the test set per repeat).
 """
 
 import argparse
+import gzip
 import io
+import os
 import time
 
 import numpy as np
@@ -19,7 +29,12 @@ import torch
 import torch.nn as nn
 from torch.ao.quantization import (DeQuantStub, MinMaxObserver,
                                    PerChannelMinMaxObserver, QConfig,
-                                   QuantStub, convert, fuse_modules, prepare)
+                                   QuantStub, convert, disable_observer,
+                                   fuse_modules, fuse_modules_qat,
+                                   get_default_qat_qconfig, prepare,
+                                   prepare_qat)
+
+MEAN, STD = 0.2860, 0.3530
 
 
 class FashionCnn(nn.Module):
@@ -62,6 +77,63 @@ def read(prefix):
     return tensors
 
 
+def read_idx(path, offset):
+    with gzip.open(path) as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+
+def fusion(model):
+    return [[f"features.{4 * b}", f"features.{4 * b + 1}", f"features.{4 * b + 2}"]
+            for b in range(len(model.features) // 4)] + [["head.1", "head.2"]]
+
+
+def qat(state, a):
+    """torch.ao's QAT of a FashionCnn with the weights `state`, converted to
+    int8."""
+    images = torch.from_numpy(read_idx(os.path.join(
+        a.root, "train-images-idx3-ubyte.gz"), 16).copy()).view(-1, 28, 28)
+    labels = torch.from_numpy(read_idx(os.path.join(
+        a.root, "train-labels-idx1-ubyte.gz"), 8).astype(np.int64))
+    padded = nn.functional.pad(images, (2, 2, 2, 2))
+    wrapped = Quantized(FashionCnn([int(c) for c in a.channels.split(",")], a.hidden))
+    wrapped.model.load_state_dict(state)
+    wrapped.train()
+    fuse_modules_qat(wrapped.model, fusion(wrapped.model), inplace=True)
+    wrapped.qconfig = get_default_qat_qconfig(a.engine)
+    prepared = prepare_qat(wrapped)
+    decay = [p for n, p in prepared.named_parameters()
+             if not (n.endswith("bias") or ".bn." in n or n.endswith("bn.weight"))]
+    no_decay = [p for n, p in prepared.named_parameters()
+                if n.endswith("bias") or ".bn." in n or n.endswith("bn.weight")]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=a.qat_lr)
+    steps = (len(images) + 255) // 256
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=a.qat_lr, total_steps=a.qat_epochs * steps)
+    g = torch.Generator().manual_seed(0)
+    for epoch in range(a.qat_epochs):
+        if epoch == a.qat_epochs - 1:
+            prepared.apply(torch.nn.intrinsic.qat.freeze_bn_stats)
+            prepared.apply(disable_observer)
+        order = torch.randperm(len(images), generator=g)
+        for start in range(0, len(images), 256):
+            index = order[start:start + 256]
+            top = torch.randint(0, 5, (len(index),), generator=g)
+            left = torch.randint(0, 5, (len(index),), generator=g)
+            flip = torch.rand(len(index), generator=g) < 0.5
+            x = torch.stack([padded[i, t:t + 28, l:l + 28]
+                             for i, t, l in zip(index.tolist(), top.tolist(), left.tolist())])
+            x = torch.where(flip.view(-1, 1, 1), x.flip(-1), x)
+            x = ((x.float() / 255 - MEAN) / STD).unsqueeze(1)
+            loss = nn.functional.cross_entropy(prepared(x), labels[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    return convert(prepared.eval())
+
+
 def size_of(model):
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
@@ -77,6 +149,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--engine", default="onednn")
     p.add_argument("--out", required=True)
+    p.add_argument("--root", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--qat-epochs", type=int, default=0)
+    p.add_argument("--qat-lr", type=float, default=1e-5)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.backends.quantized.engine = a.engine
@@ -91,9 +166,7 @@ def main():
     targets = [t[f"target {i}"].long() for i in range(len(inputs))]
 
     wrapped = Quantized(model).eval()
-    fuse_modules(wrapped.model, [
-        [f"features.{4 * b}", f"features.{4 * b + 1}", f"features.{4 * b + 2}"]
-        for b in range(len(model.features) // 4)] + [["head.1", "head.2"]], inplace=True)
+    fuse_modules(wrapped.model, fusion(model), inplace=True)
     wrapped.qconfig = QConfig(
         activation=MinMaxObserver.with_args(dtype=torch.quint8),
         weight=PerChannelMinMaxObserver.with_args(
@@ -105,6 +178,8 @@ def main():
     int8 = convert(prepared)
 
     rows = [("PyTorch fp32", model), (f"PyTorch static int8 ({a.engine})", int8)]
+    if a.qat_epochs > 0:
+        rows.append((f"PyTorch QAT int8 ({a.engine}) +{a.qat_epochs} epochs", qat(state, a)))
     results = []
     with torch.inference_mode():
         for name, m in rows:
