@@ -136,6 +136,59 @@ TEST_F(Quantize, StaticCnnHasTorchAosScalesAndZeroPointsAndOutputs) {
       (output - ref("cnn", "output", "float")).abs().max().item<double>(), 0.1);
 }
 
+// "auto" takes the first of x86, fbgemm, onednn, qnnpack that LibTorch
+// has; each engine it has runs the int8 CNN near the float model. Debian's
+// 1.13 has onednn and qnnpack; the 2.x wheels add x86 and fbgemm, whose
+// activations use half the range (0..127) as torch.ao's qconfigs for them.
+TEST_F(Quantize, AutoPicksTheFastestEngineAndEveryEngineRunsTheCnn) {
+  const std::vector<std::string> engines = supported_quantized_engines();
+  ASSERT_FALSE(engines.empty());
+  std::string first;
+  for (const char* name : {"x86", "fbgemm", "onednn", "qnnpack"}) {
+    if (first.empty() &&
+        std::find(engines.begin(), engines.end(), name) != engines.end()) {
+      first = name;
+    }
+  }
+  EXPECT_EQ(select_quantized_engine("auto"), first);
+  EXPECT_EQ(quantized_engine(), first);
+  models::FashionCnn model = reference_cnn();
+  CalibrationRecord full_range;
+  quantize_static(
+      *model,
+      calibration("cnn"),
+      StaticQuantizationOptions().engine("onednn"),
+      &full_range);
+  for (const std::string& engine : engines) {
+    CalibrationRecord record;
+    QuantizedNet net = quantize_static(
+        *model,
+        calibration("cnn"),
+        StaticQuantizationOptions().engine(engine),
+        &record);
+    EXPECT_EQ(net->engine(), engine);
+    const bool reduced = engine_reduces_range(engine);
+    EXPECT_EQ(reduced, engine == "x86" || engine == "fbgemm") << engine;
+    for (size_t i = 0; i < record.activations.size(); ++i) {
+      // The same observed range over 127 steps instead of 255.
+      EXPECT_NEAR(
+          record.activations[i].scale.item<double>(),
+          full_range.activations[i].scale.item<double>() *
+              (reduced ? 255.0 / 127.0 : 1.0),
+          1e-6 * full_range.activations[i].scale.item<double>())
+          << engine << " activation " << i;
+      EXPECT_LE(
+          record.activations[i].zero_point.item<int64_t>(), reduced ? 127 : 255)
+          << engine;
+    }
+    const at::Tensor output = net->forward(ref("cnn", "input", "test"));
+    EXPECT_LT(
+        (output - ref("cnn", "output", "float")).abs().max().item<double>(),
+        reduced ? 0.2 : 0.1)
+        << engine;
+  }
+}
+
 TEST_F(Quantize, StaticMlpHasTorchAosScalesAndZeroPointsAndOutputs) {
   models::Mlp model = reference_mlp("mlp");
   CalibrationRecord record;
