@@ -70,70 +70,115 @@ std::string kept_states(const std::string& ckpt_path) {
       .dump();
 }
 
-// One pass of `loader`: the mean per unit (a sample, a token) of what
-// `measure` sums over a batch (correct predictions, a loss), and the units
-// per second of inference, timed after a warm-up batch (the warm-up itself
-// where it is the only one).
+// What a model is judged by over a batch: the sum over its units (samples,
+// tokens) of something per unit (correct predictions, a loss).
+using Measure = std::function<double(const data::Batch&)>;
+using Units = std::function<int64_t(const data::Batch&)>;
+
 struct Evaluation {
-  double mean = 0;
-  double units_per_s = 0;
+  double mean = 0;        ///< per unit, over the loader
+  double units_per_s = 0; ///< inference speed, the median of the passes
 };
 
-Evaluation evaluate(
-    const std::function<double(const data::Batch&)>& measure,
-    const std::function<int64_t(const data::Batch&)>& units,
-    data::DataLoader& loader) {
+// Two models (or more) compared over `passes` walks of `loader`, their
+// turns interleaved batch by batch so that the machine's moods fall on
+// them alike: each one's mean per unit of its measure (the first pass), and
+// the median over the passes of its units per second (the first batch of
+// the first pass a warm-up, timed only where it is the only batch).
+std::vector<Evaluation> compare(
+    const std::vector<Measure>& models,
+    const Units& units,
+    data::DataLoader& loader,
+    int passes = 3) {
+  using Clock = std::chrono::steady_clock;
   const c10::InferenceMode inference;
-  int64_t counted = 0, timed = 0;
-  double sum = 0, seconds = 0, warm_up = 0;
-  for (const data::Batch& batch : loader) {
-    const auto start = std::chrono::steady_clock::now();
-    sum += measure(batch);
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (counted > 0) {
-      seconds += elapsed;
-      timed += units(batch);
-    } else {
-      warm_up = elapsed;
+  const size_t n = models.size();
+  std::vector<double> sums(n, 0);
+  std::vector<std::vector<double>> rates(n);
+  int64_t counted = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<double> seconds(n, 0);
+    int64_t timed = 0;
+    bool first = pass == 0;
+    for (const data::Batch& batch : loader) {
+      for (size_t m = 0; m < n; ++m) {
+        const auto start = Clock::now();
+        const double value = models[m](batch);
+        if (!first) {
+          seconds[m] +=
+              std::chrono::duration<double>(Clock::now() - start).count();
+        }
+        if (pass == 0) {
+          sums[m] += value;
+        }
+      }
+      if (pass == 0) {
+        counted += units(batch);
+      }
+      timed += first ? 0 : units(batch);
+      first = false;
     }
-    counted += units(batch);
+    for (size_t m = 0; m < n && timed > 0; ++m) {
+      rates[m].push_back(
+          seconds[m] > 0 ? static_cast<double>(timed) / seconds[m] : 0);
+    }
   }
-  if (timed == 0) {
-    seconds = warm_up;
-    timed = counted;
+  std::vector<Evaluation> results(n);
+  for (size_t m = 0; m < n; ++m) {
+    results[m].mean = counted > 0 ? sums[m] / static_cast<double>(counted) : 0;
+    std::sort(rates[m].begin(), rates[m].end());
+    results[m].units_per_s = rates[m].empty() ? 0 : rates[m][rates[m].size() / 2];
   }
-  Evaluation result;
-  result.mean = counted > 0 ? sum / static_cast<double>(counted) : 0;
-  result.units_per_s = seconds > 0 ? timed / seconds : 0;
-  return result;
+  return results;
 }
 
-// Validation accuracy and samples/s of a classifier's `forward`.
-Evaluation evaluate(
-    const std::function<at::Tensor(const at::Tensor&)>& forward,
-    data::DataLoader& loader) {
-  return evaluate(
-      [&](const data::Batch& batch) {
-        return static_cast<double>(
-            (forward(batch.input).argmax(1) == batch.target)
-                .sum()
-                .item<int64_t>());
-      },
-      [](const data::Batch& batch) { return batch.input.size(0); },
-      loader);
+// A classifier's correct predictions, one unit a sample.
+Measure correct(const std::function<at::Tensor(const at::Tensor&)>& forward) {
+  return [forward](const data::Batch& batch) {
+    return static_cast<double>(
+        (forward(batch.input).argmax(1) == batch.target).sum().item<int64_t>());
+  };
+}
+int64_t samples(const data::Batch& batch) {
+  return batch.input.size(0);
 }
 
-// Validation loss and tokens/s of a GPT.
-Evaluation evaluate(models::GptImpl& gpt, data::DataLoader& loader) {
-  return evaluate(
-      [&](const data::Batch& batch) {
-        return gpt.token_loss(batch.input, batch.target).item<double>() *
-               static_cast<double>(batch.input.numel());
-      },
-      [](const data::Batch& batch) { return batch.input.numel(); },
-      loader);
+// A GPT's summed next-token loss, one unit a token.
+Measure summed_loss(models::GptImpl& gpt) {
+  return [&gpt](const data::Batch& batch) {
+    return gpt.token_loss(batch.input, batch.target).item<double>() *
+           static_cast<double>(batch.input.numel());
+  };
+}
+int64_t tokens(const data::Batch& batch) {
+  return batch.input.numel();
+}
+
+// "<a>: <metric> x, N <unit>/s; <b>: <metric> y, M <unit>/s (M/N x)", then
+// `extra`, and with `warn` a warning where b is the slower.
+void print_comparison(
+    std::ostream& out,
+    const char* a,
+    const char* b,
+    const char* metric,
+    const char* unit,
+    const std::vector<Evaluation>& e,
+    const std::string& extra,
+    bool warn) {
+  const double ratio = e[1].units_per_s / std::max(e[0].units_per_s, 1e-9);
+  out << std::fixed << std::setprecision(4) << a << ": " << metric << " "
+      << e[0].mean << ", " << std::setprecision(0) << e[0].units_per_s << " "
+      << unit << "/s; " << b << ": " << metric << " " << std::setprecision(4)
+      << e[1].mean << ", " << std::setprecision(0) << e[1].units_per_s << " "
+      << unit << "/s (" << std::setprecision(2) << ratio << "x)" << extra
+      << "\n"
+      << std::defaultfloat;
+  if (warn && ratio < 1) {
+    out << "warning: the int8 model infers slower than the float one on "
+           "this machine ("
+        << std::setprecision(2) << std::fixed << ratio
+        << "x): keep the float model for speed" << std::defaultfloat << "\n";
+  }
 }
 
 // hotloop quantize --mode dynamic of a GPT: its Linear layers int8 in place,
@@ -154,30 +199,39 @@ int quantize_gpt(
       "LayerNorm and GELU kernels, which hotloop does not have");
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
-  const int64_t float_bytes = compress::stored_bytes(gpt);
-  const Evaluation fp32 = evaluate(gpt, val_loader);
+  // The int8 model is a copy, so that both run side by side.
+  models::Gpt int8(config.gpt);
+  {
+    const at::NoGradGuard no_grad;
+    const auto parameters = gpt.named_parameters();
+    for (auto& p : int8->named_parameters()) {
+      p.value().copy_(parameters[p.key()]);
+    }
+    const auto buffers = gpt.named_buffers();
+    for (auto& b : int8->named_buffers()) {
+      b.value().copy_(buffers[b.key()]);
+    }
+  }
+  int8->eval();
   const std::string engine =
-      compress::quantize_dynamic_inplace(gpt, flag(args, "engine", "auto"));
+      compress::quantize_dynamic_inplace(*int8, flag(args, "engine", "auto"));
   out << "quantize: dynamic int8 (the GPT's Linear layers, lm_head "
          "included) on the "
       << engine << " engine\n";
-  const Evaluation int8 = evaluate(gpt, val_loader);
-  compress::save_quantized(output, gpt, kept_states(ckpt_path));
-  const double ratio = int8.units_per_s / std::max(fp32.units_per_s, 1e-9);
-  out << std::fixed << std::setprecision(4) << "fp32: val_loss " << fp32.mean
-      << ", " << std::setprecision(0) << fp32.units_per_s
-      << " tokens/s; int8: val_loss " << std::setprecision(4) << int8.mean
-      << ", " << std::setprecision(0) << int8.units_per_s << " tokens/s ("
-      << std::setprecision(2) << ratio << "x); weights "
-      << compress::stored_bytes(gpt) / 1024 << " KB, float "
-      << float_bytes / 1024 << " KB\n"
-      << std::defaultfloat;
-  if (ratio < 1) {
-    out << "warning: the int8 model infers slower than the float one on "
-           "this machine ("
-        << std::setprecision(2) << std::fixed << ratio
-        << "x): keep the float model for speed" << std::defaultfloat << "\n";
-  }
+  const std::vector<Evaluation> e =
+      compare({summed_loss(gpt), summed_loss(*int8)}, tokens, val_loader);
+  compress::save_quantized(output, *int8, kept_states(ckpt_path));
+  print_comparison(
+      out,
+      "fp32",
+      "int8",
+      "val_loss",
+      "tokens",
+      e,
+      "; weights " + std::to_string(compress::stored_bytes(*int8) / 1024) +
+          " KB, float " + std::to_string(compress::stored_bytes(gpt) / 1024) +
+          " KB",
+      /*warn=*/true);
   out << "wrote " << output << " (" << fs::file_size(output)
       << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
       << "); hotloop test or generate --ckpt_path " << output
@@ -274,28 +328,16 @@ int run_quantize(const ParsedArgs& args, std::ostream& out) {
   }
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
-  const Evaluation fp32 = evaluate(
-      [&](const at::Tensor& x) {
-        return session.module->predict_step({x, {}}, 0);
-      },
+  const std::vector<Evaluation> e = compare(
+      {correct([&](const at::Tensor& x) {
+         return session.module->predict_step({x, {}}, 0);
+       }),
+       correct([&](const at::Tensor& x) { return net->forward(x); })},
+      samples,
       val_loader);
-  const Evaluation int8 = evaluate(
-      [&](const at::Tensor& x) { return net->forward(x); }, val_loader);
   compress::save_quantized(output, *net, kept_states(ckpt_path));
-  out << std::fixed << std::setprecision(4) << "fp32: val_acc " << fp32.mean
-      << ", " << std::setprecision(0) << fp32.units_per_s
-      << " samples/s; int8: val_acc " << std::setprecision(4) << int8.mean
-      << ", " << std::setprecision(0) << int8.units_per_s << " samples/s ("
-      << std::setprecision(2)
-      << int8.units_per_s / std::max(fp32.units_per_s, 1e-9) << "x)\n"
-      << std::defaultfloat;
-  if (int8.units_per_s < fp32.units_per_s) {
-    out << "warning: the int8 model infers slower than the float one on "
-           "this machine ("
-        << std::setprecision(2) << std::fixed
-        << int8.units_per_s / std::max(fp32.units_per_s, 1e-9)
-        << "x): keep the float model for speed" << std::defaultfloat << "\n";
-  }
+  print_comparison(
+      out, "fp32", "int8", "val_acc", "samples", e, "", /*warn=*/true);
   out << "wrote " << output << " (" << fs::file_size(output)
       << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
       << "); hotloop test --ckpt_path " << output << " runs it\n";
@@ -349,24 +391,19 @@ int run_shrink(const ParsedArgs& args, std::ostream& out) {
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
   module->eval();
-  const Evaluation before = evaluate(
-      [&](const at::Tensor& x) {
-        return session.module->predict_step({x, {}}, 0);
-      },
+  const std::vector<Evaluation> e = compare(
+      {correct([&](const at::Tensor& x) {
+         return session.module->predict_step({x, {}}, 0);
+       }),
+       correct([&](const at::Tensor& x) {
+         return module->predict_step({x, {}}, 0);
+       })},
+      samples,
       val_loader);
-  const Evaluation after = evaluate(
-      [&](const at::Tensor& x) {
-        return module->predict_step({x, {}}, 0);
-      },
-      val_loader);
-  out << "shrink: " << report.describe() << "\n"
-      << std::fixed << std::setprecision(4) << "before: val_acc "
-      << before.mean << ", " << std::setprecision(0) << before.units_per_s
-      << " samples/s; after: val_acc " << std::setprecision(4) << after.mean
-      << ", " << std::setprecision(0) << after.units_per_s << " samples/s ("
-      << std::setprecision(2)
-      << after.units_per_s / std::max(before.units_per_s, 1e-9) << "x)\n"
-      << std::defaultfloat << "wrote " << output
+  out << "shrink: " << report.describe() << "\n";
+  print_comparison(
+      out, "before", "after", "val_acc", "samples", e, "", /*warn=*/false);
+  out << "wrote " << output
       << "; use it with the run's config and " << options << "\n";
   return 0;
 }
