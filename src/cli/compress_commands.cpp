@@ -239,9 +239,12 @@ int quantize_gpt(
   return 0;
 }
 
-// The checkpoint loaded into the session's module, in eval mode.
+// The checkpoint loaded into the session's module, in eval mode; the
+// process set up as the Trainer sets it (threads, memory), so that the
+// timings are those test and fit would see.
 Session loaded_session(
     const FitConfig& config, const std::string& ckpt_path, bool with_train) {
+  train::apply_host_settings(config.trainer, config.data.num_workers);
   const std::optional<TrainedData> trained = read_trained_data(ckpt_path);
   Session session =
       build_session(config, with_train, trained ? &*trained : nullptr);

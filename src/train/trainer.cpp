@@ -337,13 +337,8 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
     seed_everything(static_cast<uint64_t>(options_.seed()));
   }
   // The processes of a data-parallel run on this machine share its cores.
-  const int threads = configure_intra_op_threads(
-      static_cast<int>(options_.num_threads()),
-      static_cast<int>(num_workers),
-      static_cast<int>(strategy_->local_world_size()));
-  if (options_.blas_threads() > 0) {
-    set_blas_threads(static_cast<int>(options_.blas_threads()));
-  }
+  const int threads = apply_host_settings(
+      options_, num_workers, strategy_->local_world_size());
   if (device_.is_cuda()) {
     // Lightning's set_device: work that names no device (a library's
     // allocations, NCCL) goes to this process's GPU, not to GPU 0.
@@ -363,7 +358,21 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
   // Benchmarking picks algorithms by timing, which may differ run to run.
   at::globalContext().setBenchmarkCuDNN(
       options_.benchmark() && !options_.deterministic());
-  if (options_.retain_host_memory()) {
+  return threads;
+}
+
+int apply_host_settings(
+    const TrainerOptions& options,
+    int64_t num_workers,
+    int64_t local_processes) {
+  const int threads = configure_intra_op_threads(
+      static_cast<int>(options.num_threads()),
+      static_cast<int>(num_workers),
+      static_cast<int>(local_processes));
+  if (options.blas_threads() > 0) {
+    set_blas_threads(static_cast<int>(options.blas_threads()));
+  }
+  if (options.retain_host_memory()) {
     retain_freed_host_memory();
   }
   return threads;

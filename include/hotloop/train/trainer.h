@@ -263,4 +263,15 @@ class Trainer {
   std::string last_checkpoint_;
 };
 
+/// The process-wide CPU settings a Trainer applies when a fit or an
+/// evaluation starts: intra-op threads (options.num_threads(), or the cores
+/// of this machine shared by `local_processes` and less the share of
+/// `num_workers` loader workers), BLAS threads, freed host memory kept. For
+/// code that runs models outside a Trainer and should time them as it
+/// would (hotloop quantize, shrink). Returns the intra-op threads.
+int apply_host_settings(
+    const TrainerOptions& options,
+    int64_t num_workers,
+    int64_t local_processes = 1);
+
 } // namespace hotloop::train
