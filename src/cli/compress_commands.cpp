@@ -16,6 +16,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/models/gpt.h"
+#include "hotloop/models/gpt_generate.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/language_model.h"
@@ -154,6 +155,38 @@ int64_t tokens(const data::Batch& batch) {
   return batch.input.numel();
 }
 
+// Tokens per second of models::generate for each model: 32 new tokens
+// after a one-token prompt, the models' turns interleaved, the median of 3.
+std::vector<double> generation_rates(
+    const std::vector<models::GptImpl*>& models) {
+  using Clock = std::chrono::steady_clock;
+  const c10::InferenceMode inference;
+  const int64_t new_tokens =
+      std::min<int64_t>(32, models.front()->options().block_size() - 1);
+  const at::Tensor prompt = at::zeros({1, 1}, at::kLong);
+  std::vector<std::vector<double>> rates(models.size());
+  for (int pass = 0; pass < 4; ++pass) {
+    for (size_t m = 0; m < models.size(); ++m) {
+      const auto start = Clock::now();
+      models::generate(
+          *models[m],
+          prompt,
+          models::GenerateOptions().max_new_tokens(new_tokens).seed(pass));
+      const double s =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (pass > 0) { // the first a warm-up
+        rates[m].push_back(static_cast<double>(new_tokens) / s);
+      }
+    }
+  }
+  std::vector<double> medians;
+  for (auto& r : rates) {
+    std::sort(r.begin(), r.end());
+    medians.push_back(r[r.size() / 2]);
+  }
+  return medians;
+}
+
 // "<a>: <metric> x, N <unit>/s; <b>: <metric> y, M <unit>/s (M/N x)", then
 // `extra`, and with `warn` a warning where b is the slower.
 void print_comparison(
@@ -232,6 +265,22 @@ int quantize_gpt(
           " KB, float " + std::to_string(compress::stored_bytes(gpt) / 1024) +
           " KB",
       /*warn=*/true);
+  // Generation feeds one token at a time: int8 kernels that win on
+  // batches can lose there (each call quantizes a single row).
+  const std::vector<double> rates = generation_rates({&gpt, int8.get()});
+  out << std::fixed << std::setprecision(0) << "generate (one sequence, KV "
+      << "cache): fp32 " << rates[0] << " tokens/s; int8 " << rates[1]
+      << " tokens/s (" << std::setprecision(2)
+      << rates[1] / std::max(rates[0], 1e-9) << "x)\n"
+      << std::defaultfloat;
+  if (rates[1] < rates[0]) {
+    out << "warning: the int8 model generates slower than the float one "
+           "on this machine ("
+        << std::fixed << std::setprecision(2)
+        << rates[1] / std::max(rates[0], 1e-9)
+        << "x): keep the float model for hotloop generate"
+        << std::defaultfloat << "\n";
+  }
   out << "wrote " << output << " (" << fs::file_size(output)
       << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
       << "); hotloop test or generate --ckpt_path " << output
