@@ -11,7 +11,7 @@ each pass.
 
   python_quantize_gpt.py --weights gpt.pt --text FILE [--block-size 64]
       [--stride 8] [--val-fraction 0.1] [--batch 64] [--n-layer 4]
-      [--n-head 4] [--n-embd 128] [--vocab-size 256] [--repeats 5]
+      [--n-head 4] [--n-embd 128] [--vocab-size 256] [--no-bias] [--repeats 5]
       [--threads 2] [--engine onednn]
 """
 
@@ -41,6 +41,7 @@ def main():
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--no-bias", action="store_true", help="model.bias=false")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--engine", default="onednn")
@@ -58,7 +59,8 @@ def main():
         w = torch.stack([tokens[s:s + a.block_size + 1] for s in starts[first:first + a.batch]])
         batches.append((w[:, :-1].contiguous(), w[:, 1:].contiguous()))
 
-    model = make_gpt(a.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd)
+    model = make_gpt(a.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd,
+                     bias=not a.no_bias)
     state = torch.load(a.weights, weights_only=True)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if [m for m in missing if not m.endswith("attn.bias")] or unexpected:

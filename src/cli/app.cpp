@@ -138,11 +138,11 @@ FitConfig one_process_config(
   if (!one_index) {
     f.trainer.devices("1");
   }
+  const c10::Device device =
+      train::resolve_device(f.trainer.accelerator(), f.trainer.devices());
   out << "hotloop " << command << ": the config trains with "
       << "trainer.strategy=ddp (trainer.devices=" << devices << "); "
-      << command << " runs in this one process, on "
-      << train::resolve_device(f.trainer.accelerator(), f.trainer.devices())
-      << "\n";
+      << command << " runs in this one process, on " << device << "\n";
   return f;
 }
 

@@ -18,6 +18,7 @@
 #include "hotloop/models/gpt.h"
 #include "hotloop/models/gpt_generate.h"
 #include "hotloop/train/checkpoint.h"
+#include "hotloop/train/device.h"
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/language_model.h"
 #include "hotloop/train/network_module.h"
@@ -187,6 +188,24 @@ std::vector<double> generation_rates(
   return medians;
 }
 
+// A warning where the int8 model is the slower at `what` ("infers",
+// "generates"); nothing where a speed is unknown (0).
+void warn_if_slower(
+    std::ostream& out,
+    const char* what,
+    double int8_rate,
+    double float_rate,
+    const char* keep_for) {
+  if (int8_rate <= 0 || float_rate <= 0 || int8_rate >= float_rate) {
+    return;
+  }
+  out << "warning: the int8 model " << what
+      << " slower than the float one on this machine (" << std::fixed
+      << std::setprecision(2) << int8_rate / float_rate
+      << "x): keep the float model for " << keep_for << std::defaultfloat
+      << "\n";
+}
+
 // "<a>: <metric> x, N <unit>/s; <b>: <metric> y, M <unit>/s (M/N x)", then
 // `extra`, and with `warn` a warning where b is the slower.
 void print_comparison(
@@ -198,7 +217,8 @@ void print_comparison(
     const std::vector<Evaluation>& e,
     const std::string& extra,
     bool warn) {
-  const double ratio = e[1].units_per_s / std::max(e[0].units_per_s, 1e-9);
+  const double ratio =
+      e[0].units_per_s > 0 ? e[1].units_per_s / e[0].units_per_s : 0;
   out << std::fixed << std::setprecision(4) << a << ": " << metric << " "
       << e[0].mean << ", " << std::setprecision(0) << e[0].units_per_s << " "
       << unit << "/s; " << b << ": " << metric << " " << std::setprecision(4)
@@ -206,11 +226,8 @@ void print_comparison(
       << unit << "/s (" << std::setprecision(2) << ratio << "x)" << extra
       << "\n"
       << std::defaultfloat;
-  if (warn && ratio < 1) {
-    out << "warning: the int8 model infers slower than the float one on "
-           "this machine ("
-        << std::setprecision(2) << std::fixed << ratio
-        << "x): keep the float model for speed" << std::defaultfloat << "\n";
+  if (warn) {
+    warn_if_slower(out, "infers", e[1].units_per_s, e[0].units_per_s, "speed");
   }
 }
 
@@ -233,21 +250,9 @@ int quantize_gpt(
   data::DataLoader val_loader(
       session.val_set, loader_options(config, session, false));
   // The int8 model is a copy, so that both run side by side.
-  models::Gpt int8(config.gpt);
-  {
-    const at::NoGradGuard no_grad;
-    const auto parameters = gpt.named_parameters();
-    for (auto& p : int8->named_parameters()) {
-      p.value().copy_(parameters[p.key()]);
-    }
-    const auto buffers = gpt.named_buffers();
-    for (auto& b : int8->named_buffers()) {
-      b.value().copy_(buffers[b.key()]);
-    }
-  }
-  int8->eval();
-  const std::string engine =
-      compress::quantize_dynamic_inplace(*int8, flag(args, "engine", "auto"));
+  models::Gpt int8 =
+      compress::quantize_dynamic(gpt, flag(args, "engine", "auto"));
+  const std::string engine = compress::quantized_engine();
   out << "quantize: dynamic int8 (the GPT's Linear layers, lm_head "
          "included) on the "
       << engine << " engine\n";
@@ -273,14 +278,8 @@ int quantize_gpt(
       << " tokens/s (" << std::setprecision(2)
       << rates[1] / std::max(rates[0], 1e-9) << "x)\n"
       << std::defaultfloat;
-  if (rates[1] < rates[0]) {
-    out << "warning: the int8 model generates slower than the float one "
-           "on this machine ("
-        << std::fixed << std::setprecision(2)
-        << rates[1] / std::max(rates[0], 1e-9)
-        << "x): keep the float model for hotloop generate"
-        << std::defaultfloat << "\n";
-  }
+  warn_if_slower(
+      out, "generates", rates[1], rates[0], "hotloop generate");
   out << "wrote " << output << " (" << fs::file_size(output)
       << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
       << "); hotloop test or generate --ckpt_path " << output
@@ -462,8 +461,27 @@ int run_shrink(const ParsedArgs& args, std::ostream& out) {
 
 std::shared_ptr<train::Module> int8_module(
     const FitConfig& config, const std::string& ckpt_path) {
+  // The quantized kernels are LibTorch's CPU ones, in float32.
+  const std::string& precision = config.trainer.precision();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      precision == "32-true" || precision == "32",
+      ckpt_path,
+      ": an int8 model runs in float32 around its int8 layers, not "
+      "trainer.precision=",
+      precision,
+      " (--trainer.precision=32-true)");
+  const c10::Device device = train::resolve_device(
+      config.trainer.accelerator(), config.trainer.devices());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      device.is_cpu(),
+      ckpt_path,
+      ": an int8 model runs on the CPU, not ",
+      device,
+      " (--trainer.accelerator=cpu)");
+  compress::select_quantized_engine("auto");
   if (config.model_name == "gpt") {
-    compress::select_quantized_engine("auto");
     models::Gpt gpt(config.gpt);
     compress::load_quantized(ckpt_path, *gpt);
     return std::make_shared<train::LanguageModel>(
@@ -475,7 +493,6 @@ std::shared_ptr<train::Module> int8_module(
       ckpt_path,
       ": an int8 checkpoint runs classifiers here, not model.task=",
       config.task);
-  compress::select_quantized_engine("auto");
   compress::QuantizedNet net = compress::load_quantized(ckpt_path);
   return std::make_shared<train::ImageClassifier>(
       torch::nn::AnyModule(net),

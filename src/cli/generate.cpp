@@ -10,6 +10,7 @@
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/language_model.h"
+#include "hotloop/train/trainer.h"
 
 #include <ATen/ATen.h>
 
@@ -112,6 +113,8 @@ void write_tokens(
 
 int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   const FitConfig config = one_process_config(args.config, "generate", err);
+  // Threads and memory as a fit or test of the same config has them.
+  train::apply_host_settings(config.trainer, /*num_workers=*/0);
   HOTLOOP_CHECK_AS(
       ConfigError,
       args.extra.count("ckpt_path") || !config.init_from.path.empty(),
@@ -146,28 +149,27 @@ int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   if (init.file_vocab_size > 0) {
     options.vocab_limit(init.file_vocab_size);
   }
-  bool int8 = false;
+  const c10::Device device = train::resolve_device(
+      config.trainer.accelerator(), config.trainer.devices());
   if (args.extra.count("ckpt_path")) {
     const std::string path =
         resolve_ckpt_path(args.extra.at("ckpt_path"), config);
     // hotloop quantize --mode dynamic's file: the GPT with int8 Linear
     // layers, on the CPU.
-    int8 = compress::is_quantized_checkpoint(path);
-    if (int8) {
+    if (compress::is_quantized_checkpoint(path)) {
+      HOTLOOP_CHECK_AS(
+          ConfigError,
+          device.is_cpu(),
+          path,
+          ": an int8 GPT runs on the CPU, not ",
+          device,
+          " (--trainer.accelerator=cpu)");
       compress::select_quantized_engine("auto");
       compress::load_quantized(path, *gpt);
     } else {
       train::load_checkpoint(path, module);
     }
   }
-  const c10::Device device = train::resolve_device(
-      config.trainer.accelerator(), config.trainer.devices());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !int8 || device.is_cpu(),
-      "hotloop generate: an int8 GPT runs on the CPU, not ",
-      device,
-      " (--trainer.accelerator=cpu)");
   module.to(device);
 
   int64_t generated = 0;

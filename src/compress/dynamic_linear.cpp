@@ -55,10 +55,6 @@ at::Tensor DynamicLinearImpl::quantized_weight() const {
       weight_, scale_.item<double>(), zero_point_.item<int64_t>());
 }
 
-int64_t DynamicLinearImpl::weight_bytes() const {
-  return weight_.numel() + 16 + (bias_.defined() ? bias_.numel() * 4 : 0);
-}
-
 at::Tensor DynamicLinearImpl::forward(const at::Tensor& x) {
   HOTLOOP_CHECK(
       x.device().is_cpu(),
@@ -89,7 +85,7 @@ at::Tensor DynamicLinearImpl::forward(const at::Tensor& x) {
   return detail::call_quantized(
              "quantized::linear_dynamic",
              "",
-             {x.contiguous(), packed, /*reduce_range=*/true})
+             {x.to(at::kFloat).contiguous(), packed, /*reduce_range=*/true})
       .toTensor();
 }
 

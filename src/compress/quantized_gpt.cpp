@@ -4,6 +4,7 @@
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
+#include "detail/quantized_weights.h"
 
 #include <nlohmann/json.hpp>
 
@@ -13,13 +14,38 @@
 namespace hotloop::compress {
 namespace {
 
-constexpr const char* kMarker = "int8_model";
+constexpr const char* kMarker = train::kInt8ModelKey;
 constexpr const char* kKind = "gpt dynamic";
 
-std::string shape_text(const at::Tensor& t) {
+std::string shape_text(at::IntArrayRef sizes) {
   std::ostringstream out;
-  out << t.sizes();
+  out << sizes;
   return out.str();
+}
+
+// Name -> shape of each of the model's tensors once its Linear layers are
+// DynamicLinear ones (as it is, where they are already).
+std::map<std::string, std::string> int8_signature(models::GptImpl& model) {
+  std::map<std::string, std::string> out;
+  for (const auto& p : model.named_parameters()) {
+    out[p.key()] = shape_text(p.value().sizes());
+  }
+  for (const auto& b : model.named_buffers()) {
+    out[b.key()] = shape_text(b.value().sizes());
+  }
+  if (is_quantized(model)) {
+    return out;
+  }
+  // replace_linears offers each layer without changing anything here.
+  model.replace_linears(
+      [&](const std::string& name, const at::Tensor& weight, const at::Tensor&)
+          -> std::shared_ptr<models::GptLinearReplacement> {
+        out[name + ".weight"] = shape_text(weight.sizes());
+        out[name + ".scale"] = shape_text({1});
+        out[name + ".zero_point"] = shape_text({1});
+        return nullptr;
+      });
+  return out;
 }
 
 } // namespace
@@ -40,6 +66,32 @@ std::string quantize_dynamic_inplace(
         return DynamicLinearImpl::quantize(weight, bias);
       });
   return chosen;
+}
+
+models::Gpt quantize_dynamic(
+    models::GptImpl& model, const std::string& engine) {
+  models::Gpt copy(model.options());
+  {
+    // The values the model's forward uses: a pruned layer's masked ones.
+    const at::NoGradGuard no_grad;
+    const auto modules = model.named_modules();
+    const auto value = [&](const std::string& name, bool parameter) {
+      const size_t dot = name.rfind('.');
+      torch::nn::Module& owner = *modules[name.substr(0, dot)];
+      const std::string leaf = name.substr(dot + 1);
+      return parameter ? detail::forward_value(owner, leaf)
+                       : detail::buffer_value(owner, leaf);
+    };
+    for (auto& p : copy->named_parameters()) {
+      p.value().copy_(value(p.key(), /*parameter=*/true));
+    }
+    for (auto& b : copy->named_buffers()) {
+      b.value().copy_(value(b.key(), /*parameter=*/false));
+    }
+  }
+  copy->eval();
+  quantize_dynamic_inplace(*copy, engine);
+  return copy;
 }
 
 bool is_quantized(const models::GptImpl& model) {
@@ -106,15 +158,9 @@ void load_quantized(const std::string& path, models::GptImpl& model) {
       "', not an int8 GPT ('",
       kKind,
       "')");
-  quantize_dynamic_inplace(model, "auto");
-  // The same names and shapes as the model's, or the first that differs.
-  std::map<std::string, std::string> mine;
-  for (const auto& p : model.named_parameters()) {
-    mine[p.key()] = shape_text(p.value());
-  }
-  for (const auto& b : model.named_buffers()) {
-    mine[b.key()] = shape_text(b.value());
-  }
+  // The names and shapes the int8 form of `model` has, checked against the
+  // file's before the model changes.
+  std::map<std::string, std::string> mine = int8_signature(model);
   for (const auto& [name, shape] : summary.model) {
     const auto found = mine.find(name);
     HOTLOOP_CHECK(
@@ -144,6 +190,13 @@ void load_quantized(const std::string& path, models::GptImpl& model) {
       mine.empty() ? std::string() : mine.begin()->first,
       "' is not in the file's int8 GPT (are model.n_layer and the other "
       "model.* options the run's?)");
+  // Layers of zeros in the Linear layers' places, for the file to fill.
+  model.replace_linears(
+      [](const std::string&, const at::Tensor& weight, const at::Tensor& bias)
+          -> std::shared_ptr<models::GptLinearReplacement> {
+        return std::make_shared<DynamicLinearImpl>(
+            weight.size(1), weight.size(0), bias.defined());
+      });
   train::load_checkpoint(path, model);
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 using Kind = QuantizedStage::Kind;
 
-constexpr const char* kMarker = "int8_model";
+constexpr const char* kMarker = train::kInt8ModelKey;
 
 c10::IValue call(
     const char* name, const char* overload, std::vector<c10::IValue> args) {

@@ -96,7 +96,7 @@ NamedTensors read_checkpoint_model(const std::string& path) {
     HOTLOOP_CHECK(
         !archive.try_read("callbacks", callbacks) ||
             !nlohmann::json::parse(callbacks.toStringRef())
-                 .contains("int8_model"),
+                 .contains(train::kInt8ModelKey),
         path,
         ": an int8 (quantized) checkpoint: its tensors are int8 values and "
         "scales, not a float model's weights; use the float checkpoint it "

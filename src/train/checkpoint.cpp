@@ -666,7 +666,7 @@ TrainingProgress load_checkpoint(
       c10::IValue kept;
       const bool int8 =
           archive.try_read("callbacks", kept) &&
-          nlohmann::json::parse(kept.toStringRef()).contains("int8_model");
+          nlohmann::json::parse(kept.toStringRef()).contains(kInt8ModelKey);
       HOTLOOP_CHECK(
           !int8 ||
               (signed_model &&
@@ -674,8 +674,8 @@ TrainingProgress load_checkpoint(
                    model_signature(model)),
           path,
           ": an int8 (quantized) checkpoint, not a float model's: load it "
-          "with compress::load_quantized, or run it with hotloop test or "
-          "predict");
+          "with compress::load_quantized, or run it with hotloop test, "
+          "predict or generate");
     }
     // LibTorch's load would take the checkpoint's shapes without a word.
     if (signed_model) {

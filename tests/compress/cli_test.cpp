@@ -269,6 +269,14 @@ TEST(CompressCli, QuantizeDynamicMakesAnInt8GptThatTestAndGenerateRun) {
   ASSERT_EQ(both.size(), 2u) << r.out;
   EXPECT_NEAR(both[1], both[0], 0.05 * both[0]);
 
+  // Int8 runs on the CPU in float32: another precision is named.
+  r = command(
+      "test", {"--ckpt_path=" + int8, "--trainer.precision=bf16-mixed"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(int8 + ": an int8 model runs in float32 around its int8 "
+                       "layers, not trainer.precision=bf16-mixed"));
   r = command("test", {"--ckpt_path=" + int8});
   ASSERT_EQ(r.code, 0) << r.err;
   const size_t at = r.out.find("test_loss ");

@@ -169,6 +169,8 @@ TEST_F(Quantize, AutoPicksTheFastestEngineAndEveryEngineRunsTheCnn) {
     EXPECT_EQ(net->engine(), engine);
     const bool reduced = engine_reduces_range(engine);
     EXPECT_EQ(reduced, engine == "x86" || engine == "fbgemm") << engine;
+    ASSERT_EQ(record.activations.size(), 5u) << engine;
+    ASSERT_EQ(full_range.activations.size(), 5u);
     for (size_t i = 0; i < record.activations.size(); ++i) {
       // The same observed range over 127 steps instead of 255.
       EXPECT_NEAR(

@@ -1,6 +1,9 @@
 #include "hotloop/compress/quantized_gpt.h"
 
 #include "hotloop/compress/dynamic_linear.h"
+#include "hotloop/compress/parametrization.h"
+#include "hotloop/compress/prune.h"
+#include "hotloop/compress/pruning_amount.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/core/error.h"
@@ -154,8 +157,52 @@ TEST_F(QuantizedGpt, SavesAndLoadsAsACheckpointOfItsOwnKind) {
         HasSubstr("gpt.int8.ckpt: 'transformer.wte.weight' is [64, 32] in "
                   "the file, [64, 64] in the model"));
   }
+  EXPECT_FALSE(is_quantized(*wider)); // checked before anything changed
+  // A model that is int8 already loads it too.
+  load_quantized(file, *loaded);
+  EXPECT_TRUE(at::equal(loaded->forward(idx), gpt->forward(idx)));
   // Nor is it a QuantizedNet.
   EXPECT_THROW(load_quantized(file), Error);
+}
+
+// quantize_dynamic makes an int8 copy from what the forward uses (a pruned
+// layer's masked weight); a second quantization of an int8 model changes
+// nothing; a model without biases quantizes, saves and loads.
+TEST_F(QuantizedGpt, ACopyFromPrunedWeightsAndAModelWithoutBiases) {
+  models::Gpt gpt = reference_gpt();
+  torch::nn::Module& c_fc = *gpt->named_modules()["transformer.h.0.mlp.c_fc"];
+  l1_unstructured(c_fc, "weight", PruningAmount::fraction(0.5));
+  recompute_pruned(*gpt);
+  const at::Tensor idx = ref("input", "idx").to(at::kLong);
+  const at::Tensor float_logits = gpt->forward(idx);
+  models::Gpt int8 = quantize_dynamic(*gpt, "onednn");
+  EXPECT_FALSE(is_quantized(*gpt));
+  EXPECT_TRUE(at::equal(gpt->forward(idx), float_logits));
+  const auto* layer = dynamic_cast<const DynamicLinearImpl*>(
+      int8->named_modules()["transformer.h.0.mlp.c_fc"].get());
+  ASSERT_NE(layer, nullptr);
+  const at::Tensor values = layer->quantized_weight().int_repr();
+  EXPECT_GE((values == 0).sum().item<int64_t>(), values.numel() / 2);
+  EXPECT_LT((int8->forward(idx) - float_logits).abs().max().item<double>(), 0.5);
+
+  const at::Tensor before = int8->forward(idx);
+  quantize_dynamic_inplace(*int8, "onednn");
+  int64_t layers = 0;
+  for (const auto& module : int8->modules(/*include_self=*/false)) {
+    layers += dynamic_cast<const DynamicLinearImpl*>(module.get()) != nullptr;
+  }
+  EXPECT_EQ(layers, 9);
+  EXPECT_TRUE(at::equal(int8->forward(idx), before));
+
+  TempDir dir;
+  models::Gpt plain(models::GptOptions::tiny().bias(false));
+  plain->eval();
+  quantize_dynamic_inplace(*plain, "onednn");
+  save_quantized(dir.file("plain.ckpt"), *plain);
+  models::Gpt back(models::GptOptions::tiny().bias(false));
+  back->eval();
+  load_quantized(dir.file("plain.ckpt"), *back);
+  EXPECT_TRUE(at::equal(back->forward(idx), plain->forward(idx)));
 }
 
 } // namespace

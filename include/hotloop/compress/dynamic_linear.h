@@ -36,13 +36,11 @@ class DynamicLinearImpl : public models::GptLinearReplacement {
   static std::shared_ptr<DynamicLinearImpl> quantize(
       const at::Tensor& weight, const at::Tensor& bias);
 
-  /// x: [..., in] float -> [..., out] float.
+  /// x: [..., in] -> [..., out] float (x is taken as float32).
   at::Tensor forward(const at::Tensor& x) override;
 
   /// The weight as a quantized tensor (qint8, per tensor).
   at::Tensor quantized_weight() const;
-  /// Bytes of the weight and bias as stored.
-  int64_t weight_bytes() const;
 
  private:
   at::Tensor weight_;

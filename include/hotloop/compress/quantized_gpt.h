@@ -18,6 +18,12 @@ namespace hotloop::compress {
 std::string quantize_dynamic_inplace(
     models::GptImpl& model, const std::string& engine = "auto");
 
+/// The same as a new model (torch.ao's quantize_dynamic with inplace=False):
+/// an int8 Gpt of `model`'s options and values (a pruned layer's masked
+/// ones), `model` left as it is.
+models::Gpt quantize_dynamic(
+    models::GptImpl& model, const std::string& engine = "auto");
+
 /// Whether the model's Linear layers are int8 (quantize_dynamic_inplace).
 bool is_quantized(const models::GptImpl& model);
 
@@ -35,9 +41,12 @@ void save_quantized(
     const std::string& extra = "");
 
 /// Loads what save_quantized wrote into `model`, a Gpt of the same options
-/// (float or int8): its Linear layers are made int8 first. Throws Error
-/// naming the file for a float checkpoint, another kind of int8 model, or
-/// a tensor whose name or shape differs from the model's.
+/// (float or int8): its Linear layers become int8 ones holding the file's
+/// values. The file's names and shapes are checked first: Error naming the
+/// file for a float checkpoint, another kind of int8 model, or a tensor
+/// whose name or shape differs from the model's, the model left as it was.
+/// The weights are packed for the engine selected when the model first
+/// runs (quantized_engine.h).
 void load_quantized(const std::string& path, models::GptImpl& model);
 
 } // namespace hotloop::compress

@@ -114,7 +114,8 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   /// Throws hotloop::Error when T > block_size.
   at::Tensor forward(const at::Tensor& idx);
   /// The final LayerNorm's output [B, T, n_embd] for `idx`: forward's
-  /// logits are at::linear of it with lm_head_weight().
+  /// logits are at::linear of it with lm_head_weight() (or lm_head's
+  /// replacement's output, after replace_linears).
   at::Tensor hidden(const at::Tensor& idx);
   /// The mean next-token cross-entropy of forward(idx) against targets
   /// ([B, T] int64, -1 ignored), as gpt_loss gives it: chunked by
@@ -129,11 +130,14 @@ class GptImpl : public torch::nn::Module, public train::TokenLossNetwork {
   at::Tensor decode(const at::Tensor& idx, GptKvCache& cache);
 
   /// lm_head's weight: [vocab_size, n_embd], the same tensor as
-  /// transformer.wte.weight.
+  /// transformer.wte.weight (which replace_linears leaves as the token
+  /// embedding, while the replacement computes the logits).
   const at::Tensor& lm_head_weight() const;
 
   /// Parameters in the model; without the position embeddings when
   /// `non_embedding` (nanoGPT's get_num_params: 123.65M for gpt2_124m).
+  /// Replaced Linear layers (replace_linears) hold buffers, not
+  /// parameters, and are not counted.
   int64_t num_params(bool non_embedding = true) const;
 
   /// Forward FLOPs per token of a sequence of `block` tokens, nanoGPT's

@@ -84,6 +84,11 @@ struct LoaderFingerprint {
   }
 };
 
+/// The callback-state key that marks an int8 model's checkpoint
+/// (compress::save_quantized): float models, init_from and export refuse
+/// such files.
+inline constexpr const char kInt8ModelKey[] = "int8_model";
+
 /// What a checkpoint holds besides the model; each part is optional.
 struct CheckpointState {
   std::vector<torch::optim::Optimizer*> optimizers;

@@ -268,7 +268,8 @@ class Trainer {
 /// of this machine shared by `local_processes` and less the share of
 /// `num_workers` loader workers), BLAS threads, freed host memory kept. For
 /// code that runs models outside a Trainer and should time them as it
-/// would (hotloop quantize, shrink). Returns the intra-op threads.
+/// would (hotloop quantize, shrink, generate). Returns the intra-op
+/// threads.
 int apply_host_settings(
     const TrainerOptions& options,
     int64_t num_workers,
