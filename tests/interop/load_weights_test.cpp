@@ -123,6 +123,29 @@ TEST(LoadWeights, PythonsMlpGivesPythonsLogits) {
       kTolerance);
 }
 
+// A Lightning checkpoint: its state_dict, under the LightningModule's
+// attribute name, beside optimizer and scheduler states, callback states
+// with tensors, loops and hyper-parameters, which are read past.
+TEST(LoadWeights, ALightningCheckpointGivesItsStateDict) {
+  const NamedTensors file = read_weights(reference("lightning.ckpt"));
+  EXPECT_THAT(
+      names_of(file),
+      ElementsAre(
+          "model.layers.0.weight",
+          "model.layers.0.bias",
+          "model.layers.1.weight",
+          "model.layers.1.bias",
+          "model.layers.2.weight",
+          "model.layers.2.bias"));
+  models::Mlp mlp(models::MlpOptions(20, 5).hidden({16, 8}));
+  const LoadReport report = load_weights(*mlp, file, "lightning.ckpt");
+  EXPECT_TRUE(report.complete());
+  EXPECT_EQ(report.renamed, "'model.' removed");
+  EXPECT_LE(
+      max_diff(mlp->forward(case_input("mlp")), expected_logits("mlp")),
+      kTolerance);
+}
+
 TEST(
     LoadWeights, NanoGptsStateDictLoadsStrictlyWithItsMasksAndTiedHeadIgnored) {
   const Reference& ref = interop_reference();

@@ -50,6 +50,16 @@ The committed files, deterministic (fixed seeds, one thread):
                              transposed view 't' of arange(6) as [3, 2], 'a'
                              and 'b' sharing one storage (b = a[1:3]), and a
                              Parameter 'p'
+  lightning.ckpt             Lightning 2.x's checkpoint layout around the
+                             mlp (Debian has no Lightning to write one):
+                             'state_dict' with the LightningModule's
+                             attribute as prefix ('model.layers.0.weight'),
+                             'optimizer_states' (AdamW after a step),
+                             'lr_schedulers', 'callbacks' (a ModelCheckpoint
+                             state with a tensor), 'loops', 'hparams_name',
+                             'hyper_parameters' (float, list, str, bool,
+                             None), 'epoch', 'global_step' and
+                             'pytorch-lightning_version'
   legacy.pt, complex.pt, mixed.pt
                              what hotloop refuses: the mlp's state_dict in
                              torch.save's pre-1.6 format, a complex64 tensor,
@@ -272,6 +282,34 @@ def gpt_twin():
     return m
 
 
+def lightning_checkpoint(module):
+    """What Lightning 2.x's trainer.save_checkpoint writes for a
+    LightningModule holding `module` as self.model, after one AdamW step
+    (on a copy, so that `module` keeps its weights)."""
+    import copy
+    trained = copy.deepcopy(module)
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-3)
+    trained(torch.ones(2, 20)).sum().backward()
+    optimizer.step()
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 3)
+    return {
+        "epoch": 3,
+        "global_step": 120,
+        "pytorch-lightning_version": "2.1.0",
+        "state_dict": {"model." + k: v for k, v in module.state_dict().items()},
+        "loops": {"fit_loop": {"state_dict": {}, "epoch_progress": {
+            "total": {"ready": 4, "completed": 3}}}},
+        "callbacks": {"ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min'}": {
+            "best_model_score": torch.tensor(0.25),
+            "best_model_path": "/runs/epoch=2.ckpt", "dirpath": "/runs"}},
+        "optimizer_states": [optimizer.state_dict()],
+        "lr_schedulers": [schedule.state_dict()],
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"lr": 1e-3, "hidden": [16, 8], "name": "mlp",
+                             "compile": False, "ckpt": None},
+    }
+
+
 def hf_gpt2_layout(gpt, vocab=None):
     """The gpt twin's weights as transformers' GPT2LMHeadModel stores them
     with save_pretrained (model.safetensors): no 'transformer.' prefix, the
@@ -371,6 +409,7 @@ def make_committed():
                 "config": ap.Namespace(lr=0.1, name="mlp"),
                 "best_val_loss": torch.tensor(1.5)},
                os.path.join(OUT, "nanogpt_ckpt.pt"))
+    torch.save(lightning_checkpoint(mlp), os.path.join(OUT, "lightning.ckpt"))
 
     dtypes = {}
     for name, dtype in DTYPES.items():
