@@ -284,6 +284,12 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "let cuDNN pick the fastest convolution algorithm per shape"));
+  s.add(choice(
+      "trainer.sdpa_backend",
+      "auto",
+      {"auto", "flash", "efficient", "cudnn", "math"},
+      "the attention kernel (a GPT's): auto as LibTorch chooses, or that "
+      "one alone (LibTorch 2.x; 1.13 has math only)"));
   s.add(
       opt("trainer.detect_anomaly",
           T::kBool,
@@ -1300,6 +1306,7 @@ FitConfig to_fit_config(const Config& c) {
       .num_sanity_val_steps(c.get_int("trainer.num_sanity_val_steps"))
       .deterministic(c.get_bool("trainer.deterministic"))
       .benchmark(c.get_bool("trainer.benchmark"))
+      .sdpa_backend(c.get_string("trainer.sdpa_backend"))
       .detect_anomaly(c.get_bool("trainer.detect_anomaly"))
       .default_root_dir(c.get_string("trainer.default_root_dir"))
       .name(c.get_string("trainer.name"))

@@ -1,4 +1,5 @@
 #include "hotloop/train/trainer.h"
+#include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -920,6 +921,51 @@ TEST_F(TrainerTest, TheSeedFlagSeedsTheGeneratorsAtTheStartOfFit) {
   EXPECT_EQ(draw(7, 1), draw(7, 2));
   EXPECT_NE(draw(7, 1), draw(8, 1));
   EXPECT_NE(draw(-1, 1), draw(-1, 2)); // -1 leaves the generators alone
+}
+
+// trainer.sdpa_backend allows attention that one kernel alone (LibTorch
+// 2.x's switches), "auto" all of them again; 1.13 has math only, and a
+// name that is no backend, or one this LibTorch lacks, is a ConfigError
+// naming the option.
+TEST_F(TrainerTest, SdpaBackendAllowsTheNamedAttentionKernelAlone) {
+  auto train = train_loader();
+  const auto fit = [&](const std::string& backend) {
+    Trainer(options().max_steps(1).sdpa_backend(backend))
+        .fit(*make_module(0), train);
+  };
+  try {
+    fit("fast");
+    FAIL() << "an unknown backend was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("trainer.sdpa_backend: expected auto, flash, efficient, "
+                  "cudnn or math, got 'fast'"));
+  }
+  fit("math");
+#if HOTLOOP_TORCH_VERSION >= 200
+  EXPECT_TRUE(at::globalContext().userEnabledMathSDP());
+  EXPECT_FALSE(at::globalContext().userEnabledFlashSDP());
+  EXPECT_FALSE(at::globalContext().userEnabledMemEfficientSDP());
+  fit("flash");
+  EXPECT_TRUE(at::globalContext().userEnabledFlashSDP());
+  EXPECT_FALSE(at::globalContext().userEnabledMathSDP());
+  fit("auto");
+  EXPECT_TRUE(at::globalContext().userEnabledFlashSDP());
+  EXPECT_TRUE(at::globalContext().userEnabledMathSDP());
+  EXPECT_TRUE(at::globalContext().userEnabledMemEfficientSDP());
+#else
+  try {
+    fit("flash");
+    FAIL() << "LibTorch 1.13 took a fused attention kernel";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("trainer.sdpa_backend=flash: LibTorch 1.13 has no such "
+                  "attention kernel to choose"));
+  }
+  fit("auto");
+#endif
 }
 
 TEST_F(TrainerTest, BenchmarkFlagSetsCudnnsAlgorithmSearch) {

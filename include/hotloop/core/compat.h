@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -25,6 +26,7 @@
 #define HOTLOOP_C10D_HAS_BACKENDS (HOTLOOP_TORCH_VERSION >= 200)
 
 #if HOTLOOP_TORCH_VERSION >= 200
+#include <ATen/Context.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif
 #if HOTLOOP_TORCH_VERSION >= 201
@@ -200,6 +202,29 @@ inline void fused_adam(
       TORCH_VERSION_MINOR,
       " has no fused kernels (2.1 on CUDA, 2.4 on the "
       "CPU)");
+#endif
+}
+
+/// Allows scaled_dot_product_attention the one kernel `backend` names
+/// ("flash", "efficient", "cudnn", "math"), or all LibTorch allows by
+/// default ("auto"), for the whole process. Returns false for a backend
+/// this LibTorch lacks: 1.13 has no fused attention (math is its only
+/// path); the cuDNN one is switchable from 2.4 on.
+inline bool set_sdpa_backend(const std::string& backend) {
+#if HOTLOOP_TORCH_VERSION >= 200
+  auto& context = at::globalContext();
+  const bool all = backend == "auto";
+  context.setSDPUseFlash(all || backend == "flash");
+  context.setSDPUseMemEfficient(all || backend == "efficient");
+  context.setSDPUseMath(all || backend == "math");
+#if HOTLOOP_TORCH_VERSION >= 204
+  context.setSDPUseCuDNN(all || backend == "cudnn");
+  return true;
+#else
+  return backend != "cudnn";
+#endif
+#else
+  return backend == "auto" || backend == "math";
 #endif
 }
 

@@ -76,6 +76,11 @@ struct TrainerOptions {
   /// Let cuDNN benchmark convolution algorithms for each input shape and
   /// keep the fastest (the shapes of a training loop rarely change).
   TORCH_ARG(bool, benchmark) = true;
+  /// The kernel of scaled-dot-product attention (the GPT's): "auto" leaves
+  /// LibTorch's choice; "flash", "efficient" (memory-efficient), "cudnn" or
+  /// "math" allows that one alone (LibTorch 2.x), for the ablation that
+  /// measures them. LibTorch 1.13 has math only (compat::causal_attention).
+  TORCH_ARG(std::string, sdpa_backend) = "auto";
   /// Autograd anomaly detection: slow, for debugging NaNs only.
   TORCH_ARG(bool, detect_anomaly) = false;
   /// Evaluate under c10::InferenceMode (no graph, no version counters);
