@@ -1,10 +1,11 @@
 #include "hotloop/compress/quantized_gpt.h"
 
+#include "detail/int8_checkpoint.h"
+#include "detail/quantized_weights.h"
 #include "hotloop/compress/dynamic_linear.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
-#include "detail/quantized_weights.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +15,6 @@
 namespace hotloop::compress {
 namespace {
 
-constexpr const char* kMarker = train::kInt8ModelKey;
 constexpr const char* kKind = "gpt dynamic";
 
 std::string shape_text(at::IntArrayRef sizes) {
@@ -38,8 +38,9 @@ std::map<std::string, std::string> int8_signature(models::GptImpl& model) {
   }
   // replace_linears offers each layer without changing anything here.
   model.replace_linears(
-      [&](const std::string& name, const at::Tensor& weight, const at::Tensor&)
-          -> std::shared_ptr<models::GptLinearReplacement> {
+      [&](const std::string& name,
+          const at::Tensor& weight,
+          const at::Tensor&) -> std::shared_ptr<models::GptLinearReplacement> {
         out[name + ".weight"] = shape_text(weight.sizes());
         out[name + ".scale"] = shape_text({1});
         out[name + ".zero_point"] = shape_text({1});
@@ -115,41 +116,19 @@ int64_t stored_bytes(const models::GptImpl& model) {
 }
 
 void save_quantized(
-    const std::string& path,
-    models::GptImpl& model,
-    const std::string& extra) {
+    const std::string& path, models::GptImpl& model, const std::string& extra) {
   HOTLOOP_CHECK(
       is_quantized(model),
       path,
       ": the GPT is float; quantize_dynamic_inplace makes it int8 first");
-  nlohmann::json callbacks =
-      extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
-  callbacks[kMarker] = {{"kind", kKind}, {"engine", quantized_engine()}};
-  train::CheckpointState state;
-  state.callbacks = callbacks.dump();
-  train::save_checkpoint(path, model, state);
+  detail::save_int8_checkpoint(
+      path, model, {{"kind", kKind}, {"engine", quantized_engine()}}, extra);
 }
 
 void load_quantized(const std::string& path, models::GptImpl& model) {
-  const train::CheckpointSummary summary = train::describe_checkpoint(path);
-  HOTLOOP_CHECK(
-      summary.content_read,
-      path,
-      ": corrupted checkpoint (",
-      summary.seal.problem,
-      ")");
-  const nlohmann::json callbacks =
-      summary.callback_states.empty()
-          ? nlohmann::json::object()
-          : nlohmann::json::parse(summary.callback_states);
-  HOTLOOP_CHECK(
-      callbacks.contains(kMarker),
-      path,
-      ": a float model's checkpoint, not an int8 one: quantize it first "
-      "(hotloop quantize --mode dynamic --ckpt_path ",
-      path,
-      ")");
-  const std::string kind = callbacks.at(kMarker).at("kind").get<std::string>();
+  const detail::Int8File file =
+      detail::read_int8_file(path, "hotloop quantize --mode dynamic");
+  const std::string kind = file.record.at("kind").get<std::string>();
   HOTLOOP_CHECK(
       kind == kKind,
       path,
@@ -161,7 +140,7 @@ void load_quantized(const std::string& path, models::GptImpl& model) {
   // The names and shapes the int8 form of `model` has, checked against the
   // file's before the model changes.
   std::map<std::string, std::string> mine = int8_signature(model);
-  for (const auto& [name, shape] : summary.model) {
+  for (const auto& [name, shape] : file.summary.model) {
     const auto found = mine.find(name);
     HOTLOOP_CHECK(
         found != mine.end(),

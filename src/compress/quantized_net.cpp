@@ -1,9 +1,10 @@
 #include "hotloop/compress/quantized_net.h"
 
+#include "detail/int8_checkpoint.h"
+#include "detail/quantized_ops.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
-#include "detail/quantized_ops.h"
 
 #include <ATen/ATen.h>
 #include <torch/serialize/input-archive.h>
@@ -15,8 +16,6 @@ namespace hotloop::compress {
 namespace {
 
 using Kind = QuantizedStage::Kind;
-
-constexpr const char* kMarker = train::kInt8ModelKey;
 
 c10::IValue call(
     const char* name, const char* overload, std::vector<c10::IValue> args) {
@@ -249,13 +248,11 @@ void save_quantized(
     }
     stages.push_back(stage);
   }
-  nlohmann::json callbacks =
-      extra.empty() ? nlohmann::json::object() : nlohmann::json::parse(extra);
-  callbacks[kMarker] = {
-      {"kind", net.kind()}, {"engine", net.engine()}, {"stages", stages}};
-  train::CheckpointState state;
-  state.callbacks = callbacks.dump();
-  train::save_checkpoint(path, *holder, state);
+  detail::save_int8_checkpoint(
+      path,
+      *holder,
+      {{"kind", net.kind()}, {"engine", net.engine()}, {"stages", stages}},
+      extra);
 }
 
 bool is_quantized_checkpoint(const std::string& path) {
@@ -263,29 +260,14 @@ bool is_quantized_checkpoint(const std::string& path) {
   if (!summary.content_read || summary.callback_states.empty()) {
     return false;
   }
-  return nlohmann::json::parse(summary.callback_states).contains(kMarker);
+  return nlohmann::json::parse(summary.callback_states)
+      .contains(train::kInt8ModelKey);
 }
 
 QuantizedNet load_quantized(const std::string& path) {
-  const train::CheckpointSummary summary = train::describe_checkpoint(path);
-  HOTLOOP_CHECK(
-      summary.content_read,
-      path,
-      ": corrupted checkpoint (",
-      summary.seal.problem,
-      ")");
-  const nlohmann::json callbacks =
-      summary.callback_states.empty()
-          ? nlohmann::json::object()
-          : nlohmann::json::parse(summary.callback_states);
-  HOTLOOP_CHECK(
-      callbacks.contains(kMarker),
-      path,
-      ": a float model's checkpoint, not an int8 one: quantize it first "
-      "(hotloop quantize --ckpt_path ",
-      path,
-      ")");
-  const nlohmann::json& model = callbacks.at(kMarker);
+  const detail::Int8File file =
+      detail::read_int8_file(path, "hotloop quantize");
+  const nlohmann::json& model = file.record;
   HOTLOOP_CHECK(
       model.contains("stages"),
       path,

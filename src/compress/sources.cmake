@@ -2,6 +2,7 @@
 # sources, and the command line's pruning section, added to the library by
 # the top-level CMakeLists.txt.
 target_sources(hotloop PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/detail/int8_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/detail/module_access.cpp
   ${CMAKE_CURRENT_LIST_DIR}/detail/quantized_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/detail/quantized_weights.cpp
