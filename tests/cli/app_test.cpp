@@ -93,28 +93,14 @@ std::vector<std::string> small_fit(
   return args;
 }
 
-// A one-layer GPT on a 6,900-byte text file that this writes into `dir`:
-// the options (no command) of the CLI's GPT tests.
+// The shared small GPT run, checkpoints kept by val_loss.
 std::vector<std::string> small_gpt(const TempDir& dir, int epochs) {
-  std::ofstream text(dir.file("text.txt"));
-  for (int i = 0; i < 300; ++i) {
-    text << "hotloop trains models. ";
-  }
-  return {
-      "--trainer.accelerator=cpu",
-      "--data.dataset=text",
-      "--data.path=" + dir.file("text.txt"),
-      "--data.block_size=16",
-      "--data.batch_size=16",
-      "--model.name=gpt",
-      "--model.n_layer=1",
-      "--model.n_embd=32",
-      "--model.n_head=2",
-      "--model.top_k=1",
-      "--model_checkpoint.monitor=val_loss",
-      "--model_checkpoint.mode=min",
-      "--trainer.max_epochs=" + std::to_string(epochs),
-      "--trainer.default_root_dir=" + dir.file("runs")};
+  return ::hotloop::cli::testing::small_gpt_on_text(
+      dir.path(),
+      {"--model.top_k=1",
+       "--model_checkpoint.monitor=val_loss",
+       "--model_checkpoint.mode=min",
+       "--trainer.max_epochs=" + std::to_string(epochs)});
 }
 
 TEST(Cli, VersionNamesHotloopAndLibTorch) {

@@ -29,6 +29,7 @@ using ::hotloop::cli::testing::read_text;
 using ::hotloop::cli::testing::Result;
 using ::hotloop::cli::testing::run_cli;
 using ::hotloop::cli::testing::run_process;
+using ::hotloop::cli::testing::small_gpt_on_text;
 
 std::string reference(const std::string& name) {
   return std::string(HOTLOOP_TEST_REFERENCE_DIR) + "/interop/" + name;
@@ -291,23 +292,8 @@ TEST(CliInterop, GeneratesFromAHuggingFaceGpt2AsPythonDoes) {
 
 TEST(CliInterop, AGptExportsToHuggingFacesLayoutAndGeneratesTheSameFromIt) {
   TempDir dir;
-  std::ofstream text(dir.file("text.txt"));
-  for (int i = 0; i < 300; ++i) {
-    text << "hotloop trains models. ";
-  }
-  text.close();
-  const std::vector<std::string> gpt = {
-      "--trainer.accelerator=cpu",
-      "--data.dataset=text",
-      "--data.path=" + dir.file("text.txt"),
-      "--data.block_size=16",
-      "--data.batch_size=16",
-      "--model.name=gpt",
-      "--model.n_layer=1",
-      "--model.n_embd=32",
-      "--model.n_head=2",
-      "--trainer.max_epochs=1",
-      "--trainer.default_root_dir=" + dir.file("runs")};
+  const std::vector<std::string> gpt =
+      small_gpt_on_text(dir.path(), {"--trainer.max_epochs=1"});
   std::vector<std::string> fit = {"fit"};
   fit.insert(fit.end(), gpt.begin(), gpt.end());
   Result r = run_cli(fit);

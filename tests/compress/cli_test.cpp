@@ -205,24 +205,8 @@ TEST(CompressCli, QuantizeWritesAnInt8CheckpointThatTestAndPredictRun) {
 // generate from the int8 file.
 TEST(CompressCli, QuantizeDynamicMakesAnInt8GptThatTestAndGenerateRun) {
   TempDir dir;
-  {
-    std::ofstream text(dir.file("text.txt"));
-    for (int i = 0; i < 300; ++i) {
-      text << "hotloop trains models. ";
-    }
-  }
-  const std::vector<std::string> gpt = {
-      "--trainer.accelerator=cpu",
-      "--data.dataset=text",
-      "--data.path=" + dir.file("text.txt"),
-      "--data.block_size=16",
-      "--data.batch_size=16",
-      "--model.name=gpt",
-      "--model.n_layer=1",
-      "--model.n_embd=32",
-      "--model.n_head=2",
-      "--trainer.name=gpt",
-      "--trainer.default_root_dir=" + dir.file("runs")};
+  const std::vector<std::string> gpt = ::hotloop::cli::testing::
+      small_gpt_on_text(dir.path(), {"--trainer.name=gpt"});
   const auto command = [&](const std::string& name,
                            std::vector<std::string> extra) {
     std::vector<std::string> args = {name};

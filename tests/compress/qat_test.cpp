@@ -1,6 +1,7 @@
 #include "hotloop/compress/qat.h"
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/core/error.h"
+#include "reference_settings.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -85,18 +86,8 @@ double max_difference(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-class Qat : public ::testing::Test {
+class Qat : public testing::ReferenceSettingsTest {
  protected:
-  // The reference ran on one thread.
-  void SetUp() override {
-    threads_ = at::get_num_threads();
-    at::set_num_threads(1);
-    engine_ = quantized_engine();
-  }
-  void TearDown() override {
-    at::set_num_threads(threads_);
-    select_quantized_engine(engine_);
-  }
 
   // Prepares the case's model, trains it as the reference did, and checks
   // every tensor of the QAT model, its output, the converted model's
@@ -178,9 +169,6 @@ class Qat : public ::testing::Test {
         step * 1.0001)
         << c;
   }
-
-  int threads_ = 1;
-  std::string engine_;
 };
 
 TEST_F(Qat, FusedFakeQuantCnnTrainsAndConvertsAsTorchAoOnOnednn) {

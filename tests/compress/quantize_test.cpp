@@ -4,6 +4,7 @@
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/checkpoint.h"
+#include "reference_settings.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -97,21 +98,13 @@ void expect_same_qparams(
   }
 }
 
-class Quantize : public ::testing::Test {
+class Quantize : public testing::ReferenceSettingsTest {
  protected:
-  // The reference ran on one thread on onednn.
+  // The reference ran on onednn.
   void SetUp() override {
-    threads_ = at::get_num_threads();
-    at::set_num_threads(1);
-    engine_ = quantized_engine();
+    ReferenceSettingsTest::SetUp();
     select_quantized_engine("onednn");
   }
-  void TearDown() override {
-    at::set_num_threads(threads_);
-    select_quantized_engine(engine_);
-  }
-  int threads_ = 1;
-  std::string engine_;
 };
 
 TEST_F(Quantize, StaticCnnHasTorchAosScalesAndZeroPointsAndOutputs) {

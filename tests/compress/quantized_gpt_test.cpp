@@ -10,6 +10,7 @@
 #include "hotloop/interop/load_weights.h"
 #include "hotloop/models/gpt_generate.h"
 #include "hotloop/train/checkpoint.h"
+#include "reference_settings.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -43,23 +44,8 @@ models::Gpt reference_gpt() {
   return gpt;
 }
 
-class QuantizedGpt : public ::testing::Test {
- protected:
-  // The reference ran on one thread on onednn.
-  void SetUp() override {
-    threads_ = at::get_num_threads();
-    at::set_num_threads(1);
-    engine_ = quantized_engine();
-  }
-  void TearDown() override {
-    at::set_num_threads(threads_);
-    select_quantized_engine(engine_);
-  }
-
- private:
-  int threads_ = 1;
-  std::string engine_;
-};
+// The reference ran on onednn, which each test selects.
+using QuantizedGpt = testing::ReferenceSettingsTest;
 
 TEST_F(QuantizedGpt, DynamicEqualsTorchAosQuantizeDynamicOfNanoGpt) {
   models::Gpt gpt = reference_gpt();
