@@ -216,14 +216,20 @@ TEST(CompressCli, QuantizeDynamicMakesAnInt8GptThatTestAndGenerateRun) {
   };
   Result r = command("fit", {"--trainer.max_epochs=1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::string int8 = dir.file("gpt.int8.ckpt");
+  const std::string int8 = dir.file("int8/gpt.int8.ckpt"); // a new folder
   // Static int8 has no kernels for attention: named, nothing written.
   r = command("quantize", {"--ckpt_path=last", "--output=" + int8});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
       r.err, HasSubstr("hotloop quantize: a GPT quantizes dynamically"));
-  EXPECT_FALSE(fs::exists(int8));
+  EXPECT_FALSE(fs::exists(fs::path(int8).parent_path()));
 
+  // Its folder is made as predict's is; a folder as --output is named.
+  r = command(
+      "quantize",
+      {"--ckpt_path=last", "--mode=dynamic", "--output=" + dir.path()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(": is a folder; expected a file name"));
   r = command(
       "quantize", {"--ckpt_path=last", "--mode=dynamic", "--output=" + int8});
   ASSERT_EQ(r.code, 0) << r.err;
