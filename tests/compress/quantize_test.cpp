@@ -187,8 +187,13 @@ TEST_F(Quantize, AutoPicksTheFastestEngineAndEveryEngineRunsTheCnn) {
 TEST_F(Quantize, StaticMlpHasTorchAosScalesAndZeroPointsAndOutputs) {
   models::Mlp model = reference_mlp("mlp");
   CalibrationRecord record;
-  QuantizedNet net = quantize_static(*model, calibration("mlp"), {}, &record);
+  QuantizedNet net = quantize_static(
+      *model,
+      calibration("mlp"),
+      StaticQuantizationOptions().engine("onednn"),
+      &record);
   ASSERT_EQ(record.activations.size(), 4u);
+  EXPECT_EQ(net->engine(), "onednn");
   expect_same_qparams("mlp", record);
   const at::Tensor output = net->forward(ref("mlp", "input", "test"));
   const double step = record.activations.back().scale.item<double>();
