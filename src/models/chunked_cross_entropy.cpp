@@ -3,6 +3,7 @@
 #include "hotloop/core/compat.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -29,51 +30,67 @@ class ChunkedCrossEntropy
     const at::Tensor labels = targets.reshape({-1});
     const int64_t n = rows.size(0);
     const bool wanted = hidden.requires_grad() || weight.requires_grad();
-    // Log-sum-exps and gradients in float32, or double for double inputs.
+    // The loss and the gradients' sums in float32, or double for double.
     const at::ScalarType wide = at::promote_types(compute, at::kFloat);
     // The count of counted targets as a device scalar: no read-back.
     const at::Tensor counted = labels.ne(-1);
-    const at::Tensor scale =
-        counted.sum().to(wide).reciprocal().reshape({1, 1});
+    const at::Tensor scale = counted.sum().to(wide).reciprocal();
     const at::Tensor w = weight.to(compute);
+    // Every operand is cast to `compute` here: autocast has no say below.
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(
+        c10::autocast_dispatch_keyset);
     at::Tensor total = at::zeros({}, hidden.options().dtype(wide));
     at::Tensor grad_rows;
     at::Tensor grad_weight;
+    // What log-softmax's backward takes for the loss of one chunk: minus
+    // one at each counted target, zero elsewhere. Zeroed once; each chunk
+    // writes its targets and clears them after.
+    at::Tensor seed;
+    at::Tensor minus_counted;
     if (wanted) {
       grad_rows = at::empty({n, width}, hidden.options().dtype(wide));
       grad_weight = at::zeros_like(weight, weight.options().dtype(wide));
+      seed = at::zeros(
+          {std::min(n, chunk_rows), weight.size(0)},
+          hidden.options().dtype(compute));
+      minus_counted = counted.to(compute).neg().unsqueeze(1);
     }
     for (int64_t start = 0; start < n; start += chunk_rows) {
       const int64_t end = std::min(n, start + chunk_rows);
       const at::Tensor x = rows.slice(0, start, end).to(compute);
-      const at::Tensor logits = at::mm(x, w.t()).to(wide); // [r, V]
-      const at::Tensor lse = logits.logsumexp(1, /*keepdim=*/true);
+      // One kernel each way, as PyTorch's cross_entropy on these logits:
+      // log-softmax in the products' dtype, its sums in float32.
+      const at::Tensor log_probs =
+          at::_log_softmax(at::mm(x, w.t()), 1, /*half_to_float=*/false);
       const at::Tensor index =
           labels.slice(0, start, end).clamp_min(0).unsqueeze(1);
-      const at::Tensor mask =
-          counted.slice(0, start, end).to(wide).unsqueeze(1);
-      total.add_(((lse - logits.gather(1, index)) * mask).sum());
+      const at::Tensor mask = counted.slice(0, start, end).unsqueeze(1);
+      total.sub_(log_probs.gather(1, index)
+                     .to(wide)
+                     .masked_fill(mask.logical_not(), 0)
+                     .sum());
       if (!wanted) {
         continue;
       }
-      // d loss / d logits = (softmax - one_hot(target)) / count, per
-      // counted row; in place of the logits.
-      at::Tensor grad = logits.sub_(lse).exp_();
-      grad.scatter_add_(1, index, at::full_like(mask, -1.0));
-      grad.mul_(mask * scale);
-      const at::Tensor g = grad.to(compute);
-      grad_rows.slice(0, start, end).copy_(at::mm(g, w));
-      grad_weight.add_(at::mm(g.t(), x));
+      // d loss / d logits = softmax - one_hot(target) on counted rows (the
+      // 1 / count comes in backward): log-softmax's backward of the seed.
+      at::Tensor chunk_seed = seed.slice(0, 0, end - start);
+      chunk_seed.scatter_(1, index, minus_counted.slice(0, start, end));
+      const at::Tensor grad =
+          at::_log_softmax_backward_data(chunk_seed, log_probs, 1, compute);
+      chunk_seed.scatter_(1, index, 0);
+      grad_rows.slice(0, start, end).copy_(at::mm(grad, w));
+      grad_weight.add_(at::mm(grad.t(), x));
     }
     if (wanted) {
-      ctx->save_for_backward({grad_rows, grad_weight});
+      ctx->save_for_backward({grad_rows, grad_weight, scale});
     }
     ctx->saved_data["hidden_sizes"] = hidden.sizes().vec();
     ctx->saved_data["hidden_dtype"] =
         static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_dtype"] =
         static_cast<int64_t>(weight.scalar_type());
-    return total.mul_(scale.reshape({}));
+    return total.mul_(scale);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -85,9 +102,10 @@ class ChunkedCrossEntropy
         static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const std::vector<int64_t> sizes =
         ctx->saved_data["hidden_sizes"].toIntVector();
+    const at::Tensor factor = go * saved.at(2);
     return {
-        saved.at(0).mul(go).reshape(sizes).to(hidden_dtype),
-        saved.at(1).mul(go).to(weight_dtype),
+        saved.at(0).mul(factor).reshape(sizes).to(hidden_dtype),
+        saved.at(1).mul(factor).to(weight_dtype),
         at::Tensor(),
         at::Tensor(),
         at::Tensor()};

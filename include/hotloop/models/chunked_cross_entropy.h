@@ -17,17 +17,18 @@ namespace hotloop::models {
 /// output layer's, GPT's tied token embedding), targets: [...] int64 with
 /// hidden's leading shape; targets of -1 are ignored, and the mean is over
 /// the others (PyTorch's ignore_index). Under autocast the products run in
-/// its dtype (bfloat16 on a GPU), as the plain path's linear does, and
-/// each chunk's logits are widened to float32 (double for double inputs)
-/// for the log-sum-exp.
+/// its dtype (bfloat16 on a GPU), as the plain path's linear does, and so
+/// does each chunk's log-softmax and its backward, one kernel each with
+/// their sums in float32, as PyTorch's cross_entropy of such logits; the
+/// loss is summed in float32 (double for double inputs).
 ///
 /// When a gradient is wanted, each chunk's gradient (softmax minus the
-/// target's one-hot, over the count of counted targets) is multiplied out
-/// at once into the gradients of hidden ([N, C]) and weight ([V, C], summed
-/// in float32 or double), which backward scales by the loss's gradient: no
-/// logits are kept and none are computed twice. The forward pass therefore does
-/// the output layer's backward work too. Reads nothing back to the host (a CUDA
-/// graph can hold it). `chunk_rows` > 0.
+/// target's one-hot, log-softmax's backward) is multiplied out at once into
+/// the gradients of hidden ([N, C]) and weight ([V, C], summed in float32
+/// or double), which backward scales by the loss's gradient over the count
+/// of counted targets: no logits are kept and none are computed twice. The
+/// forward pass therefore does the output layer's backward work too. Reads
+/// nothing back to the host (a CUDA graph can hold it). `chunk_rows` > 0.
 at::Tensor chunked_cross_entropy(
     const at::Tensor& hidden,
     const at::Tensor& weight,
