@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -305,60 +306,110 @@ struct Histogram {
   std::vector<double> bucket_limits, buckets;
 };
 
-// torch.utils.tensorboard.summary.make_histogram over the default edges.
-Histogram make_histogram(
-    const std::string& tag, const double* values, size_t count) {
+// torch.utils.tensorboard.summary.make_histogram over the default edges,
+// counted where the values are (a GPU's gradients are not copied to the
+// host): one read-back of the counts and the five sums. A non-finite value
+// gives std::nullopt, or throws naming the first with `throw_if_nonfinite`.
+std::optional<Histogram> make_histogram(
+    const std::string& tag, const at::Tensor& values, bool throw_if_nonfinite) {
+  const at::NoGradGuard no_grad;
   const std::vector<double>& edges = default_bucket_edges();
-  const size_t bins = edges.size() - 1;
+  const auto bins = static_cast<int64_t>(edges.size()) - 1;
+  // Like PyTorch (`values.astype(float)`), everything is counted in float64.
+  const at::Tensor flat = values.detach().reshape({-1}).to(at::kDouble);
+  const at::Tensor limits =
+      at::tensor(edges, at::kDouble).to(flat.device(), /*non_blocking=*/true);
   // numpy.histogram: bin i holds [edges[i], edges[i+1]), the last bin
-  // [edges[bins-1], edges[bins]]; values beyond the edges are not counted.
-  std::vector<double> counts(bins, 0);
-  Histogram h;
-  h.min = values[0];
-  h.max = values[0];
-  h.num = static_cast<double>(count);
-  for (size_t i = 0; i < count; ++i) {
-    const double x = values[i];
+  // [edges[bins-1], edges[bins]]. bucketize(right) gives i + 1 for bin i,
+  // 0 below the first edge and bins + 1 from the last one on.
+  const at::Tensor slot =
+      at::bucketize(flat, limits, /*out_int32=*/false, /*right=*/true)
+          .masked_fill_(flat.eq(edges.back()), bins);
+  const at::Tensor counts = at::bincount(slot, {}, bins + 2);
+  const at::Tensor nonfinite = at::isfinite(flat).logical_not();
+  const auto [low, high] = at::aminmax(flat);
+  const at::Tensor host =
+      at::cat({at::stack(
+                   {low,
+                    high,
+                    flat.sum(),
+                    at::dot(flat, flat),
+                    nonfinite.sum().to(at::kDouble)}),
+               counts.slice(0, 1, bins + 1).to(at::kDouble)})
+          .to(at::kCPU);
+  const double* summary = host.data_ptr<double>();
+  if (summary[4] > 0) {
+    if (!throw_if_nonfinite) {
+      return std::nullopt;
+    }
+    const int64_t first = nonfinite.nonzero()[0][0].item<int64_t>();
     HOTLOOP_CHECK(
-        std::isfinite(x),
+        false,
         "add_histogram(\"",
         tag,
         "\"): values must be finite, got ",
-        x,
+        flat[first].item<double>(),
         " at flat index ",
-        i);
-    h.min = std::min(h.min, x);
-    h.max = std::max(h.max, x);
-    h.sum += x;
-    h.sum_squares += x * x;
-    auto bin =
-        std::upper_bound(edges.begin(), edges.end(), x) - edges.begin() - 1;
-    if (x == edges.back()) {
-      bin = static_cast<std::ptrdiff_t>(bins) - 1;
-    }
-    if (bin >= 0 && bin < static_cast<std::ptrdiff_t>(bins)) {
-      counts[bin] += 1;
-    }
+        first);
   }
+  const double* count = summary + 5;
   // Keep the bins from the first to the last non-empty one. TensorBoard
   // reads only right edges, so an empty bucket goes first to carry the left
   // edge of the first non-empty bin.
   const auto occupied = [](double c) { return c > 0; };
-  const auto first = std::find_if(counts.begin(), counts.end(), occupied);
+  const double* first = std::find_if(count, count + bins, occupied);
   HOTLOOP_CHECK(
-      first != counts.end(),
+      first != count + bins,
       "add_histogram(\"",
       tag,
       "\"): no value lies within the buckets' range (|x| < 1e20)");
-  const size_t start = first - counts.begin();
-  const size_t end =
-      bins - (std::find_if(counts.rbegin(), counts.rend(), occupied) -
-              counts.rbegin());
+  const auto start = static_cast<size_t>(first - count);
+  size_t end = static_cast<size_t>(bins);
+  while (count[end - 1] == 0) {
+    --end;
+  }
+  Histogram h;
+  h.min = summary[0];
+  h.max = summary[1];
+  h.num = static_cast<double>(flat.numel());
+  h.sum = summary[2];
+  h.sum_squares = summary[3];
   h.buckets.push_back(0);
-  h.buckets.insert(
-      h.buckets.end(), counts.begin() + start, counts.begin() + end);
+  h.buckets.insert(h.buckets.end(), count + start, count + end);
   h.bucket_limits.assign(edges.begin() + start, edges.begin() + end + 1);
   return h;
+}
+
+// add_histogram's checks of `values`, then make_histogram.
+std::optional<Histogram> checked_histogram(
+    const std::string& tag, const at::Tensor& values, bool throw_if_nonfinite) {
+  HOTLOOP_CHECK(
+      values.defined(), "add_histogram(\"", tag, "\"): undefined tensor");
+  const at::ScalarType dtype = values.scalar_type();
+  HOTLOOP_CHECK(
+      c10::isFloatingType(dtype) || c10::isIntegralType(dtype, true),
+      "add_histogram(\"",
+      tag,
+      "\"): values must be of a floating or integer dtype, got ",
+      dtype);
+  HOTLOOP_CHECK(
+      values.numel() > 0, "add_histogram(\"", tag, "\"): the tensor is empty");
+  return make_histogram(tag, values, throw_if_nonfinite);
+}
+
+// The summary Value of histogram `h` under `tag`.
+std::string histogram_value(const std::string& tag, const Histogram& h) {
+  ProtoWriter histo;
+  histo.float64(histogram_pb::kMin, h.min)
+      .float64(histogram_pb::kMax, h.max)
+      .float64(histogram_pb::kNum, h.num)
+      .float64(histogram_pb::kSum, h.sum)
+      .float64(histogram_pb::kSumSquares, h.sum_squares)
+      .packed_float64(histogram_pb::kBucketLimit, h.bucket_limits)
+      .packed_float64(histogram_pb::kBucket, h.buckets);
+  ProtoWriter v;
+  v.bytes(value_pb::kTag, tag).message(value_pb::kHisto, histo);
+  return v.str();
 }
 
 // What libpng's callbacks write to: the PNG bytes and the error, if any.
@@ -568,34 +619,22 @@ void SummaryWriter::add_histogram(
     const at::Tensor& values,
     int64_t step,
     double wall_time) {
-  HOTLOOP_CHECK(
-      values.defined(), "add_histogram(\"", tag, "\"): undefined tensor");
-  const at::ScalarType dtype = values.scalar_type();
-  HOTLOOP_CHECK(
-      c10::isFloatingType(dtype) || c10::isIntegralType(dtype, true),
-      "add_histogram(\"",
-      tag,
-      "\"): values must be of a floating or integer dtype, got ",
-      dtype);
-  HOTLOOP_CHECK(
-      values.numel() > 0, "add_histogram(\"", tag, "\"): the tensor is empty");
-  // Like PyTorch (`values.astype(float)`), everything is counted in float64.
-  const at::Tensor flat =
-      values.detach().to(at::kCPU).to(at::kDouble).contiguous();
-  const Histogram h = make_histogram(
-      tag, flat.data_ptr<double>(), static_cast<size_t>(flat.numel()));
+  write_summary_value(
+      histogram_value(tag, *checked_histogram(tag, values, true)),
+      step,
+      wall_time);
+}
 
-  ProtoWriter histo;
-  histo.float64(histogram_pb::kMin, h.min)
-      .float64(histogram_pb::kMax, h.max)
-      .float64(histogram_pb::kNum, h.num)
-      .float64(histogram_pb::kSum, h.sum)
-      .float64(histogram_pb::kSumSquares, h.sum_squares)
-      .packed_float64(histogram_pb::kBucketLimit, h.bucket_limits)
-      .packed_float64(histogram_pb::kBucket, h.buckets);
-  ProtoWriter v;
-  v.bytes(value_pb::kTag, tag).message(value_pb::kHisto, histo);
-  write_summary_value(v.str(), step, wall_time);
+bool SummaryWriter::add_histogram_if_finite(
+    const std::string& tag,
+    const at::Tensor& values,
+    int64_t step,
+    double wall_time) {
+  const std::optional<Histogram> h = checked_histogram(tag, values, false);
+  if (h.has_value()) {
+    write_summary_value(histogram_value(tag, *h), step, wall_time);
+  }
+  return h.has_value();
 }
 
 void SummaryWriter::add_text(

@@ -127,9 +127,9 @@ void TensorBoardLogger::on_before_optimizer_step(
     const at::Tensor& grad = item.value().grad();
     // A float16 step that overflowed has inf gradients; the scaler skips
     // it, and so do the histograms.
-    if (grad.defined() && at::isfinite(grad).all().item<bool>()) {
-      writer_.add_histogram(
-          "gradients/" + item.key(), grad.detach(), trainer.global_step());
+    if (grad.defined()) {
+      writer_.add_histogram_if_finite(
+          "gradients/" + item.key(), grad, trainer.global_step());
     }
   }
 }
@@ -142,11 +142,8 @@ void TensorBoardLogger::on_train_epoch_end(
   for (const auto& item : module.named_parameters()) {
     // A diverged weight has no histogram; the divergence is reported by
     // the Trainer, not as a histogram's error.
-    if (!at::isfinite(item.value()).all().item<bool>()) {
-      continue;
-    }
-    writer_.add_histogram(
-        "weights/" + item.key(), item.value().detach(), trainer.global_step());
+    writer_.add_histogram_if_finite(
+        "weights/" + item.key(), item.value(), trainer.global_step());
   }
 }
 

@@ -576,6 +576,45 @@ TEST(SummaryWriter, HistogramRejectsEmptyNonFiniteOrComplexValuesNamingTheTag) {
       "add_histogram(\"w\"): values must be of a floating or integer dtype");
 }
 
+TEST(SummaryWriter, HistogramIfFiniteSkipsNonFiniteValuesAndWritesTheRest) {
+  TempDir dir;
+  std::string path;
+  {
+    SummaryWriter writer(dir.path());
+    path = writer.path();
+    EXPECT_FALSE(writer.add_histogram_if_finite(
+        "overflowed", at::tensor({1.0f, INFINITY, 2.0f}), 1));
+    EXPECT_FALSE(
+        writer.add_histogram_if_finite("diverged", at::tensor({NAN}), 1));
+    EXPECT_TRUE(
+        writer.add_histogram_if_finite("spans_zero", spans_zero_values(), 2));
+    // 100,000 values: every one counted in some bucket, min and max exact.
+    at::manual_seed(0);
+    const at::Tensor many = at::randn({1000, 100}).mul(3);
+    EXPECT_TRUE(writer.add_histogram_if_finite("many", many, 3));
+  }
+  EXPECT_TRUE(events_tagged(path, "overflowed").empty());
+  EXPECT_TRUE(events_tagged(path, "diverged").empty());
+  const std::vector<Message> spans = events_tagged(path, "spans_zero");
+  ASSERT_EQ(spans.size(), 1u);
+  expect_histogram(value_of(spans[0]).message(kHisto), kSpansZero);
+  const std::vector<Message> many = events_tagged(path, "many");
+  ASSERT_EQ(many.size(), 1u);
+  const Message histo = value_of(many[0]).message(kHisto);
+  at::manual_seed(0);
+  const at::Tensor values = at::randn({1000, 100}).mul(3);
+  EXPECT_EQ(histo.float64(1), values.min().item<double>());
+  EXPECT_EQ(histo.float64(2), values.max().item<double>());
+  EXPECT_EQ(histo.float64(3), 100000.0);
+  const std::vector<double> counts = histo.packed_float64(7);
+  double total = 0;
+  for (const double c : counts) {
+    total += c;
+  }
+  EXPECT_EQ(total, 100000.0);
+  EXPECT_EQ(counts.front(), 0.0); // the empty bucket carrying the left edge
+}
+
 TEST(SummaryWriter, TextIsAStringTensorForTheTextPlugin) {
   TempDir dir;
   std::string path;

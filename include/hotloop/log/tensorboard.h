@@ -102,7 +102,18 @@ class SummaryWriter {
   /// the left; min, max, num, sum and sum_squares in float64.
   /// Throws for an empty tensor, non-finite values, or values all beyond
   /// ±1e20 (outside every bucket).
+  /// The histogram is counted on the tensor's device; one read-back of its
+  /// counts and sums per call.
   void add_histogram(
+      const std::string& tag,
+      const at::Tensor& values,
+      int64_t step,
+      double wall_time = unix_time());
+
+  /// As add_histogram, but `values` holding a non-finite value (a float16
+  /// step that overflowed, a diverged weight) write nothing and give false;
+  /// still one read-back per call.
+  bool add_histogram_if_finite(
       const std::string& tag,
       const at::Tensor& values,
       int64_t step,
