@@ -276,6 +276,14 @@ def busy_union(events, start, end):
     return total
 
 
+def host_outside_ops(step, ops):
+    """Microseconds of the step's own thread inside its annotation that no
+    operator covers: the host's own code (callbacks, loggers, waiting for
+    data), which no operator's time names."""
+    own = [e for e in ops if e.cat == "cpu_op" and e.tid == step.tid]
+    return step.dur - busy_union(own, step.ts, step.end)
+
+
 def device_label(cat, name):
     if cat == "kernel":
         return short_name(name)
@@ -443,6 +451,10 @@ class Summary:
                     f"{short_name(name, 48)} {fmt(us / 1000)} ms (steady "
                     f"{fmt(usual / 1000, 2)})"
                     for _, name, us, usual in slow[:3]))
+            outside = host_outside_ops(step, events["cpu_ops"])
+            if outside > max(2000.0, 0.1 * step.dur):
+                notes.append(f"host outside operators {fmt(outside / 1000)} "
+                             "ms")
             blocked = sum(counts.get(k, (0, 0.0))[1] for k in BLOCKING)
             rows.append({
                 "step": number,

@@ -108,6 +108,23 @@ class CudaTrace(unittest.TestCase):
                          (2.0, 0.6))
         self.assertEqual([r["items"] for r in rows], [0, 0, 1, 1])
 
+    def test_host_time_outside_operators(self):
+        # Step 1: 10,000 us, one convolution 100-8,100: 2,000 us outside,
+        # not above max(2 ms, 10%) so no note; step 3: a convolution and an
+        # .item(), 300 + 400 of 1,000 us.
+        self.assertEqual(ts.host_outside_ops(
+            self.trace.steps[1], self.trace.by_step[1]["cpu_ops"]), 2000.0)
+        self.assertEqual(ts.host_outside_ops(
+            self.trace.steps[3], self.trace.by_step[3]["cpu_ops"]), 300.0)
+        # A step whose host spends 9 of its 10 ms outside operators says so.
+        step = ts.Event({"name": "ProfilerStep#1", "ts": 0, "dur": 10000,
+                         "tid": 7}, "user_annotation")
+        ops = [ts.Event({"name": "aten::mm", "ts": 500, "dur": 1000,
+                         "tid": 7}, "cpu_op"),
+               ts.Event({"name": "aten::mm", "ts": 500, "dur": 9000,
+                         "tid": 8}, "cpu_op")]   # another thread's
+        self.assertEqual(ts.host_outside_ops(step, ops), 9000.0)
+
     def test_the_text(self):
         text = self.summary.text("gpt2 hotloop")
         lines = text.splitlines()
