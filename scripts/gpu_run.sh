@@ -72,8 +72,10 @@
 # HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN, _RESNET18_CIFAR, _GPT2 (for one
 # of them, after those), HOTLOOP_GPU_BENCH_CONFIGS_CNN, _RESNET18_CIFAR,
 # _GPT2 (bench/run --configs for one of them: a folder with its
-# <workload>.yaml, such as configs/bench/fast) and HOTLOOP_GPU_TRACES=1
-# (as --traces).
+# <workload>.yaml, such as configs/bench/fast), HOTLOOP_GPU_TRACES=1
+# (as --traces) and HOTLOOP_GPU_TRACE_IMPLS (bench/run --trace-impls: whom
+# the traced runs follow; the measure plan's default is hotloop alone, the
+# tuned loop's traces on the same torch being in docs/measurements/).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -89,10 +91,11 @@ declare -A NEEDS=([configure]=60 [build]=90 [test]=120 [bench-cnn]=300
 # What a traced run adds to a benchmark stage, per implementation traced
 # (an estimate: a short run, the trace's export and its tables).
 TRACE_NEEDS=20
-# The measure plan's stages with hotloop and python-tuned only, as the
-# H200 took them on 2026-11-26 (ResNet-18 65 s, the CNN on
-# configs/bench/fast 69 s; GPT-2 an estimate), rounded up.
-declare -A MEASURE_NEEDS=([bench-gpt2]=70 [bench-resnet18_cifar]=70
+# The measure plan's stages with hotloop and python-tuned only, untraced,
+# as the H200 took them (ResNet-18 65 s on 2026-11-26 and 80 s on
+# 2026-11-27, the CNN on configs/bench/fast 69 s, GPT-2 110 s: 150 s with
+# both traced), rounded up.
+declare -A MEASURE_NEEDS=([bench-gpt2]=110 [bench-resnet18_cifar]=80
                           [bench-cnn]=75)
 # "cli": a hotloop program that runs, built here or carried (below).
 declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
@@ -156,6 +159,7 @@ case $PLAN in
     else
       REQUESTED=${REQUESTED:-configure,build,bench-gpt2,bench-resnet18_cifar,bench-cnn}
       TRACES=${HOTLOOP_GPU_TRACES:-1}
+      export HOTLOOP_GPU_TRACE_IMPLS=${HOTLOOP_GPU_TRACE_IMPLS:-hotloop}
       export HOTLOOP_GPU_BENCH_IMPLS=${HOTLOOP_GPU_BENCH_IMPLS:-hotloop,python-tuned}
       export HOTLOOP_GPU_BENCH_CONFIGS_CNN=${HOTLOOP_GPU_BENCH_CONFIGS_CNN:-configs/bench/fast}
       export HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN=${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN:-trainer.cuda_graphs=true}
@@ -179,7 +183,15 @@ for s in bench-cnn bench-resnet18_cifar bench-gpt2; do
       NEEDS[$s]=${MEASURE_NEEDS[$s]}
     fi
   fi
-  ((TRACES)) && NEEDS[$s]=$((NEEDS[$s] + TRACE_NEEDS * count))
+  if ((TRACES)); then
+    traced=$count
+    if [[ -n ${HOTLOOP_GPU_TRACE_IMPLS:-} ]]; then
+      IFS=',' read -r -a traced_impls <<<"$HOTLOOP_GPU_TRACE_IMPLS"
+      traced=${#traced_impls[@]}
+      ((traced < count)) || traced=$count
+    fi
+    NEEDS[$s]=$((NEEDS[$s] + TRACE_NEEDS * traced))
+  fi
 done
 
 if [[ -n $REQUESTED ]]; then
@@ -735,6 +747,8 @@ bench_stage() {
   if ((TRACES)); then
     mkdir -p "$ART/traces"
     args+=(--traces "$ART/traces")
+    [[ -n ${HOTLOOP_GPU_TRACE_IMPLS:-} ]] &&
+      args+=(--trace-impls "$HOTLOOP_GPU_TRACE_IMPLS")
   fi
   rm -f "$ART/bench-$workload.json" "$ART/bench-$workload.txt"
   echo "\$ $PY_REAL bench/run ${args[*]}"

@@ -186,6 +186,13 @@ class Traces(unittest.TestCase):
             "traces: hotloop gpt2-hotloop.txt (38.2 MiB trace); "
             "python-tuned FAILED: traced python_train.py run failed (exit 2)")
 
+    def test_trace_impls_chooses_whom_to_trace(self):
+        everyone = argparse.Namespace(trace_impls=None)
+        self.assertEqual(run.traced_impls(everyone), run.TRACED_IMPLS)
+        self.assertEqual(
+            run.traced_impls(argparse.Namespace(trace_impls="hotloop")),
+            ("hotloop",))
+
 
 if __name__ == "__main__":
     unittest.main()
