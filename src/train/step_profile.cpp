@@ -144,7 +144,7 @@ std::string StepProfile::verdict(const ProfileContext& context) const {
     if (context.precision == "32-true") {
       options.push_back("trainer.precision=bf16-mixed");
     }
-    if (!context.channels_last) {
+    if (context.convolutional && !context.channels_last) {
       options.push_back("trainer.channels_last=true");
     }
     if (options.empty()) {

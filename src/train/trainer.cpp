@@ -302,7 +302,8 @@ FitResult Trainer::fit(
   fit_ = &loop;
   try {
     FitResult result = loop.run(ckpt_path);
-    write_summary(log_dir_, result, profile_context(train), model_summary_);
+    write_summary(
+        log_dir_, result, profile_context(module, train), model_summary_);
     finalize_loggers(
         result.metrics, result.interrupted ? "interrupted" : "success");
     strategy_->barrier(); // no process leaves while another still writes
@@ -338,8 +339,8 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
     seed_everything(static_cast<uint64_t>(options_.seed()));
   }
   // The processes of a data-parallel run on this machine share its cores.
-  const int threads = apply_host_settings(
-      options_, num_workers, strategy_->local_world_size());
+  const int threads =
+      apply_host_settings(options_, num_workers, strategy_->local_world_size());
   if (device_.is_cuda()) {
     // Lightning's set_device: work that names no device (a library's
     // allocations, NCCL) goes to this process's GPU, not to GPU 0.
@@ -516,7 +517,8 @@ data::DataLoader& Trainer::share_of(
   return *share;
 }
 
-ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
+ProfileContext Trainer::profile_context(
+    const Module& module, const data::DataLoader& train) const {
   ProfileContext context;
   context.num_workers = train.options().num_workers();
   context.pin_memory = train.options().pin_memory();
@@ -524,6 +526,9 @@ ProfileContext Trainer::profile_context(const data::DataLoader& train) const {
   context.log_every_n_steps = options_.log_every_n_steps();
   context.precision = options_.precision();
   context.channels_last = options_.channels_last();
+  for (const at::Tensor& parameter : module.parameters()) {
+    context.convolutional = context.convolutional || parameter.dim() == 4;
+  }
   context.cuda_graphs = options_.cuda_graphs();
   context.batch_can_grow = train.options().batch_size() <
                            static_cast<int64_t>(train.dataset().size());

@@ -60,7 +60,15 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
       profile(0, 20, 40, 40, 0, 0).verdict(context),
       "transfer-bound: 20% of step time copying batches to the device - set "
       "data.pin_memory=true");
-  // Compute-bound advice names only what is not on yet.
+  // Compute-bound advice names only what is not on yet, and channels_last
+  // only for a model with convolutions.
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      HasSubstr("- try trainer.precision=bf16-mixed"));
+  EXPECT_THAT(
+      profile(1, 0, 45, 50, 4, 0).verdict(context),
+      ::testing::Not(HasSubstr("channels_last")));
+  context.convolutional = true;
   EXPECT_THAT(
       profile(1, 0, 45, 50, 4, 0).verdict(context),
       HasSubstr("try trainer.precision=bf16-mixed and "

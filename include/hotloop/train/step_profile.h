@@ -20,6 +20,9 @@ struct ProfileContext {
   /// what is not on yet.
   std::string precision = "32-true";
   bool channels_last = false;
+  /// The model has 4-D weights (convolutions), the layers channels_last
+  /// changes: no advice to turn it on otherwise.
+  bool convolutional = false;
   /// trainer.cuda_graphs: a launch-bound step is advised to capture.
   bool cuda_graphs = false;
   /// False when one batch already holds the whole training set: no advice

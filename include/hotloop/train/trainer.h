@@ -227,7 +227,8 @@ class Trainer {
   data::DataLoader& share_of(
       data::DataLoader& loader, std::unique_ptr<data::DataLoader>& share) const;
   Precision precision_for(Module& module) const;
-  ProfileContext profile_context(const data::DataLoader& train) const;
+  ProfileContext profile_context(
+      const Module& module, const data::DataLoader& train) const;
   log::ModelSummary summarize(
       Module& module, data::DataLoader& train, const Precision& precision);
   template <typename Hook>

@@ -836,7 +836,7 @@ FitResult FitLoop::finish() {
   profile_.tokens_per_sample = module_.tokens_per_sample();
   result.profile = profile_;
   if (trainer.shows_progress() && profile_.steps > 0) {
-    profile_.print(trainer.out_, trainer.profile_context(*train_));
+    profile_.print(trainer.out_, trainer.profile_context(module_, *train_));
   }
   return result;
 }
