@@ -36,6 +36,7 @@ void write_summary(
       {"phases", profile.phases()},
       {"synced_phases", profile.synced},
       {"synced_steps", profile.synced_steps},
+      {"first_step", profile.first_step},
       {"asynchronous", profile.asynchronous},
       {"validation", profile.validation},
       {"setup_s", profile.setup},

@@ -5,9 +5,11 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace hotloop::train {
@@ -204,6 +206,23 @@ void StepProfile::print(
                "nominal count, as Winograd convolutions do";
       }
     }
+  }
+  if (!first_step.empty()) {
+    // The three largest phases of the fit's first step.
+    std::vector<std::pair<double, std::string>> largest;
+    double first_total = 0;
+    for (const auto& [name, seconds] : first_step) {
+      largest.emplace_back(seconds, name);
+      first_total += seconds;
+    }
+    std::sort(largest.rbegin(), largest.rend());
+    largest.resize(std::min<size_t>(largest.size(), 3));
+    out << std::setprecision(2) << "; the first step " << first_total << " s (";
+    for (size_t i = 0; i < largest.size(); ++i) {
+      out << (i > 0 ? ", " : "") << largest[i].second << " " << largest[i].first
+          << " s";
+    }
+    out << ")";
   }
   if (process_to_first_step >= 0) {
     out << std::setprecision(2) << "; from process start: the first step at "

@@ -172,6 +172,22 @@ class OneTruthAboutTheStep(unittest.TestCase):
         self.assertEqual(run.mfu_disagreement(hot), "")
 
 
+class FirstStep(unittest.TestCase):
+    def test_the_first_step_and_its_three_largest_phases(self):
+        self.assertEqual(
+            run.first_step_text({"data": 0.01, "forward": 0.5,
+                                 "backward": 0.3, "optimizer": 0.0,
+                                 "logging": 8.9}),
+            "the first step 9.71 s (logging 8.90 s, forward 0.50 s, "
+            "backward 0.30 s)")
+        self.assertEqual(run.first_step_text({}), "")
+        text = run.profile_text({"phases": {"forward": 1.0},
+                                 "setup_s": 0.25, "warmup_s": 11.5,
+                                 "first_step": {"logging": 9.0}})
+        self.assertIn("the first 10 steps 11.50 s; the first step 9.00 s "
+                      "(logging 9.00 s)", text)
+
+
 class Traces(unittest.TestCase):
     def test_the_traces_line(self):
         runs = [{"impl": "hotloop", "trace": {

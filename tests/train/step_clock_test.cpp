@@ -126,6 +126,49 @@ TEST(StepClock, TheWarmupEndsAfterTheFirstStepsOfThisFit) {
   EXPECT_LE(profile.process_to_warmup_end, seconds_since_process_start());
 }
 
+// The fit's first step (after a resume too) is split by phase apart, over
+// all its micro-batches: a first-step cost names its phase.
+TEST(StepClock, TheFitsFirstStepIsSplitByPhaseApart) {
+  StepProfile profile;
+  const int64_t resumed_at = 7;
+  StepClock clock(profile, c10::kCPU, resumed_at);
+  clock.start_epoch();
+  for (int64_t step = resumed_at; step < resumed_at + 3; ++step) {
+    clock.start_step(step);
+    for (int micro = 0; micro < 2; ++micro) { // two micro-batches a step
+      clock.begin(Phase::kForward);
+      clock.begin(Phase::kBackward);
+      if (step == resumed_at) {
+        nap();
+      }
+      const bool stepped = micro == 1;
+      if (stepped) {
+        clock.begin(Phase::kOptimizer);
+        clock.begin(Phase::kLogging);
+        if (step == resumed_at) {
+          nap();
+          nap();
+        }
+      }
+      clock.end_batch(1, stepped, step + (stepped ? 1 : 0));
+    }
+  }
+  ASSERT_TRUE(profile.first_step.count("backward"));
+  ASSERT_TRUE(profile.first_step.count("logging"));
+  EXPECT_GE(profile.first_step.at("backward"), 2 * kNap);
+  EXPECT_LT(profile.first_step.at("backward"), 2 * kNap + 0.015);
+  EXPECT_GE(profile.first_step.at("logging"), 2 * kNap);
+  EXPECT_LT(profile.first_step.at("logging"), 2 * kNap + 0.015);
+  // The later steps' time is not in it; nor is the first step in `synced`.
+  double first = 0;
+  for (const auto& [name, seconds] : profile.first_step) {
+    first += seconds;
+  }
+  EXPECT_LT(first, 4 * kNap + 0.02);
+  EXPECT_EQ(profile.synced_steps, 0);
+  EXPECT_TRUE(profile.synced.empty());
+}
+
 TEST(StepClock, AWaitReportedAtAPhasesEndMovesItToThatPhase) {
   StepProfile profile;
   StepClock clock(profile, c10::kCPU, 0);

@@ -100,6 +100,11 @@ struct StepProfile {
   /// synchronised at each phase boundary, and how many there were.
   std::map<std::string, double> synced;
   int64_t synced_steps = 0;
+  /// Phase seconds (names as phases()) of the fit's first optimizer step,
+  /// timed with the device synchronised at each phase boundary: where its
+  /// first-call costs went (cuDNN's algorithm searches, library loading,
+  /// a callback's first-step work). Not in `synced`.
+  std::map<std::string, double> first_step;
 
   double step_seconds() const {
     return data + h2d + forward + backward + comm + optimizer + logging;

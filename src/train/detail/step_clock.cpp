@@ -46,6 +46,7 @@ void StepClock::start_epoch() {
 
 void StepClock::start_step(int64_t global_step) {
   synced_ = global_step % kSyncedStepInterval == kSyncedStepInterval / 2;
+  first_ = global_step == start_step_;
   if (profile_.process_to_first_step < 0) {
     profile_.process_to_first_step = seconds_since_process_start();
   }
@@ -55,7 +56,8 @@ void StepClock::begin(Phase phase, double seconds_ago) {
   // A synced step waits for the device at the end of each phase of device
   // work, so that the phase's time is the device's, not when the host
   // queued it. Waiting for data queues nothing.
-  if (synced_ && phase_ != Phase::kData && phase_name(phase_) != nullptr) {
+  if ((synced_ || first_) && phase_ != Phase::kData &&
+      phase_name(phase_) != nullptr) {
     synchronize_device(device_);
   }
   const auto start =
@@ -63,7 +65,13 @@ void StepClock::begin(Phase phase, double seconds_ago) {
       std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(std::max(0.0, seconds_ago)));
   const auto split = std::max(start, mark_);
-  charge(phase_, std::chrono::duration<double>(split - mark_).count(), synced_);
+  const double seconds = std::chrono::duration<double>(split - mark_).count();
+  charge(phase_, seconds, synced_);
+  if (first_) {
+    if (const char* name = phase_name(phase_)) {
+      profile_.first_step[name] += seconds;
+    }
+  }
   phase_ = phase;
   mark_ = split;
 }
@@ -83,6 +91,9 @@ void StepClock::end_batch(int64_t samples, bool stepped, int64_t global_step) {
     synchronize_device(device_);
   }
   begin(Phase::kData);
+  if (stepped) {
+    first_ = false;
+  }
   if (warmup_ends) {
     profile_.warmup_seconds = profile_.step_seconds();
     profile_.warmup_samples = profile_.samples;

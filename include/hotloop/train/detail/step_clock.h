@@ -30,7 +30,8 @@ enum class Phase {
 /// between two calls goes to the phase that was current. On an asynchronous
 /// device the host only queues work, so one optimizer step in
 /// kSyncedStepInterval is timed with the device synchronised at the end of
-/// each phase, and those steps' times go to StepProfile::synced as well.
+/// each phase, and those steps' times go to StepProfile::synced as well;
+/// the fit's first step is timed so too, into StepProfile::first_step.
 /// Not thread-safe.
 class StepClock {
  public:
@@ -88,6 +89,8 @@ class StepClock {
   Phase phase_ = Phase::kNone;
   Clock::time_point mark_ = Clock::now();
   bool synced_ = false;
+  // The fit's first step, timed apart (StepProfile::first_step).
+  bool first_ = false;
   log::StepTimes epoch_;
   int64_t epoch_samples_ = 0;
 };
