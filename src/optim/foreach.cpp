@@ -553,67 +553,48 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
       });
 }
 
-torch::Tensor ForeachAdam::step(LossClosure closure) {
-  if (uses_fused(param_groups_, foreach ())) {
-    return step_groups<torch::optim::AdamOptions>(
-        param_groups_,
+template <typename Base>
+torch::Tensor ForeachAdamFamily<Base>::step(
+    torch::optim::Optimizer::LossClosure closure) {
+  using Kind = AdamKind<Base>;
+  using Options = typename Kind::Options;
+  using State = typename Kind::State;
+  if (uses_fused(this->param_groups_, foreach ())) {
+    return step_groups<Options>(
+        this->param_groups_,
         closure,
-        "Adam",
+        Kind::kName,
         [&](const auto& options, Stepped& stepped) {
-          auto buckets = fused_buckets<torch::optim::AdamParamState>(
-              state_, options, stepped, [&](const at::Tensor& p, auto& state) {
+          auto buckets = fused_buckets<State>(
+              this->state_,
+              options,
+              stepped,
+              [&](const at::Tensor& p, auto& state) {
                 state.step(state.step() + 1);
                 return fused_step_count(p, state.step() - 1);
               });
-          run_fused(/*decoupled=*/false, options, buckets, {options.lr()});
+          run_fused(Kind::kDecoupled, options, buckets, {options.lr()});
         });
   }
-  if (!uses_foreach(param_groups_)) {
-    return torch::optim::Adam::step(std::move(closure));
+  if (!uses_foreach(this->param_groups_)) {
+    return Base::step(std::move(closure));
   }
-  return step_groups<torch::optim::AdamOptions>(
-      param_groups_,
+  return step_groups<Options>(
+      this->param_groups_,
       closure,
-      "Adam",
+      Kind::kName,
       [&](const auto& options, Stepped& stepped) {
         if (options.weight_decay() != 0) {
-          stepped.grads = at::_foreach_add(
-              stepped.grads, stepped.params, options.weight_decay());
+          if constexpr (Kind::kDecoupled) {
+            at::_foreach_mul_(
+                stepped.params, 1 - options.lr() * options.weight_decay());
+          } else {
+            stepped.grads = at::_foreach_add(
+                stepped.grads, stepped.params, options.weight_decay());
+          }
         }
-        adam_update<torch::optim::AdamParamState>(
-            state_, options, stepped.params, stepped.grads);
-      });
-}
-
-torch::Tensor ForeachAdamW::step(LossClosure closure) {
-  if (uses_fused(param_groups_, foreach ())) {
-    return step_groups<torch::optim::AdamWOptions>(
-        param_groups_,
-        closure,
-        "AdamW",
-        [&](const auto& options, Stepped& stepped) {
-          auto buckets = fused_buckets<torch::optim::AdamWParamState>(
-              state_, options, stepped, [&](const at::Tensor& p, auto& state) {
-                state.step(state.step() + 1);
-                return fused_step_count(p, state.step() - 1);
-              });
-          run_fused(/*decoupled=*/true, options, buckets, {options.lr()});
-        });
-  }
-  if (!uses_foreach(param_groups_)) {
-    return torch::optim::AdamW::step(std::move(closure));
-  }
-  return step_groups<torch::optim::AdamWOptions>(
-      param_groups_,
-      closure,
-      "AdamW",
-      [&](const auto& options, Stepped& stepped) {
-        if (options.weight_decay() != 0) {
-          at::_foreach_mul_(
-              stepped.params, 1 - options.lr() * options.weight_decay());
-        }
-        adam_update<torch::optim::AdamWParamState>(
-            state_, options, stepped.params, stepped.grads);
+        adam_update<State>(
+            this->state_, options, stepped.params, stepped.grads);
       });
 }
 
@@ -736,122 +717,72 @@ GraphScalars fused_prepare(
 
 } // namespace
 
-void ForeachAdam::prepare_graph_step() {
-  const std::string changed = changed_option(
-      graph_.fixed, fixed_options<torch::optim::AdamOptions>(param_groups_));
+template <typename Base>
+void ForeachAdamFamily<Base>::prepare_graph_step() {
+  using Kind = AdamKind<Base>;
+  using Options = typename Kind::Options;
+  using State = typename Kind::State;
+  const std::string changed =
+      changed_option(graph_.fixed, fixed_options<Options>(this->param_groups_));
   graph_.stale.clear();
   if (!changed.empty()) {
     graph_.varies = true;
     if (graph_.fused) {
       graph_.stale =
-          "the fused Adam update fixed its options when it was "
-          "captured, and " +
-          changed +
+          std::string("the fused ") + Kind::kName +
+          " update fixed its options when it was captured, and " + changed +
           " since (a schedule that cycles momentum, such as onecycle's "
           "cycle_momentum): set optimizer.fused=false to capture the "
           "multi-tensor update, which reads beta1 at every replay";
     }
   }
-  graph_.fused = uses_fused(param_groups_, foreach ()) &&
+  graph_.fused = uses_fused(this->param_groups_, foreach ()) &&
                  (fused() == std::optional<bool>(true) || !graph_.varies);
   const GraphScalars scalars =
-      graph_.fused ? fused_prepare<
-                         torch::optim::AdamParamState,
-                         torch::optim::AdamOptions>(
-                         state_,
-                         param_groups_,
-                         "Adam",
+      graph_.fused ? fused_prepare<State, Options>(
+                         this->state_,
+                         this->param_groups_,
+                         Kind::kName,
                          [&](const at::Tensor& p, int64_t previous) {
                            fused_step_count(p, previous);
                          })
-                   : adam_prepare<
-                         torch::optim::AdamParamState,
-                         torch::optim::AdamOptions>(
-                         state_, param_groups_, /*decoupled=*/false, "Adam");
+                   : adam_prepare<State, Options>(
+                         this->state_,
+                         this->param_groups_,
+                         Kind::kDecoupled,
+                         Kind::kName);
   upload(scalars.values, scalars.device);
 }
 
-void ForeachAdam::graph_step() {
-  graph_.fixed = fixed_options<torch::optim::AdamOptions>(param_groups_);
+template <typename Base>
+void ForeachAdamFamily<Base>::graph_step() {
+  using Kind = AdamKind<Base>;
+  using Options = typename Kind::Options;
+  using State = typename Kind::State;
+  graph_.fixed = fixed_options<Options>(this->param_groups_);
   int64_t index = 0;
   if (graph_.fused) {
-    step_groups<torch::optim::AdamOptions>(
-        param_groups_,
+    step_groups<Options>(
+        this->param_groups_,
         nullptr,
-        "Adam",
+        Kind::kName,
         [&](const auto& options, Stepped& stepped) {
-          auto buckets = fused_buckets<torch::optim::AdamParamState>(
-              state_, options, stepped, [&](const at::Tensor& p, auto&) {
+          auto buckets = fused_buckets<State>(
+              this->state_, options, stepped, [&](const at::Tensor& p, auto&) {
                 return fused_step_count(p);
               });
           const at::Tensor lr = scalar(index++);
-          run_fused(/*decoupled=*/false, options, buckets, {0, &lr});
+          run_fused(Kind::kDecoupled, options, buckets, {0, &lr});
         });
     return;
   }
-  adam_graph_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
-      state_, param_groups_, /*decoupled=*/false, "Adam", [&] {
+  adam_graph_step<State, Options>(
+      this->state_, this->param_groups_, Kind::kDecoupled, Kind::kName, [&] {
         return scalar(index++);
       });
 }
 
-void ForeachAdamW::prepare_graph_step() {
-  const std::string changed = changed_option(
-      graph_.fixed, fixed_options<torch::optim::AdamWOptions>(param_groups_));
-  graph_.stale.clear();
-  if (!changed.empty()) {
-    graph_.varies = true;
-    if (graph_.fused) {
-      graph_.stale =
-          "the fused AdamW update fixed its options when it was "
-          "captured, and " +
-          changed +
-          " since (a schedule that cycles momentum, such as onecycle's "
-          "cycle_momentum): set optimizer.fused=false to capture the "
-          "multi-tensor update, which reads beta1 at every replay";
-    }
-  }
-  graph_.fused = uses_fused(param_groups_, foreach ()) &&
-                 (fused() == std::optional<bool>(true) || !graph_.varies);
-  const GraphScalars scalars =
-      graph_.fused ? fused_prepare<
-                         torch::optim::AdamWParamState,
-                         torch::optim::AdamWOptions>(
-                         state_,
-                         param_groups_,
-                         "AdamW",
-                         [&](const at::Tensor& p, int64_t previous) {
-                           fused_step_count(p, previous);
-                         })
-                   : adam_prepare<
-                         torch::optim::AdamWParamState,
-                         torch::optim::AdamWOptions>(
-                         state_, param_groups_, /*decoupled=*/true, "AdamW");
-  upload(scalars.values, scalars.device);
-}
-
-void ForeachAdamW::graph_step() {
-  graph_.fixed = fixed_options<torch::optim::AdamWOptions>(param_groups_);
-  int64_t index = 0;
-  if (graph_.fused) {
-    step_groups<torch::optim::AdamWOptions>(
-        param_groups_,
-        nullptr,
-        "AdamW",
-        [&](const auto& options, Stepped& stepped) {
-          auto buckets = fused_buckets<torch::optim::AdamWParamState>(
-              state_, options, stepped, [&](const at::Tensor& p, auto&) {
-                return fused_step_count(p);
-              });
-          const at::Tensor lr = scalar(index++);
-          run_fused(/*decoupled=*/true, options, buckets, {0, &lr});
-        });
-    return;
-  }
-  adam_graph_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
-      state_, param_groups_, /*decoupled=*/true, "AdamW", [&] {
-        return scalar(index++);
-      });
-}
+template class ForeachAdamFamily<torch::optim::Adam>;
+template class ForeachAdamFamily<torch::optim::AdamW>;
 
 } // namespace hotloop::optim

@@ -160,13 +160,37 @@ class ForeachSGD : public torch::optim::SGD,
   std::vector<bool> fresh_;
 };
 
-class ForeachAdam : public torch::optim::Adam,
-                    public ForeachChoice,
-                    public FusedChoice,
-                    public GraphStep {
+/// What tells Adam from AdamW in ForeachAdamFamily: their options and
+/// state types, the weight decay (added to the gradient, or decoupled:
+/// the parameter shrunk) and the name errors give.
+template <typename Base>
+struct AdamKind;
+template <>
+struct AdamKind<torch::optim::Adam> {
+  using Options = torch::optim::AdamOptions;
+  using State = torch::optim::AdamParamState;
+  static constexpr bool kDecoupled = false;
+  static constexpr const char* kName = "Adam";
+};
+template <>
+struct AdamKind<torch::optim::AdamW> {
+  using Options = torch::optim::AdamWOptions;
+  using State = torch::optim::AdamWParamState;
+  static constexpr bool kDecoupled = true;
+  static constexpr const char* kName = "AdamW";
+};
+
+/// LibTorch's Adam or AdamW (`Base`) with the multi-tensor, fused and
+/// graph steps above; ForeachAdam and ForeachAdamW below.
+template <typename Base>
+class ForeachAdamFamily : public Base,
+                          public ForeachChoice,
+                          public FusedChoice,
+                          public GraphStep {
  public:
-  using torch::optim::Adam::Adam;
-  torch::Tensor step(LossClosure closure = nullptr) override;
+  using Base::Base;
+  torch::Tensor step(
+      torch::optim::Optimizer::LossClosure closure = nullptr) override;
   void prepare_graph_step() override;
   void graph_step() override;
   std::string graph_step_stale() const override {
@@ -187,31 +211,17 @@ class ForeachAdam : public torch::optim::Adam,
   FusedGraph graph_;
 };
 
-class ForeachAdamW : public torch::optim::AdamW,
-                     public ForeachChoice,
-                     public FusedChoice,
-                     public GraphStep {
- public:
-  using torch::optim::AdamW::AdamW;
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  void prepare_graph_step() override;
-  void graph_step() override;
-  std::string graph_step_stale() const override {
-    return graph_.stale;
-  }
+extern template class ForeachAdamFamily<torch::optim::Adam>;
+extern template class ForeachAdamFamily<torch::optim::AdamW>;
 
- private:
-  // Whether the graph step fuses, and what the last one fixed (the fused
-  // kernels take beta1, beta2, eps and the weight decay as numbers).
-  struct FusedGraph {
-    bool fused = false;
-    // A fixed option changed between two graph steps (a schedule cycles
-    // beta1): the automatic choice then keeps the multi-tensor update.
-    bool varies = false;
-    std::vector<std::vector<double>> fixed;
-    std::string stale;
-  };
-  FusedGraph graph_;
+class ForeachAdam : public ForeachAdamFamily<torch::optim::Adam> {
+ public:
+  using ForeachAdamFamily::ForeachAdamFamily;
+};
+
+class ForeachAdamW : public ForeachAdamFamily<torch::optim::AdamW> {
+ public:
+  using ForeachAdamFamily::ForeachAdamFamily;
 };
 
 } // namespace hotloop::optim
