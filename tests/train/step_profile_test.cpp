@@ -62,12 +62,10 @@ TEST(StepProfile, VerdictNamesTheBottleneckAndTheOptionToChange) {
       "data.pin_memory=true");
   // Compute-bound advice names only what is not on yet, and channels_last
   // only for a model with convolutions.
-  EXPECT_THAT(
+  EXPECT_EQ(
       profile(1, 0, 45, 50, 4, 0).verdict(context),
-      HasSubstr("- try trainer.precision=bf16-mixed"));
-  EXPECT_THAT(
-      profile(1, 0, 45, 50, 4, 0).verdict(context),
-      ::testing::Not(HasSubstr("channels_last")));
+      "compute-bound: forward+backward take 95% of step time - try "
+      "trainer.precision=bf16-mixed");
   context.convolutional = true;
   EXPECT_THAT(
       profile(1, 0, 45, 50, 4, 0).verdict(context),
