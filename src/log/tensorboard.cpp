@@ -306,35 +306,59 @@ struct Histogram {
   std::vector<double> bucket_limits, buckets;
 };
 
+// Values counted at a time by make_histogram: its float64 and index
+// copies of a slice take 16 bytes a value (256 MiB), not of a whole
+// embedding at once.
+constexpr int64_t kHistogramSlice = int64_t{1} << 24;
+
 // torch.utils.tensorboard.summary.make_histogram over the default edges,
 // counted where the values are (a GPU's gradients are not copied to the
-// host): one read-back of the counts and the five sums. A non-finite value
-// gives std::nullopt, or throws naming the first with `throw_if_nonfinite`.
+// host), kHistogramSlice values at a time, with one read-back of the counts
+// and the five sums. A non-finite value gives std::nullopt, or throws
+// naming the first with `throw_if_nonfinite`.
 std::optional<Histogram> make_histogram(
     const std::string& tag, const at::Tensor& values, bool throw_if_nonfinite) {
   const at::NoGradGuard no_grad;
   const std::vector<double>& edges = default_bucket_edges();
   const auto bins = static_cast<int64_t>(edges.size()) - 1;
-  // Like PyTorch (`values.astype(float)`), everything is counted in float64.
-  const at::Tensor flat = values.detach().reshape({-1}).to(at::kDouble);
+  const at::Tensor all = values.detach().reshape({-1});
   const at::Tensor limits =
-      at::tensor(edges, at::kDouble).to(flat.device(), /*non_blocking=*/true);
-  // numpy.histogram: bin i holds [edges[i], edges[i+1]), the last bin
-  // [edges[bins-1], edges[bins]]. bucketize(right) gives i + 1 for bin i,
-  // 0 below the first edge and bins + 1 from the last one on.
-  const at::Tensor slot =
-      at::bucketize(flat, limits, /*out_int32=*/false, /*right=*/true)
-          .masked_fill_(flat.eq(edges.back()), bins);
-  const at::Tensor counts = at::bincount(slot, {}, bins + 2);
-  const at::Tensor nonfinite = at::isfinite(flat).logical_not();
-  const auto [low, high] = at::aminmax(flat);
+      at::tensor(edges, at::kDouble).to(all.device(), /*non_blocking=*/true);
+  at::Tensor counts; // [bins + 2]: below the edges, each bin, beyond
+  at::Tensor low, high, sum, squares, nonfinite;
+  for (int64_t start = 0; start < all.numel(); start += kHistogramSlice) {
+    // Like PyTorch (`values.astype(float)`), everything is counted in
+    // float64.
+    const at::Tensor flat =
+        all.slice(0, start, start + kHistogramSlice).to(at::kDouble);
+    // numpy.histogram: bin i holds [edges[i], edges[i+1]), the last bin
+    // [edges[bins-1], edges[bins]]. bucketize(right) gives i + 1 for bin
+    // i, 0 below the first edge and bins + 1 from the last one on.
+    const at::Tensor slot =
+        at::bucketize(flat, limits, /*out_int32=*/false, /*right=*/true)
+            .masked_fill_(flat.eq(edges.back()), bins);
+    const at::Tensor part = at::bincount(slot, {}, bins + 2);
+    const auto [part_low, part_high] = at::aminmax(flat);
+    const at::Tensor part_nonfinite =
+        at::isfinite(flat).logical_not().sum().to(at::kDouble);
+    if (!counts.defined()) {
+      counts = part;
+      low = part_low;
+      high = part_high;
+      sum = flat.sum();
+      squares = at::dot(flat, flat);
+      nonfinite = part_nonfinite;
+    } else {
+      counts.add_(part);
+      low = at::minimum(low, part_low);
+      high = at::maximum(high, part_high);
+      sum.add_(flat.sum());
+      squares.add_(at::dot(flat, flat));
+      nonfinite.add_(part_nonfinite);
+    }
+  }
   const at::Tensor host =
-      at::cat({at::stack(
-                   {low,
-                    high,
-                    flat.sum(),
-                    at::dot(flat, flat),
-                    nonfinite.sum().to(at::kDouble)}),
+      at::cat({at::stack({low, high, sum, squares, nonfinite}),
                counts.slice(0, 1, bins + 1).to(at::kDouble)})
           .to(at::kCPU);
   const double* summary = host.data_ptr<double>();
@@ -342,13 +366,14 @@ std::optional<Histogram> make_histogram(
     if (!throw_if_nonfinite) {
       return std::nullopt;
     }
-    const int64_t first = nonfinite.nonzero()[0][0].item<int64_t>();
+    const int64_t first =
+        at::isfinite(all).logical_not().nonzero()[0][0].item<int64_t>();
     HOTLOOP_CHECK(
         false,
         "add_histogram(\"",
         tag,
         "\"): values must be finite, got ",
-        flat[first].item<double>(),
+        all[first].item<double>(),
         " at flat index ",
         first);
   }
@@ -371,7 +396,7 @@ std::optional<Histogram> make_histogram(
   Histogram h;
   h.min = summary[0];
   h.max = summary[1];
-  h.num = static_cast<double>(flat.numel());
+  h.num = static_cast<double>(all.numel());
   h.sum = summary[2];
   h.sum_squares = summary[3];
   h.buckets.push_back(0);

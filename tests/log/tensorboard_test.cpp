@@ -615,6 +615,42 @@ TEST(SummaryWriter, HistogramIfFiniteSkipsNonFiniteValuesAndWritesTheRest) {
   EXPECT_EQ(counts.front(), 0.0); // the empty bucket carrying the left edge
 }
 
+// More values than make_histogram counts at once (2^24): every one counted,
+// the extremes and sums over all, a non-finite one found in a later slice.
+TEST(SummaryWriter, AHistogramOfMoreThanOneSliceCountsEveryValue) {
+  TempDir dir;
+  std::string path;
+  const int64_t n = (int64_t{1} << 24) + 1000;
+  at::manual_seed(0);
+  at::Tensor values = at::randn({n});
+  values[n - 10] = 100.0; // the largest, in the second slice
+  {
+    SummaryWriter writer(dir.path());
+    path = writer.path();
+    writer.add_histogram("many", values, 1);
+    at::Tensor broken = values.clone();
+    broken[(int64_t{1} << 24) + 5] = NAN;
+    EXPECT_THROWS_WITH(
+        Error,
+        writer.add_histogram("broken", broken, 2),
+        "add_histogram(\"broken\"): values must be finite, got nan at flat "
+        "index 16777221");
+  }
+  const std::vector<Message> many = events_tagged(path, "many");
+  ASSERT_EQ(many.size(), 1u);
+  const Message histo = value_of(many[0]).message(kHisto);
+  EXPECT_EQ(histo.float64(1), values.min().item<double>());
+  EXPECT_EQ(histo.float64(2), 100.0);
+  EXPECT_EQ(histo.float64(3), static_cast<double>(n));
+  const double sum = values.to(at::kDouble).sum().item<double>();
+  EXPECT_NEAR(histo.float64(4), sum, 1e-9 * n);
+  double total = 0;
+  for (const double c : histo.packed_float64(7)) {
+    total += c;
+  }
+  EXPECT_EQ(total, static_cast<double>(n));
+}
+
 TEST(SummaryWriter, TextIsAStringTensorForTheTextPlugin) {
   TempDir dir;
   std::string path;
