@@ -360,26 +360,7 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
   // Benchmarking picks algorithms by timing, which may differ run to run.
   at::globalContext().setBenchmarkCuDNN(
       options_.benchmark() && !options_.deterministic());
-  const std::string& sdpa = options_.sdpa_backend();
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      sdpa == "auto" || sdpa == "flash" || sdpa == "efficient" ||
-          sdpa == "cudnn" || sdpa == "math",
-      "trainer.sdpa_backend: expected auto, flash, efficient, cudnn or "
-      "math, got '",
-      sdpa,
-      "'");
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      compat::set_sdpa_backend(sdpa),
-      "trainer.sdpa_backend=",
-      options_.sdpa_backend(),
-      ": LibTorch ",
-      TORCH_VERSION_MAJOR,
-      ".",
-      TORCH_VERSION_MINOR,
-      " has no such attention kernel to choose (1.13 has math only, the "
-      "cuDNN one is switchable from 2.4 on)");
+  compat::set_sdpa_backend(options_.sdpa_backend());
   return threads;
 }
 

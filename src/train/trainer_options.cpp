@@ -1,5 +1,6 @@
 #include "hotloop/train/trainer_options.h"
 
+#include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/precision.h"
 
@@ -135,6 +136,26 @@ TrainerOptions resolve_trainer_options(TrainerOptions options) {
       "trainer.on_nonfinite_loss: expected stop, skip_step or ignore, got '",
       options.on_nonfinite_loss(),
       "'");
+  const std::string& sdpa = options.sdpa_backend();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      sdpa == "auto" || sdpa == "flash" || sdpa == "efficient" ||
+          sdpa == "cudnn" || sdpa == "math",
+      "trainer.sdpa_backend: expected auto, flash, efficient, cudnn or "
+      "math, got '",
+      sdpa,
+      "'");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      compat::has_sdpa_backend(sdpa),
+      "trainer.sdpa_backend=",
+      sdpa,
+      ": LibTorch ",
+      TORCH_VERSION_MAJOR,
+      ".",
+      TORCH_VERSION_MINOR,
+      " has no such attention kernel to choose (1.13 has math only, the "
+      "cuDNN one is switchable from 2.4 on)");
   parse_precision_mode(options.precision()); // names a bad value now
   return options;
 }

@@ -205,12 +205,24 @@ inline void fused_adam(
 #endif
 }
 
+/// Whether set_sdpa_backend can choose `backend` (one of auto, flash,
+/// efficient, cudnn, math) here: 1.13 has no fused attention (math is its
+/// only path); the cuDNN one is switchable from 2.4 on.
+inline bool has_sdpa_backend(const std::string& backend) {
+#if HOTLOOP_TORCH_VERSION >= 204
+  return true;
+#elif HOTLOOP_TORCH_VERSION >= 200
+  return backend != "cudnn";
+#else
+  return backend == "auto" || backend == "math";
+#endif
+}
+
 /// Allows scaled_dot_product_attention the one kernel `backend` names
 /// ("flash", "efficient", "cudnn", "math"), or all LibTorch allows by
-/// default ("auto"), for the whole process. Returns false for a backend
-/// this LibTorch lacks: 1.13 has no fused attention (math is its only
-/// path); the cuDNN one is switchable from 2.4 on.
-inline bool set_sdpa_backend(const std::string& backend) {
+/// default ("auto"), for the whole process; `backend` is one that
+/// has_sdpa_backend accepts.
+inline void set_sdpa_backend(const std::string& backend) {
 #if HOTLOOP_TORCH_VERSION >= 200
   auto& context = at::globalContext();
   const bool all = backend == "auto";
@@ -219,12 +231,9 @@ inline bool set_sdpa_backend(const std::string& backend) {
   context.setSDPUseMath(all || backend == "math");
 #if HOTLOOP_TORCH_VERSION >= 204
   context.setSDPUseCuDNN(all || backend == "cudnn");
-  return true;
-#else
-  return backend != "cudnn";
 #endif
 #else
-  return backend == "auto" || backend == "math";
+  (void)backend; // math, 1.13's only attention
 #endif
 }
 
