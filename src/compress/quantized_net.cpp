@@ -257,11 +257,8 @@ void save_quantized(
 
 bool is_quantized_checkpoint(const std::string& path) {
   const train::CheckpointSummary summary = train::describe_checkpoint(path);
-  if (!summary.content_read || summary.callback_states.empty()) {
-    return false;
-  }
-  return nlohmann::json::parse(summary.callback_states)
-      .contains(train::kInt8ModelKey);
+  return summary.content_read &&
+         train::marks_int8_model(summary.callback_states);
 }
 
 QuantizedNet load_quantized(const std::string& path) {

@@ -95,8 +95,7 @@ NamedTensors read_checkpoint_model(const std::string& path) {
     c10::IValue callbacks;
     HOTLOOP_CHECK(
         !archive.try_read("callbacks", callbacks) ||
-            !nlohmann::json::parse(callbacks.toStringRef())
-                 .contains(train::kInt8ModelKey),
+            !train::marks_int8_model(callbacks.toStringRef()),
         path,
         ": an int8 (quantized) checkpoint: its tensors are int8 values and "
         "scales, not a float model's weights; use the float checkpoint it "

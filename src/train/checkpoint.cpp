@@ -571,6 +571,11 @@ void verify_checkpoint(const std::string& path, std::ostream* notes) {
   }
 }
 
+bool marks_int8_model(const std::string& callback_states) {
+  return !callback_states.empty() &&
+         nlohmann::json::parse(callback_states).contains(kInt8ModelKey);
+}
+
 CheckpointSummary describe_checkpoint(const std::string& path) {
   std::error_code ec;
   HOTLOOP_CHECK(
@@ -664,14 +669,11 @@ TrainingProgress load_checkpoint(
       // no float model matches: say so rather than name a first difference.
       // (An int8 Gpt, made int8 before loading, matches its own file.)
       c10::IValue kept;
-      const bool int8 =
-          archive.try_read("callbacks", kept) &&
-          nlohmann::json::parse(kept.toStringRef()).contains(kInt8ModelKey);
+      const bool int8 = archive.try_read("callbacks", kept) &&
+                        marks_int8_model(kept.toStringRef());
       HOTLOOP_CHECK(
-          !int8 ||
-              (signed_model &&
-               parse_signature(signature.toStringRef()) ==
-                   model_signature(model)),
+          !int8 || (signed_model && parse_signature(signature.toStringRef()) ==
+                                        model_signature(model)),
           path,
           ": an int8 (quantized) checkpoint, not a float model's: load it "
           "with compress::load_quantized, or run it with hotloop test, "

@@ -89,6 +89,10 @@ struct LoaderFingerprint {
 /// such files.
 inline constexpr const char kInt8ModelKey[] = "int8_model";
 
+/// Whether a checkpoint's callback states (the JSON text saved, empty for
+/// none) carry kInt8ModelKey: an int8 model's file.
+bool marks_int8_model(const std::string& callback_states);
+
 /// What a checkpoint holds besides the model; each part is optional.
 struct CheckpointState {
   std::vector<torch::optim::Optimizer*> optimizers;
