@@ -9,7 +9,6 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/serialize/input-archive.h>
-#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <fstream>
