@@ -8,6 +8,8 @@
 #include "hotloop/cli/session.h"
 #include "hotloop/core/error.h"
 
+#include <c10/core/Device.h>
+
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -102,6 +104,12 @@ int run_shrink(const ParsedArgs& args, std::ostream& out);
 /// and predict).
 std::shared_ptr<train::Module> int8_module(
     const FitConfig& config, const std::string& ckpt_path);
+
+/// ConfigError naming `ckpt_path` unless `device`, where the config runs, is
+/// the CPU: LibTorch's quantized kernels are CPU ones (test, predict and
+/// generate of an int8 checkpoint).
+void require_cpu_for_int8(
+    const c10::Device& device, const std::string& ckpt_path);
 
 /// quantization.qat: the session's network replaced by its QAT version
 /// (compress::prepare_qat; after model.init_from, before a checkpoint is

@@ -18,8 +18,8 @@
 #include "hotloop/models/gpt.h"
 #include "hotloop/models/gpt_generate.h"
 #include "hotloop/train/checkpoint.h"
-#include "hotloop/train/device.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/device.h"
 #include "hotloop/train/language_model.h"
 #include "hotloop/train/network_module.h"
 #include "hotloop/train/trainer.h"
@@ -129,7 +129,8 @@ std::vector<Evaluation> compare(
   for (size_t m = 0; m < n; ++m) {
     results[m].mean = counted > 0 ? sums[m] / static_cast<double>(counted) : 0;
     std::sort(rates[m].begin(), rates[m].end());
-    results[m].units_per_s = rates[m].empty() ? 0 : rates[m][rates[m].size() / 2];
+    results[m].units_per_s =
+        rates[m].empty() ? 0 : rates[m][rates[m].size() / 2];
   }
   return results;
 }
@@ -273,12 +274,10 @@ int quantize_gpt(
       << " tokens/s (" << std::setprecision(2)
       << rates[1] / std::max(rates[0], 1e-9) << "x)\n"
       << std::defaultfloat;
-  warn_if_slower(
-      out, "generates", rates[1], rates[0], "hotloop generate");
+  warn_if_slower(out, "generates", rates[1], rates[0], "hotloop generate");
   out << "wrote " << output << " (" << fs::file_size(output)
       << " bytes; the float checkpoint " << fs::file_size(ckpt_path)
-      << "); hotloop test or generate --ckpt_path " << output
-      << " runs it\n";
+      << "); hotloop test or generate --ckpt_path " << output << " runs it\n";
   return 0;
 }
 
@@ -457,9 +456,20 @@ int run_shrink(const ParsedArgs& args, std::ostream& out) {
   out << "shrink: " << report.describe() << "\n";
   print_comparison(
       out, "before", "after", "val_acc", "samples", e, "", /*warn=*/false);
-  out << "wrote " << output
-      << "; use it with the run's config and " << options << "\n";
+  out << "wrote " << output << "; use it with the run's config and " << options
+      << "\n";
   return 0;
+}
+
+void require_cpu_for_int8(
+    const c10::Device& device, const std::string& ckpt_path) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      device.is_cpu(),
+      ckpt_path,
+      ": an int8 model runs on the CPU, not ",
+      device,
+      " (--trainer.accelerator=cpu)");
 }
 
 std::shared_ptr<train::Module> int8_module(
@@ -474,15 +484,10 @@ std::shared_ptr<train::Module> int8_module(
       "trainer.precision=",
       precision,
       " (--trainer.precision=32-true)");
-  const c10::Device device = train::resolve_device(
-      config.trainer.accelerator(), config.trainer.devices());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      device.is_cpu(),
-      ckpt_path,
-      ": an int8 model runs on the CPU, not ",
-      device,
-      " (--trainer.accelerator=cpu)");
+  require_cpu_for_int8(
+      train::resolve_device(
+          config.trainer.accelerator(), config.trainer.devices()),
+      ckpt_path);
   compress::select_quantized_engine("auto");
   if (config.model_name == "gpt") {
     models::Gpt gpt(config.gpt);

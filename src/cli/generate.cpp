@@ -157,13 +157,7 @@ int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
     // hotloop quantize --mode dynamic's file: the GPT with int8 Linear
     // layers, on the CPU.
     if (compress::is_quantized_checkpoint(path)) {
-      HOTLOOP_CHECK_AS(
-          ConfigError,
-          device.is_cpu(),
-          path,
-          ": an int8 GPT runs on the CPU, not ",
-          device,
-          " (--trainer.accelerator=cpu)");
+      require_cpu_for_int8(device, path);
       compress::select_quantized_engine("auto");
       compress::load_quantized(path, *gpt);
     } else {
@@ -182,9 +176,9 @@ int run_generate(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
     models::GenerateOptions sample = options;
     sample.seed(options.seed() + static_cast<uint64_t>(s));
     const at::Tensor tokens = models::generate(*gpt, idx, sample);
-    seconds += std::chrono::duration<double>(
-                   std::chrono::steady_clock::now() - start)
-                   .count();
+    seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     generated += options.max_new_tokens();
     write_tokens(out, tokens.select(0, 0), config);
     out << "\n---------------\n";
