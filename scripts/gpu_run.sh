@@ -21,7 +21,7 @@
 #   scripts/gpu_run.sh --list               # the stages and what is done
 #
 # Stages, in order: configure build test bench-gpt2 bench-resnet18_cifar
-# bench-cnn ablation (a stage brings the ones it needs). The checks of what
+# bench-cnn ablation levers (a stage brings the ones it needs). The checks of what
 # the machine has always come first; anything missing stops the run with
 # one line.
 #
@@ -36,6 +36,11 @@
 #             configs/bench/fast with trainer.cuda_graphs=true, every run
 #             followed by a traced run whose tables go to traces.txt
 #   test      configure, build (everything), test
+# The levers stage (not in a plan) runs GPT-2's hotloop row with its
+# defaults and then with each lever of issue 29 on its own (trainer.
+# sdpa_backend=cudnn|flash|efficient, trainer.cuda_graphs=true, model.
+# loss_chunk_size=0, optimizer.fused=false; HOTLOOP_GPU_LEVERS), in one
+# call on the warm machine a measure call left; levers.txt is the table.
 #
 # Options:
 #   --plan NAME       measure or test (above); the environment's settings
@@ -84,12 +89,20 @@ cd "$(dirname "$SELF")/.."
 REPO=$PWD
 ARGS=("$@")
 
-STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation)
+STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation levers)
+# The levers stage: GPT-2's hotloop row once with its defaults, then once per
+# lever of issue 29 (docs/PERFORMANCE.md), each on its own, in this order
+# (the likeliest gains first, so that a call cut at its deadline keeps them);
+# HOTLOOP_GPU_LEVERS replaces the list (";" between levers, spaces between
+# one lever's options).
+LEVERS_DEFAULT="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
+LEVER_NEEDS=30  # one untraced GPT-2 run of hotloop (the H200: 15-25 s)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
 # stage not yet run there an estimate (docs/GPU.md). build is resumable
 # (ninja goes on where a cut build stopped), so it starts with less.
 declare -A NEEDS=([configure]=60 [build]=90 [test]=120 [bench-cnn]=300
-                  [bench-resnet18_cifar]=240 [bench-gpt2]=300 [ablation]=150)
+                  [bench-resnet18_cifar]=240 [bench-gpt2]=300 [ablation]=150
+                  [levers]=$((2 * LEVER_NEEDS)))
 # What a traced run adds to a benchmark stage, per implementation traced
 # (an estimate: a short run, the trace's export and its tables).
 TRACE_NEEDS=20
@@ -102,7 +115,7 @@ declare -A MEASURE_NEEDS=([bench-gpt2]=110 [bench-resnet18_cifar]=80
 # "cli": a hotloop program that runs, built here or carried (below).
 declare -A REQUIRES=([configure]="" [build]="configure" [test]="build"
                      [bench-cnn]="cli" [bench-resnet18_cifar]="cli"
-                     [bench-gpt2]="cli" [ablation]="cli")
+                     [bench-gpt2]="cli" [ablation]="cli" [levers]="cli")
 RESERVE=20  # seconds kept for copying the results at the end
 # The implementations a benchmark stage runs: HOTLOOP_GPU_BENCH_IMPLS_<WORKLOAD>
 # (CNN, RESNET18_CIFAR, GPT2), else HOTLOOP_GPU_BENCH_IMPLS, else all six.
@@ -320,6 +333,7 @@ publish() {
     for f in "$ART"/bench-*.txt "$ART/ablation.md"; do
       [[ -f $f ]] && sed -n '/^targets:/,$p' "$f"
     done
+    [[ -f $ART/levers.txt ]] && { echo; cat "$ART/levers.txt"; }
   } >"$summary"
   local out=$RESULTS_ABS
   mkdir -p "$out"
@@ -340,6 +354,7 @@ publish() {
     [[ -f $ART/bench-$w.txt ]] && tables+=("$ART/bench-$w.txt")
   done
   [[ -f $ART/ablation.md ]] && tables+=("$ART/ablation.md")
+  [[ -f $ART/levers.txt ]] && tables+=("$ART/levers.txt")
   if ((${#tables[@]})); then
     for f in "${tables[@]}"; do cat "$f"; echo; done >"$out/bench.txt"
     "${PY:-python3}" - "$ART" "$out/bench.json" <<'EOF'
@@ -350,6 +365,13 @@ for path in sorted(glob.glob(os.path.join(art, "bench-*.json"))):
     name = os.path.basename(path)[len("bench-"):-len(".json")]
     with open(path) as f:
         doc["bench"][name] = json.load(f)
+levers = sorted(glob.glob(os.path.join(art, "levers", "*.json")),
+                key=lambda p: int(os.path.basename(p)[:-5]))
+if levers:
+    doc["levers"] = []
+    for path in levers:
+        with open(path) as f:
+            doc["levers"].append(json.load(f))
 if os.path.exists(os.path.join(art, "ablation.json")):
     with open(os.path.join(art, "ablation.json")) as f:
         doc["ablation"] = json.load(f)
@@ -783,6 +805,39 @@ stage_ablation() {
   return $rc
 }
 
+# GPT-2's levers, each measured on its own against the defaults in the same
+# call: one bench/run of hotloop per lever (untraced), as long as the
+# deadline leaves a run's time; levers.txt is the table.
+stage_levers() {
+  local levers=() lever i=0 rc=0 args
+  IFS=';' read -r -a levers <<<"${HOTLOOP_GPU_LEVERS:-$LEVERS_DEFAULT}"
+  levers=("" "${levers[@]}")
+  rm -rf "$ART/levers" "$ART/levers.txt"
+  mkdir -p "$ART/levers"
+  for lever in "${levers[@]}"; do
+    if ((DEADLINE)) && (($(left) < LEVER_NEEDS)); then
+      echo "levers: stopped before '${lever:-defaults}': $(left) s left"
+      break
+    fi
+    args=(--suite cuda --workloads gpt2 --impls hotloop --hotloop "$BUILD_ABS/hotloop"
+          --python "$PY_REAL" --json-out "$ART/levers/$i.json")
+    ((CPU)) && args+=(--dry-run)
+    ((BENCH_QUICK)) && args+=(--quick)
+    local option
+    for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} $lever; do
+      args+=(--hotloop-option "$option")
+    done
+    echo "\$ $PY_REAL bench/run ${args[*]}"
+    bounded "$PY_REAL" bench/run "${args[@]}" >"$ART/levers/$i.txt" 2>&1 || rc=$?
+    tail -n 25 "$ART/levers/$i.txt"
+    ((rc == 124 || rc == 137)) && break
+    i=$((i + 1))
+  done
+  "$PY" "$REPO/scripts/gpu_levers.py" "$ART/levers" >"$ART/levers.txt" || rc=1
+  cat "$ART/levers.txt"
+  return $rc
+}
+
 run_stage() {
   case $1 in
     configure) stage_configure ;;
@@ -790,6 +845,7 @@ run_stage() {
     test) stage_test ;;
     bench-*) bench_stage "${1#bench-}" ;;
     ablation) stage_ablation ;;
+    levers) stage_levers ;;
   esac
 }
 
@@ -816,6 +872,7 @@ for i in "${!plan[@]}"; do
     test) [[ ! -f $ART/tests.txt ]] || cat "$ART/tests.txt" ;;
     bench-*) [[ ! -f $ART/$stage.txt ]] || cat "$ART/$stage.txt" ;;
     ablation) [[ ! -f $ART/ablation.md ]] || cat "$ART/ablation.md" ;;
+    levers) [[ ! -f $ART/levers.txt ]] || cat "$ART/levers.txt" ;;
   esac
   if ((rc == 0)); then
     row "$stage" passed "$took" ""

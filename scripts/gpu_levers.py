@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The levers table of scripts/gpu_run.sh's levers stage: GPT-2's hotloop
+row with its defaults (0.json) and once per lever (1.json, ...), each
+bench/run's JSON, as steady tokens/s against the defaults' in the same call.
+
+    scripts/gpu_levers.py DIR
+"""
+import glob
+import json
+import os
+import sys
+
+
+def hotloop_run(doc):
+    if doc.get("dry_run"):  # --cpu: bench/run --dry-run's checks, no rates
+        entry = next((r for r in doc.get("runs", [])
+                      if r.get("workload") == "gpt2"
+                      and r.get("impl") == "hotloop"), None)
+        if entry and (entry.get("check") == "failed"
+                      or entry.get("smoke") == "failed"):
+            return {"error": entry.get("smoke_detail")
+                    or entry.get("check_detail") or "failed"}
+        return entry and {"dry_run": True}
+    runs = doc.get("workloads", {}).get("gpt2", {}).get("runs", [])
+    return next((r for r in runs if r.get("impl") == "hotloop"), None)
+
+
+def lever_name(doc):
+    options = doc.get("hotloop_options") or []
+    return " ".join(options) if options else "defaults"
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    paths = sorted(glob.glob(os.path.join(argv[1], "*.json")),
+                   key=lambda p: int(os.path.basename(p)[:-5]))
+    if not paths:
+        print(f"gpu_levers: no bench/run JSON in {argv[1]}", file=sys.stderr)
+        return 1
+    rows, base, machine = [], None, None
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        machine = machine or doc.get("machine", {})
+        run = hotloop_run(doc)
+        rows.append((lever_name(doc), run))
+        if os.path.basename(path) == "0.json" and run:
+            base = run.get("steady_rate")
+    gpu = machine.get("gpu") or machine.get("gpu_name") or "n/a"
+    print(f"GPT-2 124M bf16 levers, hotloop alone, one run each ({gpu})")
+    print(f"{'lever':<34}{'steady tok/s':>14}{'vs defaults':>13}"
+          f"{'whole run':>11}{'MFU':>7}{'GPU MB':>9}")
+    failed = False
+    for name, run in rows:
+        if not run or "error" in run or "skipped" in run:
+            why = (run or {}).get("error") or (run or {}).get("skipped") \
+                or "no hotloop row"
+            print(f"{name:<34}  failed: {why.splitlines()[0]}")
+            failed = True
+            continue
+        if run.get("dry_run"):
+            print(f"{name:<34}  dry run: the command and a CPU smoke run passed")
+            continue
+        steady, whole = run.get("steady_rate"), run.get("rate")
+        ratio = f"{steady / base:.3f}x" if steady and base else "n/a"
+        mfu = run.get("mfu")
+        mb = run.get("gpu_peak_mb")
+        print(f"{name:<34}"
+              f"{(f'{steady:,.0f}' if steady else 'n/a'):>14}{ratio:>13}"
+              f"{(f'{whole:,.0f}' if whole else 'n/a'):>11}"
+              f"{(f'{100 * mfu:.1f}%' if mfu else 'n/a'):>7}"
+              f"{(f'{mb:,.0f}' if mb is not None else 'n/a'):>9}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
