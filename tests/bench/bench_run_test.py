@@ -11,6 +11,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -211,6 +212,67 @@ class Traces(unittest.TestCase):
         self.assertEqual(
             run.traced_impls(argparse.Namespace(trace_impls="hotloop")),
             ("hotloop",))
+
+
+
+class MachineWarmup(unittest.TestCase):
+    """Each CUDA workload's rows follow an untimed run, so that the first
+    row does not pay alone for the machine's cold caches (the 2026-11-27
+    H200 run: ResNet-18's first hotloop process took 8.17 s for its first
+    10 steps, the next one 2.35 s)."""
+
+    def warm(self, impls, fail=None):
+        calls = []
+
+        def fake_hotloop(a, workload, plan, config, config_path, root):
+            calls.append(("hotloop", plan["limit"], plan["epochs"], root))
+            if fail:
+                raise run.RunError(fail + "\nlog tail")
+            return {"process_to_step10_s": 10.6, "wall_s": 12.0}
+
+        def fake_python(a, workload, impl, plan, config, root):
+            calls.append((impl, plan["limit"], plan["epochs"], root))
+            return {"process_to_step10_s": 10.9, "wall_s": 13.0}
+
+        saved = run.run_hotloop, run.run_python
+        run.run_hotloop, run.run_python = fake_hotloop, fake_python
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                a = args(impls=impls)
+                plan = run.make_plan(a, "resnet18_cifar", {})
+                result = run.machine_warmup(a, "resnet18_cifar", plan, {},
+                                            "cfg.yaml", d)
+                self.assertEqual(os.listdir(d), [])  # its folder is gone
+        finally:
+            run.run_hotloop, run.run_python = saved
+        return calls, result
+
+    def test_hotloops_recipe_cut_to_twelve_batches(self):
+        calls, result = self.warm(["hotloop", "python-tuned"])
+        self.assertEqual([c[:3] for c in calls], [("hotloop", 12, 1)])
+        self.assertEqual(result, {"impl": "hotloop",
+                                  "process_to_step10_s": 10.6,
+                                  "wall_s": 12.0})
+        self.assertEqual(
+            run.machine_warmup_text(result),
+            "machine warm-up: an untimed 12-batch hotloop run before the "
+            "rows (10.60 s from its process start to the end of step 10), "
+            "so that none of them pays the first use of the machine's "
+            "libraries and caches")
+
+    def test_without_hotloop_the_first_implementation(self):
+        calls, result = self.warm(["python-tuned", "python-compile"])
+        self.assertEqual([c[:3] for c in calls], [("python-tuned", 12, 1)])
+        self.assertEqual(result["impl"], "python-tuned")
+
+    def test_a_failed_warmup_is_named_not_fatal(self):
+        _, result = self.warm(["hotloop"], fail="hotloop fit failed (exit 2)")
+        self.assertEqual(result, {"impl": "hotloop",
+                                  "error": "hotloop fit failed (exit 2)"})
+        self.assertEqual(run.machine_warmup_text(result),
+                         "machine warm-up: an untimed 12-batch hotloop run "
+                         "before the rows failed: hotloop fit failed (exit 2)")
+        self.assertEqual(run.machine_warmup_text(None), "")
 
 
 if __name__ == "__main__":
