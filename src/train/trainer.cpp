@@ -261,11 +261,20 @@ void Trainer::prepare_module(Module& module) {
     input_device_ = device_;
   }
   if (options_.channels_last()) {
+    // to(), as PyTorch's Module.to(memory_format=...), not contiguous(): a
+    // weight with one input channel (a grayscale model's first conv) or a
+    // 1x1 kernel is contiguous in both formats, so contiguous() keeps its
+    // NCHW strides, and cuDNN, which reads the layout from the strides,
+    // ran that conv and the BatchNorm and pooling after it in NCHW (the
+    // Fashion-MNIST CNN on the H200: 0.42 ms of its 1.56 ms step).
     at::NoGradGuard no_grad;
     for (at::Tensor parameter : module.parameters()) {
       if (parameter.dim() == 4) {
-        parameter.set_data(
-            parameter.contiguous(at::MemoryFormat::ChannelsLast));
+        parameter.set_data(parameter.to(
+            parameter.options(),
+            /*non_blocking=*/false,
+            /*copy=*/false,
+            at::MemoryFormat::ChannelsLast));
       }
     }
   }

@@ -1290,6 +1290,27 @@ TEST_F(CallbackTest, ChannelsLastConvertsWeightsAndInputsAndTrainsTheSame) {
   EXPECT_NEAR(a.metrics.at("train_loss"), b.metrics.at("train_loss"), 1e-4);
 }
 
+TEST_F(CallbackTest, ChannelsLastGivesAOneChannelConvItsChannelsLastStrides) {
+  // A [C, 1, k, k] weight is contiguous in both formats; only its strides
+  // say which one it is, and cuDNN reads them: PyTorch's
+  // Module.to(memory_format=channels_last) gives it the channel stride 1.
+  auto module = make_module(0);
+  auto train = train_loader();
+  Trainer(options().max_epochs(1).limit_train_batches(1).channels_last(true))
+      .fit(*module, train);
+  int64_t one_channel = 0;
+  for (const auto& parameter : module->parameters()) {
+    if (parameter.dim() == 4) {
+      EXPECT_EQ(
+          parameter.suggest_memory_format(), at::MemoryFormat::ChannelsLast)
+          << parameter.sizes() << " strides " << parameter.strides();
+      EXPECT_EQ(parameter.stride(1), 1) << parameter.sizes();
+      one_channel += parameter.size(1) == 1;
+    }
+  }
+  EXPECT_EQ(one_channel, 1); // the grayscale model's only conv
+}
+
 TEST_F(CallbackTest, PredictReturnsClassProbabilitiesPerBatch) {
   auto module = make_module(0);
   Trainer trainer(options().limit_predict_batches(1));
