@@ -401,7 +401,7 @@ class Summary:
         steady_kernels = {e.name for e in self.steady_events("device")
                           if e.cat == "kernel"}
         n = len(self.steady)
-        steady_self = {name: us / n for name, (_, us) in
+        steady_self = {name: (calls / n, us / n) for name, (calls, us) in
                        self_times(self.steady_events("cpu_ops")).items()}
         rows = []
         for number in self.trace.numbers()[:self.first]:
@@ -439,18 +439,22 @@ class Summary:
                         f"steps ({fmt(sum(e.dur for e in new) / 1000)} ms on "
                         f"the device; most: {short_name(common[0], 40)} "
                         f"x{common[1]})")
+            # The calls say whether an operator ran more often than in a
+            # steady step (a second pass) or as often, but slower (a
+            # search, a first call).
             slow = []
-            for name, (_, us) in self_times(events["cpu_ops"]).items():
-                usual = steady_self.get(name, 0.0)
+            for name, (calls, us) in self_times(events["cpu_ops"]).items():
+                usual_calls, usual = steady_self.get(name, (0.0, 0.0))
                 extra = us - usual
                 if extra > max(2000.0, 0.1 * step.dur):
-                    slow.append((extra, name, us, usual))
+                    slow.append((extra, name, us, calls, usual, usual_calls))
             slow.sort(reverse=True)
             if slow:
                 notes.append("slow: " + ", ".join(
-                    f"{short_name(name, 48)} {fmt(us / 1000)} ms (steady "
-                    f"{fmt(usual / 1000, 2)})"
-                    for _, name, us, usual in slow[:3]))
+                    f"{short_name(name, 48)} {fmt(us / 1000)} ms in "
+                    f"{plural(calls, 'call')} (steady {fmt(usual / 1000, 2)} "
+                    f"ms in {usual_calls:,.3g})"
+                    for _, name, us, calls, usual, usual_calls in slow[:3]))
             outside = host_outside_ops(step, events["cpu_ops"])
             if outside > max(2000.0, 0.1 * step.dur):
                 notes.append(f"host outside operators {fmt(outside / 1000)} "

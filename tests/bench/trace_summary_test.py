@@ -101,7 +101,8 @@ class CudaTrace(unittest.TestCase):
             "allocator growth: 1 cudaMalloc 0.3 ms",
             "1 launch of 1 kernel not in the steady steps (1.0 ms on the "
             "device; most: cudnn::winograd_search_kernel<float> x1)",
-            "slow: aten::cudnn_convolution 8.0 ms (steady 0.30)",
+            "slow: aten::cudnn_convolution 8.0 ms in 1 call (steady 0.30 ms "
+            "in 1)",
         ])
         self.assertEqual(rows[1]["notes"], [])
         self.assertEqual((rows[1]["wall_ms"], rows[1]["device_ms"]),
