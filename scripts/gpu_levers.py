@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The levers table of scripts/gpu_run.sh's levers stage: GPT-2's hotloop
-row with its defaults (0.json) and once per lever (1.json, ...), each
-bench/run's JSON, as steady tokens/s against the defaults' in the same call.
+"""The levers table of scripts/gpu_run.sh's levers stage: one workload's
+hotloop row (GPT-2's unless HOTLOOP_GPU_LEVERS_WORKLOAD chose another) with
+its defaults (0.json) and once per lever (1.json, ...), each bench/run's
+JSON, as the steady rate against the defaults' in the same call.
 
     scripts/gpu_levers.py DIR
 """
@@ -11,17 +12,27 @@ import os
 import sys
 
 
+def workload_of(doc):
+    """The one workload a levers run measured (bench/run --workloads)."""
+    if doc.get("dry_run"):
+        names = [r.get("workload") for r in doc.get("runs", [])]
+    else:
+        names = list(doc.get("workloads", {}))
+    return names[0] if names else None
+
+
 def hotloop_run(doc):
+    workload = workload_of(doc)
     if doc.get("dry_run"):  # --cpu: bench/run --dry-run's checks, no rates
         entry = next((r for r in doc.get("runs", [])
-                      if r.get("workload") == "gpt2"
+                      if r.get("workload") == workload
                       and r.get("impl") == "hotloop"), None)
         if entry and (entry.get("check") == "failed"
                       or entry.get("smoke") == "failed"):
             return {"error": entry.get("smoke_detail")
                     or entry.get("check_detail") or "failed"}
         return entry and {"dry_run": True}
-    runs = doc.get("workloads", {}).get("gpt2", {}).get("runs", [])
+    runs = doc.get("workloads", {}).get(workload, {}).get("runs", [])
     return next((r for r in runs if r.get("impl") == "hotloop"), None)
 
 
@@ -39,19 +50,23 @@ def main(argv):
     if not paths:
         print(f"gpu_levers: no bench/run JSON in {argv[1]}", file=sys.stderr)
         return 1
-    rows, base, machine = [], None, None
+    rows, base, machine, title, unit = [], None, None, None, None
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
         machine = machine or doc.get("machine", {})
+        workload = doc.get("workloads", {}).get(workload_of(doc), {})
+        title = title or workload.get("title") or workload_of(doc)
+        unit = unit or workload.get("unit")
         run = hotloop_run(doc)
         rows.append((lever_name(doc), run))
         if os.path.basename(path) == "0.json" and run:
             base = run.get("steady_rate")
     gpu = machine.get("gpu") or machine.get("gpu_name") or "n/a"
-    print(f"GPT-2 124M bf16 levers, hotloop alone, one run each ({gpu})")
-    print(f"{'lever':<34}{'steady tok/s':>14}{'vs defaults':>13}"
-          f"{'whole run':>11}{'MFU':>7}{'GPU MB':>9}")
+    short = {"tokens/s": "tok/s", "samples/s": "samples/s"}.get(unit, unit)
+    print(f"{title} levers, hotloop alone, one run each ({gpu})")
+    print(f"{'lever':<34}{'steady ' + (short or 'rate'):>18}"
+          f"{'vs defaults':>13}{'whole run':>11}{'MFU':>7}{'GPU MB':>9}")
     failed = False
     for name, run in rows:
         if not run or "error" in run or "skipped" in run:
@@ -68,7 +83,7 @@ def main(argv):
         mfu = run.get("mfu")
         mb = run.get("gpu_peak_mb")
         print(f"{name:<34}"
-              f"{(f'{steady:,.0f}' if steady else 'n/a'):>14}{ratio:>13}"
+              f"{(f'{steady:,.0f}' if steady else 'n/a'):>18}{ratio:>13}"
               f"{(f'{whole:,.0f}' if whole else 'n/a'):>11}"
               f"{(f'{100 * mfu:.1f}%' if mfu else 'n/a'):>7}"
               f"{(f'{mb:,.0f}' if mb is not None else 'n/a'):>9}")

@@ -41,6 +41,8 @@
 # sdpa_backend=cudnn|flash|efficient, trainer.cuda_graphs=true, model.
 # loss_chunk_size=0, optimizer.fused=false; HOTLOOP_GPU_LEVERS), in one
 # call on the warm machine a measure call left; levers.txt is the table.
+# HOTLOOP_GPU_LEVERS_WORKLOAD=resnet18_cifar (or cnn) does the same for
+# another workload, its one default lever trainer.cuda_graphs=true.
 #
 # Options:
 #   --plan NAME       measure or test (above); the environment's settings
@@ -90,12 +92,14 @@ REPO=$PWD
 ARGS=("$@")
 
 STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation levers)
-# The levers stage: GPT-2's hotloop row once with its defaults, then once per
-# lever of issue 29 (docs/PERFORMANCE.md), each on its own, in this order
-# (the likeliest gains first, so that a call cut at its deadline keeps them);
-# HOTLOOP_GPU_LEVERS replaces the list (";" between levers, spaces between
-# one lever's options).
-LEVERS_DEFAULT="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
+# The levers stage: one workload's hotloop row (HOTLOOP_GPU_LEVERS_WORKLOAD,
+# default gpt2) once with its defaults, then once per lever of issue 29
+# (docs/PERFORMANCE.md), each on its own, in this order (the likeliest gains
+# first, so that a call cut at its deadline keeps them); HOTLOOP_GPU_LEVERS
+# replaces the list (";" between levers, spaces between one lever's
+# options). Another workload's default list is its CUDA graphs alone.
+LEVERS_DEFAULT_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
+LEVERS_DEFAULT_OTHER="trainer.cuda_graphs=true"
 LEVER_NEEDS=30  # one untraced GPT-2 run of hotloop (the H200: 15-25 s)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
 # stage not yet run there an estimate (docs/GPU.md). build is resumable
@@ -812,7 +816,10 @@ stage_ablation() {
 # deadline leaves a run's time; levers.txt is the table.
 stage_levers() {
   local levers=() lever i=0 rc=0 args
-  IFS=';' read -r -a levers <<<"${HOTLOOP_GPU_LEVERS:-$LEVERS_DEFAULT}"
+  local workload=${HOTLOOP_GPU_LEVERS_WORKLOAD:-gpt2}
+  local defaults=$LEVERS_DEFAULT_OTHER
+  [[ $workload == gpt2 ]] && defaults=$LEVERS_DEFAULT_GPT2
+  IFS=';' read -r -a levers <<<"${HOTLOOP_GPU_LEVERS:-$defaults}"
   levers=("" "${levers[@]}")
   rm -rf "$ART/levers" "$ART/levers.txt"
   mkdir -p "$ART/levers"
@@ -821,12 +828,16 @@ stage_levers() {
       echo "levers: stopped before '${lever:-defaults}': $(left) s left"
       break
     fi
-    args=(--suite cuda --workloads gpt2 --impls hotloop --hotloop "$BUILD_ABS/hotloop"
+    args=(--suite cuda --workloads "$workload" --impls hotloop --hotloop "$BUILD_ABS/hotloop"
           --python "$PY_REAL" --json-out "$ART/levers/$i.json")
+    [[ -n $DATA ]] && args+=(--data-root "$DATA")
+    local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
+    [[ -n ${!configs:-} ]] && args+=(--configs "${!configs}")
     ((CPU)) && args+=(--dry-run)
     ((BENCH_QUICK)) && args+=(--quick)
     local option
-    for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} $lever; do
+    local options_var="HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_${workload^^}"
+    for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} ${!options_var:-} $lever; do
       args+=(--hotloop-option "$option")
     done
     echo "\$ $PY_REAL bench/run ${args[*]}"

@@ -53,8 +53,9 @@ class LeversTable(unittest.TestCase):
             lever_doc(["trainer.sdpa_backend=cudnn"], 330000.0),
             lever_doc(["optimizer.fused=false"], 270000.0)])
         self.assertEqual(rc, 0)
-        self.assertEqual(lines[0], "GPT-2 124M bf16 levers, hotloop alone, "
-                         "one run each (NVIDIA H200)")
+        self.assertEqual(lines[0], "GPT-2 124M levers, hotloop alone, one "
+                         "run each (NVIDIA H200)")
+        self.assertIn("steady tok/s", lines[1])
         rows = {line.split()[0]: line.split() for line in lines[2:]}
         self.assertEqual(rows["defaults"][1:3], ["300,000", "1.000x"])
         self.assertEqual(rows["trainer.sdpa_backend=cudnn"][1:3],
@@ -67,6 +68,27 @@ class LeversTable(unittest.TestCase):
                                                  False) / 989.4e12
         self.assertEqual(rows["defaults"][4], f"{100 * mfu:.1f}%")
         self.assertEqual(rows["defaults"][5], "10,600")
+
+    def test_another_workload_in_its_own_unit(self):
+        def resnet(options, steady):
+            a = bench_run_test.args(impls=["hotloop"], hotloop_option=options)
+            plan = run.make_plan(a, "resnet18_cifar", {})
+            hot = {"impl": "hotloop", "samples_per_s": 5300.0,
+                   "steady_samples_per_s": steady, "steps": 200}
+            return run.build_document(
+                a, {"gpu": "NVIDIA H200"},
+                {"resnet18_cifar": {"plan": plan, "runs": {"hotloop": hot},
+                                    "notes": []}},
+                {"jemalloc": None, "allocator": "glibc"})
+        rc, lines = table([resnet([], 32607.0),
+                           resnet(["trainer.cuda_graphs=true"], 48910.5)])
+        self.assertEqual(rc, 0)
+        self.assertTrue(lines[0].startswith("ResNet-18"), lines[0])
+        self.assertIn("steady samples/s", lines[1])
+        row = lines[3].split()
+        self.assertEqual(row[:3], ["trainer.cuda_graphs=true", "48,910",
+                                   "1.500x"])
+        self.assertEqual(row[4], "n/a")  # no MFU outside GPT-2
 
     def test_a_failed_lever_is_named_and_fails_the_stage(self):
         rc, lines = table([
