@@ -394,7 +394,11 @@ int fit_in_process(
     }
     if (config.logger) {
       trainer.add_logger(std::make_shared<log::CsvLogger>(run_dir));
-      auto tensorboard = std::make_shared<log::TensorBoardLogger>(run_dir);
+      log::TensorBoardLoggerOptions recorded;
+      recorded.histogram_every_n_epochs = config.histogram_every_n_epochs;
+      recorded.log_images = config.log_images;
+      auto tensorboard =
+          std::make_shared<log::TensorBoardLogger>(run_dir, recorded);
       tensorboard->writer().add_text("config", "```\n" + yaml + "```", 0);
       trainer.add_logger(tensorboard).add_callback(tensorboard);
       trainer.set_hyperparams(args.config.flat());

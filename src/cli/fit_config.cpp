@@ -489,6 +489,19 @@ ConfigSchema make_schema() {
           "output is not a terminal)",
           0));
   s.add(
+      opt("trainer.histogram_every_n_epochs",
+          T::kInt,
+          "1",
+          "TensorBoard: weight histograms at the end of every n-th epoch and "
+          "gradient histograms at its first optimizer step; 0: none",
+          0));
+  s.add(
+      opt("trainer.log_images",
+          T::kBool,
+          "true",
+          "TensorBoard: a grid of the first training batch's images (up to "
+          "64), once per fit"));
+  s.add(
       opt("trainer.flush_logs_every_n_steps",
           T::kInt,
           "100",
@@ -1543,6 +1556,8 @@ FitConfig to_fit_config(const Config& c) {
         .divergence_threshold(divergence_threshold);
   }
   f.logger = c.get_bool("trainer.logger");
+  f.histogram_every_n_epochs = c.get_int("trainer.histogram_every_n_epochs");
+  f.log_images = c.get_bool("trainer.log_images");
   f.trainer.logger(f.logger)
       .new_folder_on_resume(c.get_bool("trainer.new_folder_on_resume"))
       .on_nonfinite_loss(c.get_string("trainer.on_nonfinite_loss"));

@@ -93,6 +93,19 @@ std::vector<std::string> small_fit(
   return args;
 }
 
+// The event file of a run's folder, as bytes.
+std::string event_file_bytes(const fs::path& run) {
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (entry.path().filename().string().rfind("events.out", 0) == 0) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      return std::string(
+          (std::istreambuf_iterator<char>(in)),
+          std::istreambuf_iterator<char>());
+    }
+  }
+  return "";
+}
+
 // The shared small GPT run, checkpoints kept by val_loss.
 std::vector<std::string> small_gpt(const TempDir& dir, int epochs) {
   return ::hotloop::cli::testing::small_gpt_on_text(
@@ -184,6 +197,8 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.enable_progress_bar=false",
       "--trainer.log_every_n_steps=9",
       "--trainer.flush_logs_every_n_steps=8",
+      "--trainer.histogram_every_n_epochs=5",
+      "--trainer.log_images=false",
       "--trainer.logger=false",
       "--trainer.new_folder_on_resume=true",
       "--trainer.on_nonfinite_loss=skip_step",
@@ -263,13 +278,16 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_EQ(f.group.timeout(), 42);
   EXPECT_TRUE(f.ddp.sync_batchnorm());
   EXPECT_TRUE(f.model.sync_batchnorm);
+  // The TensorBoard logger's.
+  EXPECT_EQ(f.histogram_every_n_epochs, 5);
+  EXPECT_FALSE(f.log_images);
   // Every trainer option was set above: a new option must be added here,
   // and to to_fit_config.
   int64_t trainer_options = 0;
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 50);
+  EXPECT_EQ(trainer_options, 52);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {
@@ -409,17 +427,10 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   EXPECT_EQ(metrics.column("epoch")[1], 1.0);
   EXPECT_EQ(metrics.column("val_acc")[1], summary_value(run, "val_acc"));
   // The event file carries the config as text and the epoch scalars.
-  for (const auto& entry : fs::directory_iterator(run)) {
-    if (entry.path().filename().string().rfind("events.out", 0) == 0) {
-      std::ifstream in(entry.path(), std::ios::binary);
-      const std::string events(
-          (std::istreambuf_iterator<char>(in)),
-          std::istreambuf_iterator<char>());
-      EXPECT_THAT(events, HasSubstr("trainer:")); // the YAML, as text
-      EXPECT_THAT(events, HasSubstr("val_acc"));
-      EXPECT_THAT(events, HasSubstr("_hparams_/experiment"));
-    }
-  }
+  const std::string events = event_file_bytes(run);
+  EXPECT_THAT(events, HasSubstr("trainer:")); // the YAML, as text
+  EXPECT_THAT(events, HasSubstr("val_acc"));
+  EXPECT_THAT(events, HasSubstr("_hparams_/experiment"));
   EXPECT_THAT(r.out, HasSubstr("network.features.0  Conv2d"));
   EXPECT_THAT(r.out, HasSubstr("verdict: "));
   std::ifstream summary_file(run / "summary.json");
@@ -639,6 +650,42 @@ TEST(Cli, LoggerFalseWritesNoMetricsFiles) {
     EXPECT_NE(entry.path().filename().string().rfind("events.out", 0), 0u)
         << entry.path();
   }
+}
+
+TEST(Cli, TensorBoardsHistogramsAndImagesAreOptions) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  const fs::path runs = fs::path(dir.file("runs")) / "fashion_mnist";
+  Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string events = event_file_bytes(runs / "version_0");
+  EXPECT_THAT(events, HasSubstr("val_acc"));
+  EXPECT_THAT(events, HasSubstr("gradients/network.features.0.weight"));
+  EXPECT_THAT(events, HasSubstr("weights/network.features.0.weight"));
+  EXPECT_THAT(events, HasSubstr("train/input_samples"));
+  r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--trainer.histogram_every_n_epochs=0",
+       "--trainer.log_images=false"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  events = event_file_bytes(runs / "version_1");
+  EXPECT_THAT(events, HasSubstr("val_acc")); // the scalars stay
+  EXPECT_THAT(events, Not(HasSubstr("gradients/")));
+  EXPECT_THAT(events, Not(HasSubstr("weights/")));
+  EXPECT_THAT(events, Not(HasSubstr("train/input_samples")));
+  // Every second epoch: none in a one-epoch run.
+  r = run_cli(small_fit(
+      dir, {"--trainer.max_epochs=1", "--trainer.histogram_every_n_epochs=2"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  events = event_file_bytes(runs / "version_2");
+  EXPECT_THAT(events, Not(HasSubstr("gradients/")));
+  EXPECT_THAT(events, HasSubstr("train/input_samples"));
+  r = run_cli(small_fit(dir, {"--trainer.histogram_every_n_epochs=-1"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("trainer.histogram_every_n_epochs: must be >= 0, got -1"));
 }
 
 TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {

@@ -139,6 +139,10 @@ struct FitConfig {
   std::optional<train::EarlyStoppingOptions> early_stopping;
   /// trainer.logger: CSV and TensorBoard loggers in the run folder.
   bool logger = true;
+  /// trainer.histogram_every_n_epochs and trainer.log_images: what the
+  /// TensorBoard logger records besides the scalars.
+  int64_t histogram_every_n_epochs = 1;
+  bool log_images = true;
   /// The lr_monitor section.
   bool lr_monitor = true;
   std::string lr_monitor_interval;
