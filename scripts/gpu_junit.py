@@ -34,6 +34,9 @@ CUDA_ONLY = (
     "TrainerTest.Fp16MixedResumesOnTheGpuBitForBit",
     "ProcessGroupNccl.OneProcessReducesOnItsGpuAndDdpKeepsTheGradients",
     "TrainerTest.CudaGraphsTrainAsTheEagerStepOnTheGpu",
+    "AddLayerNormCuda.TheKernelsGiveTheAtenOpsValuesAndGradients",
+    "AddLayerNormCuda.UnderAutocastTheOutputIsWhatTheNextMatmulReads",
+    "AddLayerNormCuda.TheGptWithFusedLayerNormTrainsAsWithout",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.

@@ -37,7 +37,8 @@
 #             followed by a traced run whose tables go to traces.txt
 #   test      configure, build (everything), test
 # The levers stage (not in a plan) runs GPT-2's hotloop row with its
-# defaults and then with each lever of issue 29 on its own (trainer.
+# defaults and then with each lever of issue 29 on its own (model.
+# fused_layer_norm=true, alone and with trainer.cuda_graphs=true; trainer.
 # sdpa_backend=cudnn|flash|efficient, trainer.cuda_graphs=true, model.
 # loss_chunk_size=0, optimizer.fused=false; HOTLOOP_GPU_LEVERS), in one
 # call on the warm machine a measure call left; levers.txt is the table.
@@ -98,7 +99,7 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # first, so that a call cut at its deadline keeps them); HOTLOOP_GPU_LEVERS
 # replaces the list (";" between levers, spaces between one lever's
 # options). Another workload's default list is its CUDA graphs alone.
-LEVERS_DEFAULT_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
+LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_layer_norm=true trainer.cuda_graphs=true;trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
 LEVERS_DEFAULT_OTHER="trainer.cuda_graphs=true"
 LEVER_NEEDS=30  # one untraced GPT-2 run of hotloop (the H200: 15-25 s)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
@@ -513,7 +514,7 @@ else
   if [[ ${nvcc_version%%.*} != "${TORCH_CUDA%%.*}" ]]; then
     note "warning: nvcc ${nvcc_version} and torch's CUDA $TORCH_CUDA differ in the major version"
   fi
-  CUDA_ARCH=${GPU_CAP/./}      # 9.0 -> 90 (hotloop has no kernels of its own)
+  CUDA_ARCH=${GPU_CAP/./}      # 9.0 -> 90: the GPU's own code for add_layer_norm's kernels
   TORCH_ARCH=$GPU_CAP
 fi
 

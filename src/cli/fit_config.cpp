@@ -550,6 +550,12 @@ ConfigSchema make_schema() {
           "logits",
           0));
   s.add(
+      opt("model.fused_layer_norm",
+          T::kBool,
+          "false",
+          "gpt: each residual add and the LayerNorm after it in one CUDA "
+          "kernel each way (elsewhere the same ATen ops)"));
+  s.add(
       opt("model.activation_checkpointing",
           T::kBool,
           "false",
@@ -1389,6 +1395,7 @@ FitConfig to_fit_config(const Config& c) {
       .bias(c.get_bool("model.bias"))
       .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
       .loss_chunk_size(c.get_int("model.loss_chunk_size"))
+      .fused_layer_norm(c.get_bool("model.fused_layer_norm"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");

@@ -2,6 +2,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
+#include "hotloop/models/add_layer_norm.h"
 #include "hotloop/models/chunked_cross_entropy.h"
 #include "hotloop/train/activation_checkpoint.h"
 
@@ -20,6 +21,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace hotloop::models {
@@ -40,10 +42,17 @@ class GptLayerNormImpl : public nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    return at::layer_norm(x, {width_}, weight_, bias_, /*eps=*/1e-5);
+    return at::layer_norm(x, {width_}, weight_, bias_, kEps);
+  }
+
+  /// {x + y, forward(x + y)}, in one kernel each way where `fused` can.
+  std::pair<at::Tensor, at::Tensor> add_forward(
+      const at::Tensor& x, const at::Tensor& y, bool fused) {
+    return add_layer_norm(x, y, weight_, bias_, kEps, fused);
   }
 
  private:
+  static constexpr double kEps = 1e-5;
   int64_t width_;
   at::Tensor weight_;
   at::Tensor bias_;
@@ -228,6 +237,22 @@ class GptBlockImpl : public nn::Module {
     return x + mlp_->forward(ln_2_->forward(x));
   }
 
+  /// The same block from `normalized` = ln_1(input), each residual add
+  /// joined with the LayerNorm after it: ln_2 here, then `next` (the next
+  /// block's ln_1, or ln_f). Returns {the block's output, next(output)}.
+  std::pair<at::Tensor, at::Tensor> forward_fused(
+      const at::Tensor& input,
+      const at::Tensor& normalized,
+      GptLayerNormImpl& next) {
+    const auto [x, h] =
+        ln_2_->add_forward(input, attn_->forward(normalized), true);
+    return next.add_forward(x, mlp_->forward(h), true);
+  }
+
+  GptLayerNormImpl& ln_1() {
+    return *ln_1_;
+  }
+
   void replace_linears(const std::string& prefix, const GptLinearMaker& make) {
     attn_->replace_linears(prefix + "attn.", make);
     mlp_->replace_linears(prefix + "mlp.", make);
@@ -388,6 +413,20 @@ at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {
       is_training());
   if (cache != nullptr) {
     cache->blocks.resize(blocks_.size());
+  }
+  if (options_.fused_layer_norm() && cache == nullptr &&
+      !(options_.activation_checkpointing() && is_training())) {
+    // Each block's residual adds and the LayerNorms after them in pairs:
+    // {x, ln_1(x)} into a block, {its output, the next LayerNorm of it}
+    // out; the last block's next is ln_f.
+    at::Tensor normalized = blocks_.front()->ln_1().forward(x);
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      detail::GptLayerNormImpl& next =
+          i + 1 < blocks_.size() ? blocks_[i + 1]->ln_1() : *ln_f_;
+      std::tie(x, normalized) =
+          blocks_[i]->forward_fused(x, normalized, next);
+    }
+    return normalized;
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (options_.activation_checkpointing() && is_training() &&

@@ -56,6 +56,11 @@ struct GptOptions {
   /// never exist; 0 computes forward's logits and their cross-entropy
   /// (gpt_loss). >= 0.
   TORCH_ARG(int64_t, loss_chunk_size) = 4096;
+  /// Each residual add and the LayerNorm after it in one CUDA kernel each
+  /// way (add_layer_norm), in training and evaluation without activation
+  /// checkpointing or a KV cache; elsewhere (the CPU, a build without
+  /// hotloop's CUDA kernels) the same ATen ops as without it.
+  TORCH_ARG(bool, fused_layer_norm) = false;
 };
 
 /// What takes a Linear layer's place in a Gpt (GptImpl::replace_linears):

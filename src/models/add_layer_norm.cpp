@@ -1,0 +1,139 @@
+#include "hotloop/models/add_layer_norm.h"
+
+#include "hotloop/core/compat.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+// CMakeLists.txt sets HOTLOOP_HAS_CUDA_KERNELS to 1 where it builds
+// add_layer_norm_kernels.cu (LibTorch with CUDA, and CUDA's compiler).
+#ifndef HOTLOOP_HAS_CUDA_KERNELS
+#define HOTLOOP_HAS_CUDA_KERNELS 0
+#endif
+#if HOTLOOP_HAS_CUDA_KERNELS
+#include "add_layer_norm_kernels.h"
+#endif
+
+namespace hotloop::models {
+namespace {
+
+#if HOTLOOP_HAS_CUDA_KERNELS
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class AddLayerNorm : public torch::autograd::Function<AddLayerNorm> {
+ public:
+  static variable_list forward(
+      AutogradContext* ctx,
+      const at::Tensor& x,
+      const at::Tensor& y,
+      const at::Tensor& weight,
+      const at::Tensor& bias,
+      double eps) {
+    // What the next matmul reads: autocast's dtype where it is on.
+    const at::ScalarType out_dtype =
+        compat::autocast_enabled(c10::DeviceType::CUDA)
+        ? compat::autocast_dtype(c10::DeviceType::CUDA)
+        : at::kFloat;
+    at::Tensor sum = at::empty_like(x);
+    at::Tensor out = at::empty_like(x, x.options().dtype(out_dtype));
+    const int64_t rows = x.numel() / x.size(-1);
+    at::Tensor mean = at::empty({rows}, x.options());
+    at::Tensor rstd = at::empty({rows}, x.options());
+    cuda::add_layer_norm_forward(
+        x, y, weight, bias, eps, sum, out, mean, rstd);
+    ctx->save_for_backward({sum, mean, rstd, weight});
+    ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());
+    ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
+    ctx->saved_data["with_bias"] = bias.defined();
+    return {sum, out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& sum = saved.at(0);
+    const auto y_dtype =
+        static_cast<at::ScalarType>(ctx->saved_data["y_dtype"].toInt());
+    const auto out_dtype =
+        static_cast<at::ScalarType>(ctx->saved_data["out_dtype"].toInt());
+    const bool with_bias = ctx->saved_data["with_bias"].toBool();
+    const at::Tensor grad_sum = grads.at(0).defined()
+        ? grads.at(0).to(at::kFloat).contiguous()
+        : at::Tensor();
+    const at::Tensor grad_out = grads.at(1).defined()
+        ? grads.at(1).to(out_dtype).contiguous()
+        : at::zeros_like(sum, sum.options().dtype(out_dtype));
+    at::Tensor grad_x = at::empty_like(sum);
+    at::Tensor grad_y = at::empty_like(sum, sum.options().dtype(y_dtype));
+    at::Tensor grad_weight;
+    at::Tensor grad_bias;
+    cuda::add_layer_norm_backward(
+        grad_out,
+        grad_sum,
+        sum,
+        saved.at(1),
+        saved.at(2),
+        saved.at(3),
+        with_bias,
+        grad_x,
+        grad_y,
+        grad_weight,
+        grad_bias);
+    return {grad_x, grad_y, grad_weight, grad_bias, at::Tensor()};
+  }
+};
+
+#endif
+
+} // namespace
+
+bool add_layer_norm_is_fused(
+    const at::Tensor& x,
+    const at::Tensor& y,
+    const at::Tensor& weight,
+    const at::Tensor& bias) {
+#if HOTLOOP_HAS_CUDA_KERNELS
+  if (!x.defined() || !y.defined() || !weight.defined() || x.dim() == 0 ||
+      !x.is_cuda()) {
+    return false;
+  }
+  const int64_t width = x.size(-1);
+  const at::ScalarType y_dtype = y.scalar_type();
+  const bool bias_fits = !bias.defined() ||
+      (bias.device() == x.device() && bias.scalar_type() == at::kFloat &&
+       bias.is_contiguous() && bias.numel() == width);
+  return width > 0 && width <= cuda::kAddLayerNormMaxWidth &&
+      x.scalar_type() == at::kFloat && x.is_contiguous() &&
+      y.device() == x.device() && y.sizes() == x.sizes() &&
+      y.is_contiguous() &&
+      (y_dtype == at::kFloat || y_dtype == at::kBFloat16 ||
+       y_dtype == at::kHalf) &&
+      weight.device() == x.device() && weight.scalar_type() == at::kFloat &&
+      weight.is_contiguous() && weight.numel() == width && bias_fits;
+#else
+  return false;
+#endif
+}
+
+std::pair<at::Tensor, at::Tensor> add_layer_norm(
+    const at::Tensor& x,
+    const at::Tensor& y,
+    const at::Tensor& weight,
+    const at::Tensor& bias,
+    double eps,
+    bool fused) {
+#if HOTLOOP_HAS_CUDA_KERNELS
+  if (fused && add_layer_norm_is_fused(x, y, weight, bias)) {
+    const auto outputs =
+        compat::apply_function<AddLayerNorm>(x, y, weight, bias, eps);
+    return {outputs[0], outputs[1]};
+  }
+#endif
+  at::Tensor sum = x + y;
+  at::Tensor normalized =
+      at::layer_norm(sum, {sum.size(-1)}, weight, bias, eps);
+  return {std::move(sum), std::move(normalized)};
+}
+
+} // namespace hotloop::models

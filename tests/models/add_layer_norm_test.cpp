@@ -1,0 +1,238 @@
+// add_layer_norm against the ATen ops it joins (x + y, then layer_norm):
+// on the CPU it is those ops; on a GPU its kernels give their values and
+// gradients; a GPT with model.fused_layer_norm trains as one without.
+
+#include "hotloop/models/add_layer_norm.h"
+
+#include "hotloop/core/compat.h"
+#include "hotloop/models/gpt.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <tuple>
+#include <string>
+#include <vector>
+
+namespace hotloop::models {
+namespace {
+
+double max_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+struct Operands {
+  at::Tensor x;      // [rows..., width] float32, the residual stream
+  at::Tensor y;      // the branch's output, in its dtype
+  at::Tensor weight; // [width]
+  at::Tensor bias;   // [width] or undefined
+};
+
+Operands operands(
+    at::Device device, int64_t width, at::ScalarType y_dtype, bool bias) {
+  at::manual_seed(3);
+  const auto f = at::TensorOptions().dtype(at::kFloat);
+  Operands o;
+  o.x = at::randn({3, 5, width}, f).mul(2).add(0.5).to(device);
+  o.y = at::randn({3, 5, width}, f).to(device, y_dtype);
+  o.weight = at::randn({width}, f).mul(0.3).add(1).to(device);
+  o.bias = bias ? at::randn({width}, f).mul(0.1).to(device) : at::Tensor();
+  for (at::Tensor* t : {&o.x, &o.y, &o.weight, &o.bias}) {
+    if (t->defined()) {
+      t->set_requires_grad(true);
+    }
+  }
+  return o;
+}
+
+struct Result {
+  at::Tensor sum;
+  at::Tensor normalized;
+  std::vector<at::Tensor> grads; // x, y, weight, bias (undefined without)
+};
+
+// Both outputs into a loss that reads each: gradients flow into the sum
+// (the residual stream goes on) and the normalized output (the next layer).
+Result run(const Operands& o, bool fused, const at::Tensor& probe) {
+  for (const at::Tensor& t : {o.x, o.y, o.weight, o.bias}) {
+    if (t.defined() && t.grad().defined()) {
+      at::Tensor(t).mutable_grad().reset();
+    }
+  }
+  Result r;
+  std::tie(r.sum, r.normalized) =
+      add_layer_norm(o.x, o.y, o.weight, o.bias, 1e-5, fused);
+  const at::Tensor loss = (r.normalized.to(at::kFloat) * probe).sum() +
+      r.sum.pow(2).mean();
+  loss.backward();
+  for (const at::Tensor& t : {o.x, o.y, o.weight, o.bias}) {
+    r.grads.push_back(t.defined() ? t.grad().clone() : at::Tensor());
+  }
+  return r;
+}
+
+at::Tensor probe_like(const at::Tensor& x) {
+  at::manual_seed(4);
+  return at::randn(x.sizes(), at::TensorOptions().dtype(at::kFloat))
+      .to(x.device());
+}
+
+TEST(AddLayerNorm, OnTheCpuItIsTheAtenOps) {
+  for (const bool bias : {true, false}) {
+    const Operands o =
+        operands(at::Device(at::kCPU), 24, at::kFloat, bias);
+    EXPECT_FALSE(add_layer_norm_is_fused(o.x, o.y, o.weight, o.bias));
+    const at::Tensor probe = probe_like(o.x);
+    const Result fused = run(o, true, probe);
+    const Result plain = run(o, false, probe);
+    const at::Tensor sum = o.x + o.y;
+    EXPECT_TRUE(fused.sum.equal(sum));
+    EXPECT_TRUE(fused.normalized.equal(
+        at::layer_norm(sum, {24}, o.weight, o.bias, 1e-5)));
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      if (plain.grads[i].defined()) {
+        EXPECT_TRUE(fused.grads[i].equal(plain.grads[i])) << i;
+      }
+    }
+  }
+}
+
+TEST(AddLayerNorm, TheGptWithFusedLayerNormTrainsAsWithoutOnTheCpu) {
+  // model.fused_layer_norm reorders the blocks' calls (each residual add
+  // with the LayerNorm after it); on the CPU the ops are the same, so the
+  // logits and every gradient are equal bit for bit, in training (dropout
+  // drawn in the same order) and in evaluation.
+  std::vector<at::Tensor> logits;
+  std::vector<std::vector<at::Tensor>> grads;
+  for (const bool fused : {false, true}) {
+    at::manual_seed(1);
+    Gpt model(GptOptions::tiny().dropout(0.1).fused_layer_norm(fused));
+    at::manual_seed(2);
+    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
+    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong);
+    model->token_loss(idx, targets).backward();
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->parameters()) {
+      g.push_back(p.grad().clone());
+    }
+    grads.push_back(g);
+    model->eval();
+    logits.push_back(model->forward(idx).detach());
+  }
+  EXPECT_TRUE(logits[1].equal(logits[0]));
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_TRUE(grads[1][i].equal(grads[0][i])) << "parameter " << i;
+  }
+}
+
+bool has_gpu() {
+  return at::hasCUDA() && at::getNumGPUs() > 0;
+}
+
+TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const at::Device gpu(at::kCUDA, 0);
+  // GPT-2's width, one that is no multiple of 32, and the widest.
+  for (const int64_t width : {768, 100, 2048}) {
+    for (const at::ScalarType y_dtype : {at::kFloat, at::kBFloat16}) {
+      for (const bool bias : {true, false}) {
+        const std::string where = "width " + std::to_string(width) + ", y " +
+            std::string(c10::toString(y_dtype)) +
+            (bias ? ", bias" : ", no bias");
+        const Operands o = operands(gpu, width, y_dtype, bias);
+        ASSERT_TRUE(add_layer_norm_is_fused(o.x, o.y, o.weight, o.bias))
+            << where;
+        const at::Tensor probe = probe_like(o.x);
+        const Result fused = run(o, true, probe);
+        const Result plain = run(o, false, probe);
+        // The sum is one float add either way.
+        EXPECT_TRUE(fused.sum.equal(plain.sum)) << where;
+        EXPECT_EQ(fused.normalized.scalar_type(), at::kFloat) << where;
+        EXPECT_LE(max_difference(fused.normalized, plain.normalized), 1e-5)
+            << where;
+        const char* names[] = {"x", "y", "weight", "bias"};
+        for (size_t i = 0; i < plain.grads.size(); ++i) {
+          if (!plain.grads[i].defined()) {
+            EXPECT_FALSE(fused.grads[i].defined()) << where << names[i];
+            continue;
+          }
+          EXPECT_EQ(fused.grads[i].scalar_type(), plain.grads[i].scalar_type())
+              << where << ", " << names[i];
+          const double scale =
+              plain.grads[i].abs().max().item<double>() + 1e-6;
+          const double tolerance = y_dtype == at::kBFloat16 && i == 1
+              ? 1e-2 // one bfloat16 rounding of the same float
+              : 1e-4;
+          EXPECT_LE(
+              max_difference(fused.grads[i], plain.grads[i]) / scale,
+              tolerance)
+              << where << ", " << names[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(AddLayerNormCuda, UnderAutocastTheOutputIsWhatTheNextMatmulReads) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const Operands o =
+      operands(at::Device(at::kCUDA, 0), 768, at::kBFloat16, true);
+  compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
+  compat::set_autocast_enabled(c10::DeviceType::CUDA, true);
+  const auto [sum, normalized] =
+      add_layer_norm(o.x, o.y, o.weight, o.bias, 1e-5, true);
+  compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(sum.scalar_type(), at::kFloat);
+  EXPECT_EQ(normalized.scalar_type(), at::kBFloat16);
+  // The float LayerNorm rounded once to bfloat16, as the linear's cast of
+  // layer_norm's float output would.
+  const at::Tensor expected =
+      at::layer_norm(o.x + o.y, {768}, o.weight, o.bias, 1e-5)
+          .to(at::kBFloat16);
+  EXPECT_LE(max_difference(normalized, expected), 1.6e-2);
+  EXPECT_GT(
+      normalized.eq(expected).to(at::kFloat).mean().item<double>(), 0.99);
+}
+
+TEST(AddLayerNormCuda, TheGptWithFusedLayerNormTrainsAsWithout) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const at::Device gpu(at::kCUDA, 0);
+  std::vector<double> losses;
+  std::vector<std::vector<at::Tensor>> grads;
+  for (const bool fused : {false, true}) {
+    at::manual_seed(1);
+    Gpt model(GptOptions::tiny().fused_layer_norm(fused));
+    model->to(gpu);
+    at::manual_seed(2);
+    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
+    const at::Tensor targets =
+        at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
+    const at::Tensor loss = model->token_loss(idx, targets);
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->parameters()) {
+      g.push_back(p.grad().cpu());
+    }
+    grads.push_back(g);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    const double scale = grads[0][i].abs().max().item<double>() + 1e-6;
+    EXPECT_LE(max_difference(grads[1][i], grads[0][i]) / scale, 1e-3)
+        << "parameter " << i;
+  }
+}
+
+} // namespace
+} // namespace hotloop::models
