@@ -35,6 +35,7 @@ CUDA_ONLY = (
     "ProcessGroupNccl.OneProcessReducesOnItsGpuAndDdpKeepsTheGradients",
     "TrainerTest.CudaGraphsTrainAsTheEagerStepOnTheGpu",
     "AddLayerNormCuda.TheKernelsGiveTheAtenOpsValuesAndGradients",
+    "AddLayerNormCuda.WhatTheKernelsDoNotTakeGoesToTheAtenOps",
     "AddLayerNormCuda.UnderAutocastTheOutputIsWhatTheNextMatmulReads",
     "AddLayerNormCuda.TheGptWithFusedLayerNormTrainsAsWithout",
 )

@@ -24,13 +24,19 @@ using torch::autograd::variable_list;
 
 class AddLayerNorm : public torch::autograd::Function<AddLayerNorm> {
  public:
+  // The bias comes as an optional: Function::apply records every Tensor
+  // argument's device, which an undefined one does not have.
   static variable_list forward(
       AutogradContext* ctx,
       const at::Tensor& x,
       const at::Tensor& y,
       const at::Tensor& weight,
-      const at::Tensor& bias,
+      const c10::optional<at::Tensor>& maybe_bias,
       double eps) {
+    const at::Tensor bias = maybe_bias.value_or(at::Tensor());
+    // An output no one read gets no zero-filled gradient: the last
+    // LayerNorm's sum (the GPT's final residual stream) goes nowhere else.
+    ctx->set_materialize_grads(false);
     // What the next matmul reads: autocast's dtype where it is on.
     const at::ScalarType out_dtype =
         compat::autocast_enabled(c10::DeviceType::CUDA)
@@ -125,8 +131,12 @@ std::pair<at::Tensor, at::Tensor> add_layer_norm(
     bool fused) {
 #if HOTLOOP_HAS_CUDA_KERNELS
   if (fused && add_layer_norm_is_fused(x, y, weight, bias)) {
-    const auto outputs =
-        compat::apply_function<AddLayerNorm>(x, y, weight, bias, eps);
+    const auto outputs = compat::apply_function<AddLayerNorm>(
+        x,
+        y,
+        weight,
+        bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+        eps);
     return {outputs[0], outputs[1]};
   }
 #endif

@@ -2,15 +2,18 @@
 // LayerNorm in one pass each way (add_layer_norm.cpp holds the autograd
 // function and the ATen path they stand in for).
 //
-// Forward: one warp per row. The sum x + y is written, then read back by the
-// lane that wrote it for the variance (two passes over a row in L1, so the
-// mean is exact before the squares, as in PyTorch's float LayerNorm), then
-// normalized into the output's dtype.
+// Both kernels give a row to one warp, each lane K of its columns (lane,
+// lane + 32, ...), held in registers: a row is read once and written once.
 //
-// Backward: each warp takes rows warp, warp + warps, ... and keeps its lanes'
-// column sums of the weight's and bias's gradients in registers (K columns a
-// lane); the per-warp sums go to a [warps, C] buffer that ATen's sum reduces
-// in a fixed order, so the result is the same run to run.
+// Forward: the sum x + y, its mean, then the squares about that mean (two
+// passes over the registers, as PyTorch's float LayerNorm is exact about
+// the mean), then the normalized row in the output's dtype.
+//
+// Backward: a warp takes rows warp, warp + warps, ... and keeps its lanes'
+// column sums of the weight's and bias's gradients in registers; the 8
+// warps of a block add theirs in shared memory in a fixed order, each block
+// writes one row of a [blocks, C] buffer, and ATen's sum reduces those, so
+// the gradients are the same run to run.
 
 #include "add_layer_norm_kernels.h"
 
@@ -21,6 +24,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -30,11 +34,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = 32 * kWarpsPerBlock;
-// Warps of the backward: about 32 on each of an H100's 132 SMs, so that
-// their loads hide the memory's latency; the [warps, C] partial sums of the
-// weight's and bias's gradients are then 25 MB at C 768, read once by the
-// sum that reduces them.
-constexpr int64_t kBackwardWarps = 4096;
 
 __device__ __forceinline__ float warp_sum(float value) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -43,7 +42,7 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
-template <typename Y, typename O>
+template <typename Y, typename O, int K>
 __global__ void add_layer_norm_forward_kernel(
     const float* __restrict__ x,
     const Y* __restrict__ y,
@@ -63,27 +62,70 @@ __global__ void add_layer_norm_forward_kernel(
     return; // the whole warp: a row is one warp's
   }
   const int64_t base = row * width;
+  float v[K];
   float total = 0.f;
-  for (int i = lane; i < width; i += 32) {
-    const float value = x[base + i] + static_cast<float>(y[base + i]);
-    sum[base + i] = value;
-    total += value;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = lane + 32 * k;
+    v[k] = 0.f;
+    if (i < width) {
+      v[k] = x[base + i] + static_cast<float>(y[base + i]);
+      sum[base + i] = v[k];
+      total += v[k];
+    }
   }
   const float m = warp_sum(total) / width;
   float squares = 0.f;
-  for (int i = lane; i < width; i += 32) {
-    const float d = sum[base + i] - m;
-    squares += d * d;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (lane + 32 * k < width) {
+      const float d = v[k] - m;
+      squares += d * d;
+    }
   }
   const float r = rsqrtf(warp_sum(squares) / width + eps);
-  for (int i = lane; i < width; i += 32) {
-    const float normalized = (sum[base + i] - m) * r;
-    const float shift = bias == nullptr ? 0.f : bias[i];
-    out[base + i] = static_cast<O>(normalized * weight[i] + shift);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = lane + 32 * k;
+    if (i < width) {
+      const float shift = bias == nullptr ? 0.f : bias[i];
+      out[base + i] = static_cast<O>((v[k] - m) * r * weight[i] + shift);
+    }
   }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
+  }
+}
+
+// Adds the K column sums `a` of the block's 8 warps into warp 0's, in a
+// fixed tree order (4 + 4, 2 + 2, 1 + 1), through `shared` (4 x width
+// floats). Every thread of the block calls it.
+template <int K>
+__device__ void block_column_sums(float (&a)[K], float* shared, int width) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (int half = kWarpsPerBlock / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int i = lane + 32 * k;
+        if (i < width) {
+          shared[(warp - half) * width + i] = a[k];
+        }
+      }
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int i = lane + 32 * k;
+        if (i < width) {
+          a[k] += shared[warp * width + i];
+        }
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -101,6 +143,7 @@ __global__ void add_layer_norm_backward_kernel(
     float* __restrict__ bias_parts,
     int64_t rows,
     int width) {
+  __shared__ float shared[(kWarpsPerBlock / 2) * kAddLayerNormMaxWidth];
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int64_t warp =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -116,19 +159,23 @@ __global__ void add_layer_norm_backward_kernel(
     const int64_t base = row * width;
     const float m = mean[row];
     const float r = rstd[row];
+    float g[K];
+    float xhat[K];
     float mean_wg = 0.f; // sum of grad * weight, then its mean
     float mean_wgx = 0.f; // sum of grad * weight * xhat, then its mean
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = lane + 32 * k;
+      g[k] = 0.f;
+      xhat[k] = 0.f;
       if (i < width) {
-        const float g = static_cast<float>(grad_out[base + i]);
-        const float xhat = (sum[base + i] - m) * r;
-        const float wg = g * weight[i];
+        g[k] = static_cast<float>(grad_out[base + i]);
+        xhat[k] = (sum[base + i] - m) * r;
+        const float wg = g[k] * weight[i];
         mean_wg += wg;
-        mean_wgx += wg * xhat;
-        dw[k] += g * xhat;
-        db[k] += g;
+        mean_wgx += wg * xhat[k];
+        dw[k] += g[k] * xhat[k];
+        db[k] += g[k];
       }
     }
     mean_wg = warp_sum(mean_wg) / width;
@@ -137,9 +184,7 @@ __global__ void add_layer_norm_backward_kernel(
     for (int k = 0; k < K; ++k) {
       const int i = lane + 32 * k;
       if (i < width) {
-        const float g = static_cast<float>(grad_out[base + i]);
-        const float xhat = (sum[base + i] - m) * r;
-        float d = r * (g * weight[i] - mean_wg - xhat * mean_wgx);
+        float d = r * (g[k] * weight[i] - mean_wg - xhat[k] * mean_wgx);
         if (grad_sum != nullptr) {
           d += grad_sum[base + i];
         }
@@ -148,12 +193,20 @@ __global__ void add_layer_norm_backward_kernel(
       }
     }
   }
+  block_column_sums<K>(dw, shared, width);
+  if (bias_parts != nullptr) {
+    block_column_sums<K>(db, shared, width);
+  }
+  if (threadIdx.x / 32 == 0) {
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int i = lane + 32 * k;
-    if (i < width) {
-      weight_parts[warp * width + i] = dw[k];
-      bias_parts[warp * width + i] = db[k];
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + 32 * k;
+      if (i < width) {
+        weight_parts[static_cast<int64_t>(blockIdx.x) * width + i] = dw[k];
+        if (bias_parts != nullptr) {
+          bias_parts[static_cast<int64_t>(blockIdx.x) * width + i] = db[k];
+        }
+      }
     }
   }
 }
@@ -181,36 +234,26 @@ void with_type(at::ScalarType type, const char* what, const F& f) {
   }
 }
 
-template <typename Y, typename O, int K>
-void launch_backward(
-    int64_t blocks,
-    const at::Tensor& grad_out,
-    const at::Tensor& grad_sum,
-    const at::Tensor& sum,
-    const at::Tensor& mean,
-    const at::Tensor& rstd,
-    const at::Tensor& weight,
-    at::Tensor& grad_x,
-    at::Tensor& grad_y,
-    at::Tensor& weight_parts,
-    at::Tensor& bias_parts,
-    int64_t rows,
-    int width) {
-  add_layer_norm_backward_kernel<Y, O, K>
-      <<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          grad_out.data_ptr<O>(),
-          grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
-          sum.data_ptr<float>(),
-          mean.data_ptr<float>(),
-          rstd.data_ptr<float>(),
-          weight.data_ptr<float>(),
-          grad_x.data_ptr<float>(),
-          grad_y.data_ptr<Y>(),
-          weight_parts.data_ptr<float>(),
-          bias_parts.data_ptr<float>(),
-          rows,
-          width);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+// Calls f with std::integral_constant<int, K>, K the columns per lane of a
+// row `width` wide: 8, 16, 24 or 32.
+template <typename F>
+void with_columns_per_lane(int width, const F& f) {
+  TORCH_CHECK(
+      width > 0 && width <= kAddLayerNormMaxWidth,
+      "add_layer_norm: rows of 1 to ",
+      kAddLayerNormMaxWidth,
+      " values, got ",
+      width);
+  const int per_lane = (width + 31) / 32;
+  if (per_lane <= 8) {
+    f(std::integral_constant<int, 8>{});
+  } else if (per_lane <= 16) {
+    f(std::integral_constant<int, 16>{});
+  } else if (per_lane <= 24) {
+    f(std::integral_constant<int, 24>{});
+  } else {
+    f(std::integral_constant<int, 32>{});
+  }
 }
 
 } // namespace
@@ -236,20 +279,23 @@ void add_layer_norm_forward(
     using Y = decltype(y_type);
     with_type(out.scalar_type(), "the output", [&](auto out_type) {
       using O = decltype(out_type);
-      add_layer_norm_forward_kernel<Y, O>
-          <<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-              x.data_ptr<float>(),
-              y.data_ptr<Y>(),
-              weight.data_ptr<float>(),
-              bias.defined() ? bias.data_ptr<float>() : nullptr,
-              sum.data_ptr<float>(),
-              out.data_ptr<O>(),
-              mean.data_ptr<float>(),
-              rstd.data_ptr<float>(),
-              rows,
-              width,
-              static_cast<float>(eps));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      with_columns_per_lane(width, [&](auto k) {
+        constexpr int K = decltype(k)::value;
+        add_layer_norm_forward_kernel<Y, O, K>
+            <<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+                x.data_ptr<float>(),
+                y.data_ptr<Y>(),
+                weight.data_ptr<float>(),
+                bias.defined() ? bias.data_ptr<float>() : nullptr,
+                sum.data_ptr<float>(),
+                out.data_ptr<O>(),
+                mean.data_ptr<float>(),
+                rstd.data_ptr<float>(),
+                rows,
+                width,
+                static_cast<float>(eps));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
   });
 }
@@ -268,60 +314,53 @@ void add_layer_norm_backward(
     at::Tensor& grad_bias) {
   const c10::cuda::CUDAGuard guard(sum.device());
   const int width = static_cast<int>(sum.size(-1));
-  TORCH_CHECK(
-      width <= kAddLayerNormMaxWidth,
-      "add_layer_norm: rows of at most ",
-      kAddLayerNormMaxWidth,
-      " values, got ",
-      width);
   const int64_t rows = sum.numel() / width;
-  const int64_t warps = std::max<int64_t>(
-      kWarpsPerBlock,
-      std::min(
-          kBackwardWarps,
-          (rows + kWarpsPerBlock - 1) / kWarpsPerBlock * kWarpsPerBlock));
-  const int64_t blocks = warps / kWarpsPerBlock;
-  at::Tensor weight_parts = at::empty({warps, width}, sum.options());
-  at::Tensor bias_parts = at::empty({warps, width}, sum.options());
   with_type(grad_y.scalar_type(), "y", [&](auto y_type) {
     using Y = decltype(y_type);
     with_type(grad_out.scalar_type(), "the output", [&](auto out_type) {
       using O = decltype(out_type);
-      const int per_lane = (width + 31) / 32;
-      const auto launch = [&](auto k) {
+      with_columns_per_lane(width, [&](auto k) {
         constexpr int K = decltype(k)::value;
-        launch_backward<Y, O, K>(
-            blocks,
-            grad_out,
-            grad_sum,
-            sum,
-            mean,
-            rstd,
-            weight,
-            grad_x,
-            grad_y,
-            weight_parts,
-            bias_parts,
+        const auto kernel = add_layer_norm_backward_kernel<Y, O, K>;
+        // As many blocks as the device runs at once (their registers
+        // decide how many fit on a multiprocessor), fewer for few rows:
+        // each block's column sums are one row of the buffers below.
+        int device_sms = 0;
+        int per_sm = 0;
+        C10_CUDA_CHECK(cudaDeviceGetAttribute(
+            &device_sms, cudaDevAttrMultiProcessorCount, sum.get_device()));
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kernel, kThreads, 0));
+        const int64_t blocks = std::max<int64_t>(
+            1,
+            std::min<int64_t>(
+                static_cast<int64_t>(device_sms) * std::max(per_sm, 1),
+                (rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+        at::Tensor weight_parts = at::empty({blocks, width}, sum.options());
+        at::Tensor bias_parts = with_bias
+            ? at::empty({blocks, width}, sum.options())
+            : at::Tensor();
+        kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            grad_out.data_ptr<O>(),
+            grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
+            sum.data_ptr<float>(),
+            mean.data_ptr<float>(),
+            rstd.data_ptr<float>(),
+            weight.data_ptr<float>(),
+            grad_x.data_ptr<float>(),
+            grad_y.data_ptr<Y>(),
+            weight_parts.data_ptr<float>(),
+            with_bias ? bias_parts.data_ptr<float>() : nullptr,
             rows,
             width);
-      };
-      if (per_lane <= 8) {
-        launch(std::integral_constant<int, 8>{});
-      } else if (per_lane <= 16) {
-        launch(std::integral_constant<int, 16>{});
-      } else if (per_lane <= 24) {
-        launch(std::integral_constant<int, 24>{});
-      } else if (per_lane <= 32) {
-        launch(std::integral_constant<int, 32>{});
-      } else {
-        launch(std::integral_constant<int, 64>{});
-      }
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        grad_weight = weight_parts.sum(0);
+        if (with_bias) {
+          grad_bias = bias_parts.sum(0);
+        }
+      });
     });
   });
-  grad_weight = weight_parts.sum(0);
-  if (with_bias) {
-    grad_bias = bias_parts.sum(0);
-  }
 }
 
 } // namespace hotloop::models::cuda

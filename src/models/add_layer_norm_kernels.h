@@ -10,9 +10,10 @@
 
 namespace hotloop::models::cuda {
 
-/// The widest row the kernels take (each lane of a warp keeps C / 32
-/// column sums in registers for the weight's and bias's gradients).
-constexpr int64_t kAddLayerNormMaxWidth = 2048;
+/// The widest row the kernels take: each lane of a warp holds C / 32 of a
+/// row's values in registers, and in the backward as many column sums of
+/// the weight's and bias's gradients (GPT-2 124M's 768: 24).
+constexpr int kAddLayerNormMaxWidth = 1024;
 
 /// sum = x + y; out = (sum - mean) * rstd * weight + bias, row by row over
 /// the last dimension; mean and rstd ([rows], float32) for the backward.

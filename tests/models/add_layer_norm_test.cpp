@@ -138,7 +138,7 @@ TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
   }
   const at::Device gpu(at::kCUDA, 0);
   // GPT-2's width, one that is no multiple of 32, and the widest.
-  for (const int64_t width : {768, 100, 2048}) {
+  for (const int64_t width : {768, 100, 1024}) {
     for (const at::ScalarType y_dtype : {at::kFloat, at::kBFloat16}) {
       for (const bool bias : {true, false}) {
         const std::string where = "width " + std::to_string(width) + ", y " +
@@ -178,6 +178,24 @@ TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
   }
 }
 
+TEST(AddLayerNormCuda, WhatTheKernelsDoNotTakeGoesToTheAtenOps) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const at::Device gpu(at::kCUDA, 0);
+  const Operands wide = operands(gpu, 1056, at::kFloat, true);
+  EXPECT_FALSE(
+      add_layer_norm_is_fused(wide.x, wide.y, wide.weight, wide.bias));
+  const Operands o = operands(gpu, 64, at::kFloat, true);
+  EXPECT_FALSE(add_layer_norm_is_fused(
+      o.x.transpose(0, 1), o.y.transpose(0, 1), o.weight, o.bias));
+  EXPECT_FALSE(
+      add_layer_norm_is_fused(o.x.to(at::kDouble), o.y, o.weight, o.bias));
+  const at::Tensor probe = probe_like(wide.x);
+  const Result r = run(wide, true, probe);
+  EXPECT_TRUE(r.sum.equal(wide.x + wide.y));
+}
+
 TEST(AddLayerNormCuda, UnderAutocastTheOutputIsWhatTheNextMatmulReads) {
   if (!has_gpu()) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
@@ -207,30 +225,45 @@ TEST(AddLayerNormCuda, TheGptWithFusedLayerNormTrainsAsWithout) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
   }
   const at::Device gpu(at::kCUDA, 0);
-  std::vector<double> losses;
-  std::vector<std::vector<at::Tensor>> grads;
-  for (const bool fused : {false, true}) {
-    at::manual_seed(1);
-    Gpt model(GptOptions::tiny().fused_layer_norm(fused));
-    model->to(gpu);
-    at::manual_seed(2);
-    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-    const at::Tensor targets =
-        at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-    const at::Tensor loss = model->token_loss(idx, targets);
-    loss.backward();
-    losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->parameters()) {
-      g.push_back(p.grad().cpu());
+  // float32, and bfloat16 autocast as the Trainer's bf16-mixed; with the
+  // LayerNorms' and Linears' biases and without.
+  for (const bool autocast : {false, true}) {
+    for (const bool bias : {true, false}) {
+      const std::string where = std::string(autocast ? "bf16" : "float32") +
+          (bias ? ", bias" : ", no bias");
+      std::vector<double> losses;
+      std::vector<std::vector<at::Tensor>> grads;
+      for (const bool fused : {false, true}) {
+        at::manual_seed(1);
+        Gpt model(GptOptions::tiny().bias(bias).fused_layer_norm(fused));
+        model->to(gpu);
+        at::manual_seed(2);
+        const at::Tensor idx =
+            at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
+        const at::Tensor targets =
+            at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
+        compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
+        compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
+        const at::Tensor loss = model->token_loss(idx, targets);
+        compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
+        at::autocast::clear_cache();
+        loss.backward();
+        losses.push_back(loss.item<double>());
+        std::vector<at::Tensor> g;
+        for (const auto& p : model->parameters()) {
+          g.push_back(p.grad().cpu());
+        }
+        grads.push_back(g);
+      }
+      EXPECT_NEAR(losses[1], losses[0], autocast ? 1e-3 : 1e-5) << where;
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        const double scale = grads[0][i].abs().max().item<double>() + 1e-6;
+        EXPECT_LE(
+            max_difference(grads[1][i], grads[0][i]) / scale,
+            autocast ? 5e-2 : 1e-3)
+            << where << ", parameter " << i;
+      }
     }
-    grads.push_back(g);
-  }
-  EXPECT_NEAR(losses[1], losses[0], 1e-5);
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    const double scale = grads[0][i].abs().max().item<double>() + 1e-6;
-    EXPECT_LE(max_difference(grads[1][i], grads[0][i]) / scale, 1e-3)
-        << "parameter " << i;
   }
 }
 

@@ -13,7 +13,7 @@ namespace hotloop::models {
 ///
 /// With `fused` on a CUDA device (a build with hotloop's CUDA kernels),
 /// float32 `x` and `weight`, `y` of float32, bfloat16 or float16, both
-/// contiguous and C at most 2048, one kernel each way does what takes
+/// contiguous and C at most 1024, one kernel each way does what takes
 /// ATen five (the add, the LayerNorm, the cast for the next matmul; the
 /// LayerNorm's two backward kernels and the residual gradient's add): the
 /// normalized output comes in autocast's dtype where autocast is on (the
