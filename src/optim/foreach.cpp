@@ -610,13 +610,18 @@ void ForeachSGD::prepare_graph_step() {
   for (auto& group : param_groups_) {
     const auto& options =
         static_cast<const torch::optim::SGDOptions&>(group.options());
-    for (const at::Tensor& p : with_gradients(group, "SGD").params) {
-      scalars.add(p, -options.lr());
-      if (options.momentum() == 0) {
-        continue;
-      }
-      // A schedule may cycle it (one-cycle's cycle_momentum).
-      scalars.add(p, options.momentum());
+    const Stepped stepped = with_gradients(group, "SGD");
+    if (stepped.params.empty()) {
+      continue;
+    }
+    // One rate and one momentum (a schedule may cycle it: one-cycle's
+    // cycle_momentum) for the group, which every parameter in it shares.
+    scalars.add(stepped.params.front(), -options.lr());
+    if (options.momentum() == 0) {
+      continue;
+    }
+    scalars.add(stepped.params.front(), options.momentum());
+    for (const at::Tensor& p : stepped.params) {
       // A first step's buffer is its direction, as step() makes it.
       auto& entry = state_[state_key<Key>(p)];
       fresh_.push_back(entry == nullptr);
@@ -642,46 +647,50 @@ void ForeachSGD::graph_step() {
       nullptr,
       "SGD",
       [&](const auto& options, Stepped& stepped) {
+        if (stepped.params.empty()) {
+          return;
+        }
+        // Multi-tensor kernels throughout, the rate and momentum read on
+        // the device (in a captured graph, a kernel a parameter would be
+        // ResNet-18's 62 parameters' worth of launches a step). A factor
+        // on the device is its own multiply before the add, two roundings
+        // where LibTorch's add with a host alpha has one, as PyTorch's
+        // multi-tensor SGD with a tensor rate.
         Tensors steps =
             options.weight_decay() != 0
                 ? at::_foreach_add(
                       stepped.grads, stepped.params, options.weight_decay())
                 : stepped.grads;
-        Tensors rates;
-        Tensors momenta;
-        for (size_t i = 0; i < stepped.params.size(); ++i) {
-          rates.push_back(scalar(index++));
-          if (options.momentum() != 0) {
-            momenta.push_back(scalar(index++));
-          }
-        }
+        const at::Tensor rate = scalar(index++);
         if (options.momentum() != 0) {
+          const at::Tensor momentum = scalar(index++);
           Tensors buffers;
+          Tensors decayed;
+          Tensors decayed_steps;
           for (size_t i = 0; i < stepped.params.size(); ++i) {
             const auto found = state_.find(state_key<Key>(stepped.params[i]));
             TORCH_CHECK(
                 found != state_.end() && buffered < fresh_.size(),
                 "graph_step: a parameter has no state; run "
                 "prepare_graph_step first");
-            at::Tensor& buffer =
+            const at::Tensor& buffer =
                 static_cast<torch::optim::SGDParamState&>(*found->second)
                     .momentum_buffer();
             if (!fresh_[buffered++]) {
-              buffer.mul_(momenta[i]).add_(steps[i], 1 - options.dampening());
+              decayed.push_back(buffer);
+              decayed_steps.push_back(steps[i]);
             }
             buffers.push_back(buffer);
           }
-          if (options.nesterov()) {
-            for (size_t i = 0; i < steps.size(); ++i) {
-              steps[i] = at::addcmul(steps[i], buffers[i], momenta[i]);
-            }
-          } else {
-            steps = buffers;
+          if (!decayed.empty()) {
+            compat::foreach_mul_(decayed, momentum);
+            at::_foreach_add_(decayed, decayed_steps, 1 - options.dampening());
           }
+          steps = options.nesterov()
+              ? at::_foreach_add(steps, compat::foreach_mul(buffers, momentum))
+              : buffers;
         }
-        for (size_t i = 0; i < steps.size(); ++i) {
-          at::Tensor(stepped.params[i]).addcmul_(steps[i], rates[i]);
-        }
+        at::_foreach_add_(stepped.params, compat::foreach_mul(steps, rate));
       });
   // Replays of a captured step find every buffer made.
   std::fill(fresh_.begin(), fresh_.end(), false);

@@ -251,7 +251,8 @@ void expect_graph_steps_match(
     to::Optimizer& mine,
     const std::vector<at::Tensor>& mine_params,
     to::Optimizer& theirs,
-    const std::vector<at::Tensor>& their_params) {
+    const std::vector<at::Tensor>& their_params,
+    double rtol = 1e-6) {
   auto& graph = dynamic_cast<GraphStep&>(mine);
   const void* storage = nullptr;
   at::manual_seed(8);
@@ -269,7 +270,7 @@ void expect_graph_steps_match(
       EXPECT_EQ(graph.graph_scalars().data_ptr(), storage) << "step " << step;
     }
     for (size_t i = 0; i < mine_params.size(); ++i) {
-      EXPECT_TRUE(at::allclose(mine_params[i], their_params[i], 1e-6, 1e-7))
+      EXPECT_TRUE(at::allclose(mine_params[i], their_params[i], rtol, 1e-7))
           << "parameter " << i << " after step " << step << ": differs by "
           << (mine_params[i] - their_params[i]).abs().max().item<double>();
     }
@@ -289,7 +290,10 @@ TEST(GraphStep, SgdMatchesLibTorchsStepWithTheRateOnTheDevice) {
     ForeachSGD mine(groups(a, first, second), to::SGDOptions(0.1));
     to::SGD theirs(groups(b, first, second), to::SGDOptions(0.1));
     SCOPED_TRACE(nesterov ? "nesterov" : "plain momentum");
-    expect_graph_steps_match(mine, a, theirs, b);
+    // The graph step multiplies by the device's rate and momentum before
+    // adding (multi-tensor kernels): a rounding more per product than
+    // LibTorch's add with alpha, a few float32 ulps after six steps.
+    expect_graph_steps_match(mine, a, theirs, b, 1e-5);
   }
   auto a = parameters(12);
   auto b = parameters(12);
@@ -297,7 +301,7 @@ TEST(GraphStep, SgdMatchesLibTorchsStepWithTheRateOnTheDevice) {
   ForeachSGD mine(groups(a, plain, plain), plain);
   to::SGD theirs(groups(b, plain, plain), plain);
   SCOPED_TRACE("no momentum");
-  expect_graph_steps_match(mine, a, theirs, b);
+  expect_graph_steps_match(mine, a, theirs, b, 1e-5);
 }
 
 TEST(GraphStep, AdamAndAdamWMatchLibTorchsStepsWithBiasCorrectionsOnTheDevice) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 /// LibTorch's version as one comparable number: 1.13 -> 113, 2.4 -> 204.
 #define HOTLOOP_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
@@ -33,12 +34,44 @@
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 #endif
+#if HOTLOOP_TORCH_VERSION >= 202
+#include <ATen/ops/_foreach_mul.h>
+#endif
 #if HOTLOOP_TORCH_VERSION < 200
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/ones.h>
 #endif
 
 namespace hotloop::compat {
+
+/// Every tensor of `list` times the 0-dim tensor `scalar`, in place: one
+/// multi-tensor kernel from LibTorch 2.2 on (`_foreach_mul_`'s Tensor
+/// overload, which reads the factor on the device, as a captured CUDA
+/// graph needs), a kernel per tensor before.
+inline void foreach_mul_(at::TensorList list, const at::Tensor& scalar) {
+#if HOTLOOP_TORCH_VERSION >= 202
+  at::_foreach_mul_(list, scalar);
+#else
+  for (const at::Tensor& t : list) {
+    at::Tensor(t).mul_(scalar);
+  }
+#endif
+}
+
+/// foreach_mul_'s out-of-place form.
+inline std::vector<at::Tensor> foreach_mul(
+    at::TensorList list, const at::Tensor& scalar) {
+#if HOTLOOP_TORCH_VERSION >= 202
+  return at::_foreach_mul(list, scalar);
+#else
+  std::vector<at::Tensor> out;
+  out.reserve(list.size());
+  for (const at::Tensor& t : list) {
+    out.push_back(t.mul(scalar));
+  }
+  return out;
+#endif
+}
 
 /// Drops every gradient of `optimizer`'s parameters (PyTorch's
 /// `zero_grad(set_to_none=True)`): the next backward writes fresh gradient
