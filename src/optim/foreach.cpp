@@ -606,35 +606,33 @@ void ForeachSGD::prepare_graph_step() {
   using Key = std::decay_t<decltype(state_)>::key_type;
   GraphScalars scalars;
   fresh_.clear();
-  at::NoGradGuard no_grad;
-  for (auto& group : param_groups_) {
-    const auto& options =
-        static_cast<const torch::optim::SGDOptions&>(group.options());
-    const Stepped stepped = with_gradients(group, "SGD");
-    if (stepped.params.empty()) {
-      continue;
-    }
-    // One rate and one momentum (a schedule may cycle it: one-cycle's
-    // cycle_momentum) for the group, which every parameter in it shares.
-    scalars.add(stepped.params.front(), -options.lr());
-    if (options.momentum() == 0) {
-      continue;
-    }
-    scalars.add(stepped.params.front(), options.momentum());
-    for (const at::Tensor& p : stepped.params) {
-      // A first step's buffer is its direction, as step() makes it.
-      auto& entry = state_[state_key<Key>(p)];
-      fresh_.push_back(entry == nullptr);
-      if (entry == nullptr) {
-        auto state = std::make_unique<torch::optim::SGDParamState>();
-        state->momentum_buffer(
-            options.weight_decay() != 0
-                ? at::add(p.grad(), p, options.weight_decay())
-                : torch::clone(p.grad()).detach());
-        entry = std::move(state);
-      }
-    }
-  }
+  step_groups<torch::optim::SGDOptions>(
+      param_groups_,
+      nullptr,
+      "SGD",
+      [&](const auto& options, Stepped& stepped) {
+        // One rate and one momentum (a schedule may cycle it: one-cycle's
+        // cycle_momentum) for the group, which every parameter in it
+        // shares.
+        scalars.add(stepped.params.front(), -options.lr());
+        if (options.momentum() == 0) {
+          return;
+        }
+        scalars.add(stepped.params.front(), options.momentum());
+        for (const at::Tensor& p : stepped.params) {
+          // A first step's buffer is its direction, as step() makes it.
+          auto& entry = state_[state_key<Key>(p)];
+          fresh_.push_back(entry == nullptr);
+          if (entry == nullptr) {
+            auto state = std::make_unique<torch::optim::SGDParamState>();
+            state->momentum_buffer(
+                options.weight_decay() != 0
+                    ? at::add(p.grad(), p, options.weight_decay())
+                    : torch::clone(p.grad()).detach());
+            entry = std::move(state);
+          }
+        }
+      });
   upload(scalars.values, scalars.device);
 }
 
@@ -647,9 +645,6 @@ void ForeachSGD::graph_step() {
       nullptr,
       "SGD",
       [&](const auto& options, Stepped& stepped) {
-        if (stepped.params.empty()) {
-          return;
-        }
         // Multi-tensor kernels throughout, the rate and momentum read on
         // the device (in a captured graph, a kernel a parameter would be
         // ResNet-18's 62 parameters' worth of launches a step). A factor
