@@ -772,22 +772,32 @@ stage_test() {
   return $rc
 }
 
+# The bench/run arguments every run of `workload` gets (the build's
+# hotloop, the Python, the data, its configs and hotloop options from the
+# environment, --dry-run and --quick as this call runs), its JSON going to
+# `json_out`, into the array BENCH_ARGS.
+bench_args() {
+  local workload=$1 json_out=$2
+  BENCH_ARGS=(--suite cuda --workloads "$workload" --hotloop "$BUILD_ABS/hotloop"
+              --python "$PY_REAL" --json-out "$json_out")
+  [[ -n $DATA ]] && BENCH_ARGS+=(--data-root "$DATA")
+  ((CPU)) && BENCH_ARGS+=(--dry-run)
+  ((BENCH_QUICK)) && BENCH_ARGS+=(--quick)
+  local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
+  [[ -n ${!configs:-} ]] && BENCH_ARGS+=(--configs "${!configs}")
+  local option options_var="HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_${workload^^}"
+  for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} ${!options_var:-}; do
+    BENCH_ARGS+=(--hotloop-option "$option")
+  done
+}
+
 bench_stage() {
   local workload=$1 rc=0
-  local args=(--suite cuda --workloads "$workload" --hotloop "$BUILD_ABS/hotloop"
-              --python "$PY_REAL" --json-out "$ART/bench-$workload.json")
-  [[ -n $DATA ]] && args+=(--data-root "$DATA")
-  ((CPU)) && args+=(--dry-run)
-  ((BENCH_QUICK)) && args+=(--quick)
+  bench_args "$workload" "$ART/bench-$workload.json"
+  local args=("${BENCH_ARGS[@]}")
   local impls
   impls=$(bench_impls "$workload")
   [[ -n $impls ]] && args+=(--impls "$impls")
-  local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
-  [[ -n ${!configs:-} ]] && args+=(--configs "${!configs}")
-  local option options_var="HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_${workload^^}"
-  for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} ${!options_var:-}; do
-    args+=(--hotloop-option "$option")
-  done
   if ((TRACES)); then
     mkdir -p "$ART/traces"
     args+=(--traces "$ART/traces")
@@ -833,16 +843,10 @@ stage_levers() {
       echo "levers: stopped before '${lever:-defaults}': $(left) s left"
       break
     fi
-    args=(--suite cuda --workloads "$workload" --impls hotloop --hotloop "$BUILD_ABS/hotloop"
-          --python "$PY_REAL" --json-out "$ART/levers/$i.json")
-    [[ -n $DATA ]] && args+=(--data-root "$DATA")
-    local configs="HOTLOOP_GPU_BENCH_CONFIGS_${workload^^}"
-    [[ -n ${!configs:-} ]] && args+=(--configs "${!configs}")
-    ((CPU)) && args+=(--dry-run)
-    ((BENCH_QUICK)) && args+=(--quick)
+    bench_args "$workload" "$ART/levers/$i.json"
+    args=("${BENCH_ARGS[@]}" --impls hotloop)
     local option
-    local options_var="HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_${workload^^}"
-    for option in ${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS:-} ${!options_var:-} $lever; do
+    for option in $lever; do
       args+=(--hotloop-option "$option")
     done
     echo "\$ $PY_REAL bench/run ${args[*]}"
