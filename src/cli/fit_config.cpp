@@ -491,9 +491,10 @@ ConfigSchema make_schema() {
   s.add(
       opt("trainer.histogram_every_n_epochs",
           T::kInt,
-          "1",
+          "0",
           "TensorBoard: weight histograms at the end of every n-th epoch and "
-          "gradient histograms at its first optimizer step; 0: none",
+          "gradient histograms at its first optimizer step; 0: none (they "
+          "cost the step they land in)",
           0));
   s.add(
       opt("trainer.log_images",

@@ -656,20 +656,27 @@ TEST(Cli, TensorBoardsHistogramsAndImagesAreOptions) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
   const fs::path runs = fs::path(dir.file("runs")) / "fashion_mnist";
+  // The defaults: scalars and the input grid, no histograms.
   Result r = run_cli(small_fit(dir, {"--trainer.max_epochs=1"}));
   ASSERT_EQ(r.code, 0) << r.err;
   std::string events = event_file_bytes(runs / "version_0");
   EXPECT_THAT(events, HasSubstr("val_acc"));
+  EXPECT_THAT(events, HasSubstr("train/input_samples"));
+  EXPECT_THAT(events, Not(HasSubstr("gradients/")));
+  EXPECT_THAT(events, Not(HasSubstr("weights/")));
+  r = run_cli(small_fit(
+      dir, {"--trainer.max_epochs=1", "--trainer.histogram_every_n_epochs=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  events = event_file_bytes(runs / "version_1");
   EXPECT_THAT(events, HasSubstr("gradients/network.features.0.weight"));
   EXPECT_THAT(events, HasSubstr("weights/network.features.0.weight"));
-  EXPECT_THAT(events, HasSubstr("train/input_samples"));
   r = run_cli(small_fit(
       dir,
       {"--trainer.max_epochs=1",
        "--trainer.histogram_every_n_epochs=0",
        "--trainer.log_images=false"}));
   ASSERT_EQ(r.code, 0) << r.err;
-  events = event_file_bytes(runs / "version_1");
+  events = event_file_bytes(runs / "version_2");
   EXPECT_THAT(events, HasSubstr("val_acc")); // the scalars stay
   EXPECT_THAT(events, Not(HasSubstr("gradients/")));
   EXPECT_THAT(events, Not(HasSubstr("weights/")));
@@ -678,7 +685,7 @@ TEST(Cli, TensorBoardsHistogramsAndImagesAreOptions) {
   r = run_cli(small_fit(
       dir, {"--trainer.max_epochs=1", "--trainer.histogram_every_n_epochs=2"}));
   ASSERT_EQ(r.code, 0) << r.err;
-  events = event_file_bytes(runs / "version_2");
+  events = event_file_bytes(runs / "version_3");
   EXPECT_THAT(events, Not(HasSubstr("gradients/")));
   EXPECT_THAT(events, HasSubstr("train/input_samples"));
   r = run_cli(small_fit(dir, {"--trainer.histogram_every_n_epochs=-1"}));

@@ -999,7 +999,9 @@ class FirstGradient : public train::Callback {
 };
 
 FitRun write_fit_run(const std::string& dir) {
-  auto logger = std::make_shared<TensorBoardLogger>(dir);
+  log::TensorBoardLoggerOptions every_epoch;
+  every_epoch.histogram_every_n_epochs = 1;
+  auto logger = std::make_shared<TensorBoardLogger>(dir, every_epoch);
   auto module = train::make_module(0);
   data::DataLoader train_loader(
       train::quadrants(64, 1), data::DataLoaderOptions(16).shuffle(true));

@@ -1419,7 +1419,10 @@ TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
   // TensorBoard one is also a callback (histograms, the input grid).
   hotloop::testing::TempDir logs;
   auto csv = std::make_shared<log::CsvLogger>(logs.file("csv"));
-  auto tensorboard = std::make_shared<log::TensorBoardLogger>(logs.file("tb"));
+  log::TensorBoardLoggerOptions everything;
+  everything.histogram_every_n_epochs = 1;
+  auto tensorboard =
+      std::make_shared<log::TensorBoardLogger>(logs.file("tb"), everything);
   auto module = make_module(0);
   auto train = train_loader();
   Trainer trainer(

@@ -2,6 +2,7 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
+#include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/mlp.h"
 #include "hotloop/train/classifier.h"
@@ -115,6 +116,11 @@ TEST_F(TrainerTest, ANonFiniteLossStopsTheFitNamingTheStepOrSkipsIt) {
     // ignore trains on; the NaN weights then reach no histogram error.
     OnStepClassifier module(std::move(*make_module(0)), 5, make_nan);
     Trainer trainer(options().max_epochs(1).on_nonfinite_loss("ignore"));
+    log::TensorBoardLoggerOptions histograms;
+    histograms.histogram_every_n_epochs = 1;
+    auto tensorboard = std::make_shared<log::TensorBoardLogger>(
+        (fs::path(dir_.path()) / "tb").string(), histograms);
+    trainer.add_logger(tensorboard).add_callback(tensorboard);
     const FitResult result = trainer.fit(module, train, &val_loader_);
     EXPECT_EQ(result.steps, 8);
     EXPECT_FALSE(all_finite(module));

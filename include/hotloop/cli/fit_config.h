@@ -141,7 +141,7 @@ struct FitConfig {
   bool logger = true;
   /// trainer.histogram_every_n_epochs and trainer.log_images: what the
   /// TensorBoard logger records besides the scalars.
-  int64_t histogram_every_n_epochs = 1;
+  int64_t histogram_every_n_epochs = 0;
   bool log_images = true;
   /// The lr_monitor section.
   bool lr_monitor = true;
