@@ -9,6 +9,7 @@
 #include "hotloop/log/model_summary.h"
 #include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/detail/fit_loop.h"
 #include "hotloop/train/device.h"
@@ -540,17 +541,8 @@ log::ModelSummary Trainer::summarize(
   } catch (const std::exception&) {
     example = at::Tensor();
   }
-  // One sample is no shape to tune convolutions for: cuDNN's benchmark
-  // would time every algorithm of every layer for it.
-  struct BenchmarkOff {
-    const bool was = at::globalContext().benchmarkCuDNN();
-    BenchmarkOff() {
-      at::globalContext().setBenchmarkCuDNN(false);
-    }
-    ~BenchmarkOff() {
-      at::globalContext().setBenchmarkCuDNN(was);
-    }
-  } benchmark_off;
+  // One sample is no shape to tune convolutions for.
+  const detail::CudnnBenchmarkOff one_off;
   return log::summarize_model(
       module, /*max_depth=*/3, example, [&](const at::Tensor& input) {
         return module.predict_step(data::Batch{input, at::Tensor()}, 0);

@@ -132,6 +132,66 @@ TEST_F(TrainerTest, ANonFiniteLossStopsTheFitNamingTheStepOrSkipsIt) {
           "'skip'")));
 }
 
+// Whether cuDNN's benchmark mode was on in each training and evaluation
+// step, with the batch's size.
+class BenchmarkRecorder : public ImageClassifier {
+ public:
+  using Seen = std::vector<std::pair<int64_t, bool>>;
+  explicit BenchmarkRecorder(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {}
+  at::Tensor training_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    trained.emplace_back(batch.size(), at::globalContext().benchmarkCuDNN());
+    return ImageClassifier::training_step(batch, batch_idx, metrics);
+  }
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    validated.emplace_back(
+        batch.size(), at::globalContext().benchmarkCuDNN());
+    ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+  Seen trained;
+  Seen validated;
+};
+
+TEST_F(TrainerTest, CudnnBenchmarksTheLoadersBatchShapeButNotALastSmallerOne) {
+  using Seen = BenchmarkRecorder::Seen;
+  // 40 samples in batches of 16 and 20 in batches of 8: each epoch ends with
+  // a shape met once, which cuDNN's benchmark would time every algorithm
+  // of every convolution for.
+  data::DataLoader train(quadrants(40, 1), data::DataLoaderOptions(16));
+  data::DataLoader val(quadrants(20, 2), data::DataLoaderOptions(8));
+  {
+    BenchmarkRecorder module(std::move(*make_module(0)));
+    Trainer trainer(options().max_epochs(1).num_sanity_val_steps(1));
+    trainer.fit(module, train, &val);
+    EXPECT_EQ(module.trained, (Seen{{16, true}, {16, true}, {8, false}}));
+    // The sanity check's batch, then the epoch's validation.
+    EXPECT_EQ(
+        module.validated,
+        (Seen{{8, true}, {8, true}, {8, true}, {4, false}}));
+    EXPECT_TRUE(at::globalContext().benchmarkCuDNN()); // back on after
+  }
+  {
+    // drop_last leaves no short batch; trainer.benchmark=false none tuned.
+    data::DataLoader whole(
+        quadrants(40, 1), data::DataLoaderOptions(16).drop_last(true));
+    BenchmarkRecorder module(std::move(*make_module(0)));
+    Trainer(options().max_epochs(1).num_sanity_val_steps(0))
+        .fit(module, whole, &val);
+    EXPECT_EQ(module.trained, (Seen{{16, true}, {16, true}}));
+    BenchmarkRecorder off(std::move(*make_module(0)));
+    Trainer(options().max_epochs(1).benchmark(false).num_sanity_val_steps(0))
+        .fit(off, train, &val);
+    EXPECT_EQ(off.trained, (Seen{{16, false}, {16, false}, {8, false}}));
+    EXPECT_EQ(off.validated, (Seen{{8, false}, {8, false}, {4, false}}));
+  }
+}
+
 // Lightning's logger=True: a library fit's run folder can be reported.
 struct CountingLogger : log::Logger {
   void log_metrics(const std::map<std::string, double>&, int64_t) override {

@@ -1,6 +1,7 @@
 #include "hotloop/train/detail/evaluation_loop.h"
 
 #include "hotloop/compress/parametrization.h"
+#include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -52,6 +53,7 @@ void EvaluationLoop::for_each_batch(
     for (auto it = loader.begin(); it != loader.end() && batch_idx < batches;
          ++it, ++batch_idx) {
       const data::Batch batch = trainer_.prepare_batch(precision_, *it);
+      const CudnnBenchmarkOff one_off(is_short_batch(batch, loader));
       const AutocastGuard autocast = precision_.autocast();
       step(batch, batch_idx);
     }

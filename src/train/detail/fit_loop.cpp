@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/strategy.h"
@@ -458,6 +459,9 @@ bool FitLoop::run_epoch(int64_t epoch) {
         c.on_train_batch_start(trainer, module_, batch, batch_idx);
       });
     }
+    // An epoch's last, smaller batch is a shape met once: cuDNN's benchmark
+    // of every convolution would not pay for itself.
+    const CudnnBenchmarkOff one_off(is_short_batch(batch, *train_));
     const at::Tensor loss = step_->run(batch, batch_idx, last, metrics);
     progress.epoch_batches = ++batch_idx;
 
