@@ -40,6 +40,7 @@ void write_summary(
       {"asynchronous", profile.asynchronous},
       {"validation", profile.validation},
       {"setup_s", profile.setup},
+      {"setup_parts", profile.setup_parts},
       {"warmup_s", profile.warmup_seconds},
       {"steps", profile.steps},
       {"samples_per_s", profile.samples_per_s()},

@@ -188,8 +188,19 @@ class FirstStep(unittest.TestCase):
         text = run.profile_text({"phases": {"forward": 1.0},
                                  "setup_s": 0.25, "warmup_s": 11.5,
                                  "first_step": {"logging": 9.0}})
-        self.assertIn("the first 10 steps 11.50 s; the first step 9.00 s "
+        self.assertIn("set-up before the first step 0.25 s, the first 10 "
+                      "steps 11.50 s; the first step 9.00 s "
                       "(logging 9.00 s)", text)
+        # The set-up's parts, largest first, where summary.json has them.
+        text = run.profile_text({"phases": {"forward": 1.0},
+                                 "setup_s": 2.42, "warmup_s": 2.54,
+                                 "setup_parts": {"callbacks": 0.1,
+                                                 "strategy": 0.01,
+                                                 "sanity_check": 1.9,
+                                                 "model_summary": 0.41}})
+        self.assertIn("set-up before the first step 2.42 s (sanity check "
+                      "1.90 s, model summary 0.41 s, callbacks 0.10 s), the "
+                      "first 10 steps 2.54 s", text)
 
 
 class Traces(unittest.TestCase):

@@ -263,6 +263,19 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
   // The set-up comes before the first step, and the steps after it.
   EXPECT_GT(result.profile.setup, 0);
   EXPECT_LT(result.profile.setup + result.profile.step_seconds(), result.wall_s);
+  // Its parts add up to it (no checkpoint was restored; the fixture runs
+  // no sanity check).
+  double parts = 0;
+  std::set<std::string> names;
+  for (const auto& [name, seconds] : result.profile.setup_parts) {
+    names.insert(name);
+    parts += seconds;
+  }
+  EXPECT_EQ(
+      names,
+      (std::set<std::string>{"callbacks", "model_summary", "strategy"}));
+  EXPECT_LE(parts, result.profile.setup);
+  EXPECT_GT(parts, 0.99 * result.profile.setup - 1e-4);
   EXPECT_EQ(trainer.model_summary().total_params(), [&] {
     int64_t n = 0;
     for (const auto& p : make_module(0)->parameters()) {
@@ -288,6 +301,8 @@ TEST_F(CallbackTest, HyperparametersReachTheLoggersWithTheFinalMetrics) {
       3 * forward_flops * (256 / result.profile.step_seconds()));
   EXPECT_GT(summary.at("peak_flops").get<double>(), 0);
   EXPECT_DOUBLE_EQ(summary.at("setup_s").get<double>(), result.profile.setup);
+  using Parts = std::map<std::string, double>;
+  EXPECT_EQ(summary.at("setup_parts").get<Parts>(), result.profile.setup_parts);
   EXPECT_DOUBLE_EQ(
       summary.at("warmup_s").get<double>(), result.profile.warmup_seconds);
   EXPECT_DOUBLE_EQ(
@@ -888,6 +903,29 @@ TEST_F(CallbackTest, HooksInsideTheStepCountAsLoggingTime) {
   EXPECT_THAT(
       nlohmann::json::parse(in).at("profile").at("verdict").get<std::string>(),
       ::testing::StartsWith("logging-bound: "));
+}
+
+// Takes its time before the first step, in its setup.
+class SlowSetUp : public Callback {
+ public:
+  void setup(Trainer&, Module&) override {
+    std::this_thread::sleep_for(kHookSleep);
+  }
+};
+
+TEST_F(CallbackTest, TheSetUpsPartsSayWhereItsTimeWent) {
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1).num_sanity_val_steps(1));
+  trainer.add_callback(std::make_shared<SlowSetUp>());
+  const StepProfile& profile =
+      trainer.fit(*make_module(0), train, &val_loader_).profile;
+  const double sleep = std::chrono::duration<double>(kHookSleep).count();
+  EXPECT_GE(profile.setup_parts.at("callbacks"), sleep);
+  EXPECT_LT(profile.setup_parts.at("model_summary"), sleep);
+  EXPECT_LT(profile.setup_parts.at("strategy"), sleep);
+  EXPECT_GT(profile.setup_parts.at("sanity_check"), 0);
+  EXPECT_LT(profile.setup_parts.at("sanity_check"), sleep);
+  EXPECT_EQ(profile.setup_parts.count("checkpoint"), 0u); // none restored
 }
 
 TEST_F(CallbackTest, EveryHundredthStepIsTimedWithTheDeviceSynchronised) {

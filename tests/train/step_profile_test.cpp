@@ -171,6 +171,24 @@ TEST(StepProfile, RatesComeFromStepTimeOnly) {
                 "validation 100.0 s; 0.60 GFLOP/s achieved"));
 }
 
+TEST(StepProfile, TheSetUpAndTheFirstStepShowTheirLargestParts) {
+  StepProfile p = profile(1, 0, 2, 2, 0, 0);
+  p.setup = 2.42;
+  p.setup_parts = {
+      {"callbacks", 0.10},
+      {"strategy", 0.01},
+      {"sanity_check", 1.90},
+      {"model_summary", 0.41}};
+  p.first_step = {{"forward", 2.22}, {"logging", 0.16}, {"data", 0.01}};
+  std::ostringstream out;
+  p.print(out, ProfileContext{});
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("; set-up 2.42 s (sanity check 1.90 s, model summary 0.41 s, "
+                "callbacks 0.10 s); the first step 2.39 s (forward 2.22 s, "
+                "logging 0.16 s, data 0.01 s)"));
+}
+
 TEST(StepProfile, OnAnAsynchronousDeviceSharesComeFromTheSyncedSteps) {
   // Host times say the optimizer took the time (where the host waited);
   // the synced steps say forward and backward did.

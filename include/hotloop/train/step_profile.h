@@ -69,6 +69,12 @@ struct StepProfile {
   /// summary (on a GPU also their first kernels and cuDNN's first
   /// algorithm choices).
   double setup = 0;
+  /// `setup` by part, each timed to the end of its device work (they add
+  /// up to it): "callbacks" (the loggers' files, callbacks' setup and
+  /// on_fit_start), "checkpoint" (a resumed fit's), "strategy" (the
+  /// step's state; data parallelism's first broadcast), "sanity_check",
+  /// "model_summary" (and printing it).
+  std::map<std::string, double> setup_parts;
   int64_t samples = 0;
   int64_t steps = 0;
   /// Seconds from this process's start (the kernel's record of it) to the

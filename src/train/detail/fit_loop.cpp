@@ -4,6 +4,7 @@
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/evaluation_loop.h"
+#include "hotloop/train/device.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -267,6 +268,15 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   // time-to-accuracy clock starts (bench/python_train.py's too): a GPU's
   // context is made before it.
   start_ = Clock::now();
+  // The set-up's parts, each timed to the end of its device work.
+  Clock::time_point part_start = start_;
+  const auto part_done = [&](const char* name) {
+    synchronize_device(trainer.device());
+    const Clock::time_point now = Clock::now();
+    profile_.setup_parts[name] +=
+        std::chrono::duration<double>(now - part_start).count();
+    part_start = now;
+  };
 
   trainer.progress_ = TrainingProgress{};
   trainer.current_epoch_ = 0;
@@ -278,8 +288,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   const std::string& run_dir = trainer.log_dir(ckpt_path);
   trainer.prepare_callbacks(run_dir);
   trainer.each_callback([&](Callback& c) { c.setup(trainer, module_); });
+  part_done("callbacks");
   if (!ckpt_path.empty()) {
     restore(ckpt_path);
+    part_done("checkpoint");
   }
   // After every change to the parameters (device, memory format, dtype,
   // a checkpoint's values: loading replaces their storage, which would
@@ -308,6 +320,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   if (options.handle_signals()) {
     signals_.emplace();
   }
+  part_done("strategy");
   {
     // Neither the sanity check nor the summary may move the generators:
     // training starts from the seeded (or restored) state either way.
@@ -327,6 +340,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       }
       validation_names_known_ = true;
       trainer.sanity_checking_ = false;
+      part_done("sanity_check");
     }
     trainer.model_summary_ = trainer.summarize(module_, *train_, *precision_);
     set_rng_states(rng);
@@ -334,10 +348,12 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   if (trainer.shows_progress()) {
     trainer.model_summary_.print(trainer.out_);
   }
+  part_done("model_summary");
   profile_.flops_per_sample = 3 * module_.flops_per_sample();
   profile_.asynchronous = !trainer.device().is_cpu();
   profile_.data_parallel = strategy.world_size() > 1;
   trainer.each_callback([&](Callback& c) { c.on_fit_start(trainer, module_); });
+  part_done("callbacks");
   profile_.setup = seconds_since(start_);
 }
 
