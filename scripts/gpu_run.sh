@@ -101,10 +101,14 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # is not measured yet (model.fused_layer_norm, alone and with whole-step
 # CUDA graphs); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
 # LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
-# measure them again. Another workload's default is its CUDA graphs.
+# measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
+# is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
+# algorithm searches against a 200-batch run), alone and together; the
+# CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
 LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_layer_norm=true trainer.cuda_graphs=true"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
-LEVERS_DEFAULT_OTHER="trainer.cuda_graphs=true"
+LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false"
+LEVERS_DEFAULT_CNN="trainer.benchmark=false"
 LEVER_NEEDS=30  # one untraced GPT-2 run of hotloop (the H200: 15-25 s)
 # Seconds a stage needs to be started: what a GPU machine took, or for a
 # stage not yet run there an estimate (docs/GPU.md). build is resumable
@@ -826,14 +830,14 @@ stage_ablation() {
   return $rc
 }
 
-# GPT-2's levers, each measured on its own against the defaults in the same
+# One workload's levers, each measured on its own against the defaults in the same
 # call: one bench/run of hotloop per lever (untraced), as long as the
 # deadline leaves a run's time; levers.txt is the table.
 stage_levers() {
   local levers=() lever i=0 rc=0 args
   local workload=${HOTLOOP_GPU_LEVERS_WORKLOAD:-gpt2}
-  local defaults=$LEVERS_DEFAULT_OTHER
-  [[ $workload == gpt2 ]] && defaults=$LEVERS_DEFAULT_GPT2
+  local defaults_var="LEVERS_DEFAULT_${workload^^}"
+  local defaults=${!defaults_var:-}
   IFS=';' read -r -a levers <<<"${HOTLOOP_GPU_LEVERS:-$defaults}"
   levers=("" "${levers[@]}")
   rm -rf "$ART/levers" "$ART/levers.txt"
