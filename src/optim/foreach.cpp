@@ -105,17 +105,16 @@ State& adam_state(
 // The moments' update on every parameter of a group at once; returns the
 // second moments the update divides by (their running maximum under
 // amsgrad).
-// With `beta1` (and `one_minus_beta1`), 0-dim device tensors per parameter,
-// the first moment's decay is read from them (a graph step: a schedule may
-// cycle beta1); otherwise from the options.
+// With `beta1` (and `one_minus_beta1`), 0-dim device tensors, the first
+// moment's decay is read from them (a graph step: a schedule may cycle
+// beta1); otherwise from the options.
 template <typename State, typename Options>
 Tensors update_moments(
     const Options& options,
     const std::vector<State*>& stepped,
     const Tensors& grads,
-    const Tensors* beta1s = nullptr,
-    const Tensors* one_minus_beta1s = nullptr) {
-  const double beta1 = std::get<0>(options.betas());
+    const at::Tensor* beta1 = nullptr,
+    const at::Tensor* one_minus_beta1 = nullptr) {
   const double beta2 = std::get<1>(options.betas());
   Tensors exp_avgs;
   Tensors exp_avg_sqs;
@@ -123,13 +122,13 @@ Tensors update_moments(
     exp_avgs.push_back(state->exp_avg());
     exp_avg_sqs.push_back(state->exp_avg_sq());
   }
-  if (beta1s != nullptr) {
-    for (size_t i = 0; i < exp_avgs.size(); ++i) {
-      exp_avgs[i].mul_((*beta1s)[i]).addcmul_(grads[i], (*one_minus_beta1s)[i]);
-    }
+  if (beta1 != nullptr) {
+    compat::foreach_mul_(exp_avgs, *beta1);
+    at::_foreach_add_(exp_avgs, compat::foreach_mul(grads, *one_minus_beta1));
   } else {
-    at::_foreach_mul_(exp_avgs, beta1);
-    at::_foreach_add_(exp_avgs, grads, 1 - beta1);
+    const double decay = std::get<0>(options.betas());
+    at::_foreach_mul_(exp_avgs, decay);
+    at::_foreach_add_(exp_avgs, grads, 1 - decay);
   }
   at::_foreach_mul_(exp_avg_sqs, beta2);
   at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
@@ -188,10 +187,34 @@ struct GraphScalars {
   }
 };
 
-// Adam's and AdamW's graph-step scalars of every parameter with a gradient,
-// its step count advanced to t: [1 - lr * weight_decay (AdamW only)],
-// -lr / (1 - beta1^t), sqrt(1 - beta2^t), beta1, 1 - beta1. beta2 and eps
-// are read when the step is captured.
+// A param group's stepped parameters (their states) by step count, in the
+// order the counts first appear: Adam's bias corrections depend on t, so
+// the parameters of one count share one set of graph-step scalars. A
+// group's parameters step together, so that is normally one set; one
+// whose first gradient came later has a count of its own.
+template <typename State>
+std::vector<std::vector<size_t>> by_step_count(
+    const std::vector<State*>& states) {
+  std::vector<int64_t> counts;
+  std::vector<std::vector<size_t>> runs;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const int64_t t = states[i]->step();
+    const auto found = std::find(counts.begin(), counts.end(), t);
+    if (found == counts.end()) {
+      counts.push_back(t);
+      runs.push_back({i});
+    } else {
+      runs[found - counts.begin()].push_back(i);
+    }
+  }
+  return runs;
+}
+
+// Adam's and AdamW's graph-step scalars: every parameter with a gradient
+// gets its step count advanced, then each param group's parameters of one
+// step count t (by_step_count) share [1 - lr * weight_decay (AdamW only)],
+// -lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t), beta1, 1 - beta1. beta2 and
+// eps are read when the step is captured.
 template <typename State, typename Options, typename StateMap>
 GraphScalars adam_prepare(
     StateMap& states,
@@ -204,15 +227,21 @@ GraphScalars adam_prepare(
     const auto& options = static_cast<const Options&>(group.options());
     const double beta1 = std::get<0>(options.betas());
     const double beta2 = std::get<1>(options.betas());
-    for (const at::Tensor& p : with_gradients(group, optimizer).params) {
+    const Stepped stepped = with_gradients(group, optimizer);
+    std::vector<State*> states_of;
+    for (const at::Tensor& p : stepped.params) {
       State& state = adam_state<State>(states, options, p);
       state.step(state.step() + 1);
-      const auto t = static_cast<double>(state.step());
+      states_of.push_back(&state);
+    }
+    for (const auto& run : by_step_count(states_of)) {
+      const at::Tensor& p = stepped.params[run.front()];
+      const auto t = static_cast<double>(states_of[run.front()]->step());
       if (decoupled) {
         scalars.add(p, 1 - options.lr() * options.weight_decay());
       }
       scalars.add(p, -options.lr() / (1 - std::pow(beta1, t)));
-      scalars.add(p, std::sqrt(1 - std::pow(beta2, t)));
+      scalars.add(p, 1 / std::sqrt(1 - std::pow(beta2, t)));
       // A schedule may cycle beta1 (one-cycle's cycle_momentum).
       scalars.add(p, beta1);
       scalars.add(p, 1 - beta1);
@@ -222,7 +251,12 @@ GraphScalars adam_prepare(
 }
 
 // Adam's and AdamW's update with adam_prepare's scalars, which `next` hands
-// out in turn: only the multiplications by them are per parameter.
+// out in turn: multi-tensor kernels for each step count's parameters, the
+// scalars read on the device (in a captured graph a kernel a parameter
+// would be a model's parameter count of launches a step). A factor on the
+// device is its own multiply, a rounding more than LibTorch's step has
+// where it adds with a host alpha or divides, as PyTorch's capturable
+// multi-tensor Adam.
 template <typename State, typename Options, typename StateMap, typename Next>
 void adam_graph_update(
     StateMap& states,
@@ -232,41 +266,41 @@ void adam_graph_update(
     const Next& next) {
   using Key = typename StateMap::key_type;
   std::vector<State*> states_of;
-  Tensors step_sizes;
-  Tensors root_corrections;
-  Tensors beta1s;
-  Tensors one_minus_beta1s;
   for (const at::Tensor& p : stepped.params) {
     const auto found = states.find(state_key<Key>(p));
     TORCH_CHECK(
         found != states.end() && found->second != nullptr,
         "graph_step: a parameter has no state; run prepare_graph_step first");
     states_of.push_back(static_cast<State*>(found->second.get()));
-    if (decoupled) {
-      at::Tensor(p).mul_(next());
+  }
+  for (const auto& run : by_step_count(states_of)) {
+    Tensors params;
+    Tensors grads;
+    Tensors exp_avgs;
+    std::vector<State*> run_states;
+    for (const size_t i : run) {
+      params.push_back(stepped.params[i]);
+      grads.push_back(stepped.grads[i]);
+      exp_avgs.push_back(states_of[i]->exp_avg());
+      run_states.push_back(states_of[i]);
     }
-    step_sizes.push_back(next());
-    root_corrections.push_back(next());
-    beta1s.push_back(next());
-    one_minus_beta1s.push_back(next());
-  }
-  Tensors exp_avgs;
-  for (State* state : states_of) {
-    exp_avgs.push_back(state->exp_avg());
-  }
-  Tensors grads = stepped.grads;
-  if (!decoupled && options.weight_decay() != 0) {
-    grads = at::_foreach_add(grads, stepped.params, options.weight_decay());
-  }
-  Tensors denom = at::_foreach_sqrt(
-      update_moments(options, states_of, grads, &beta1s, &one_minus_beta1s));
-  for (size_t i = 0; i < denom.size(); ++i) {
-    denom[i].div_(root_corrections[i]);
-  }
-  at::_foreach_add_(denom, options.eps());
-  const Tensors ratio = at::_foreach_div(exp_avgs, denom);
-  for (size_t i = 0; i < ratio.size(); ++i) {
-    at::Tensor(stepped.params[i]).addcmul_(ratio[i], step_sizes[i]);
+    if (decoupled) {
+      compat::foreach_mul_(params, next());
+    }
+    const at::Tensor step_size = next();
+    const at::Tensor root_correction = next();
+    const at::Tensor beta1 = next();
+    const at::Tensor one_minus_beta1 = next();
+    if (!decoupled && options.weight_decay() != 0) {
+      grads = at::_foreach_add(grads, params, options.weight_decay());
+    }
+    Tensors denom = at::_foreach_sqrt(update_moments(
+        options, run_states, grads, &beta1, &one_minus_beta1));
+    compat::foreach_mul_(denom, root_correction);
+    at::_foreach_add_(denom, options.eps());
+    Tensors ratio = at::_foreach_div(exp_avgs, denom);
+    compat::foreach_mul_(ratio, step_size);
+    at::_foreach_add_(params, ratio);
   }
 }
 

@@ -317,6 +317,10 @@ TEST(GraphStep, AdamAndAdamWMatchLibTorchsStepsWithBiasCorrectionsOnTheDevice) {
     ForeachAdam mine(groups(a, adam, to::AdamOptions(0.02)), adam);
     to::Adam theirs(groups(b, adam, to::AdamOptions(0.02)), adam);
     expect_graph_steps_match(mine, a, theirs, b);
+    // One set of scalars (step size, root correction, beta1, 1 - beta1)
+    // per group and step count, not per parameter: each group has two
+    // counts (parameter 1 skipped step 2, parameter 4 began at step 3).
+    EXPECT_EQ(mine.graph_scalars().numel(), 2 * 2 * 4);
 
     auto c = parameters(14);
     auto d = parameters(14);
@@ -326,6 +330,7 @@ TEST(GraphStep, AdamAndAdamWMatchLibTorchsStepsWithBiasCorrectionsOnTheDevice) {
     ForeachAdamW mine_w(groups(c, adamw, other), adamw);
     to::AdamW theirs_w(groups(d, adamw, other), adamw);
     expect_graph_steps_match(mine_w, c, theirs_w, d);
+    EXPECT_EQ(mine_w.graph_scalars().numel(), 2 * 2 * 5); // and the decay
   }
 }
 
