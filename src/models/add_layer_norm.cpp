@@ -67,9 +67,18 @@ class AddLayerNorm : public torch::autograd::Function<AddLayerNorm> {
     const at::Tensor grad_sum = grads.at(0).defined()
         ? grads.at(0).to(at::kFloat).contiguous()
         : at::Tensor();
-    const at::Tensor grad_out = grads.at(1).defined()
-        ? grads.at(1).to(out_dtype).contiguous()
-        : at::zeros_like(sum, sum.options().dtype(out_dtype));
+    if (!grads.at(1).defined()) {
+      // Only the sum reached the loss: the add's gradient, and none for
+      // the LayerNorm's weight and bias, as ATen's ops give (a weight
+      // decay then leaves them alone).
+      return {
+          grad_sum,
+          grad_sum.defined() ? grad_sum.to(y_dtype) : at::Tensor(),
+          at::Tensor(),
+          at::Tensor(),
+          at::Tensor()};
+    }
+    const at::Tensor grad_out = grads.at(1).to(out_dtype).contiguous();
     at::Tensor grad_x = at::empty_like(sum);
     at::Tensor grad_y = at::empty_like(sum, sum.options().dtype(y_dtype));
     at::Tensor grad_weight;
@@ -108,7 +117,7 @@ bool add_layer_norm_is_fused(
   const at::ScalarType y_dtype = y.scalar_type();
   const bool bias_fits = !bias.defined() ||
       (bias.device() == x.device() && bias.scalar_type() == at::kFloat &&
-       bias.is_contiguous() && bias.numel() == width);
+       bias.is_contiguous() && bias.dim() == 1 && bias.numel() == width);
   return width > 0 && width <= cuda::kAddLayerNormMaxWidth &&
       x.scalar_type() == at::kFloat && x.is_contiguous() &&
       y.device() == x.device() && y.sizes() == x.sizes() &&
@@ -116,7 +125,8 @@ bool add_layer_norm_is_fused(
       (y_dtype == at::kFloat || y_dtype == at::kBFloat16 ||
        y_dtype == at::kHalf) &&
       weight.device() == x.device() && weight.scalar_type() == at::kFloat &&
-      weight.is_contiguous() && weight.numel() == width && bias_fits;
+      weight.is_contiguous() && weight.dim() == 1 && weight.numel() == width &&
+      bias_fits;
 #else
   return false;
 #endif

@@ -17,6 +17,7 @@
 
 #include "add_layer_norm_kernels.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAException.h>
@@ -324,17 +325,22 @@ void add_layer_norm_backward(
         const auto kernel = add_layer_norm_backward_kernel<Y, O, K>;
         // As many blocks as the device runs at once (their registers
         // decide how many fit on a multiprocessor), fewer for few rows:
-        // each block's column sums are one row of the buffers below.
-        int device_sms = 0;
-        int per_sm = 0;
-        C10_CUDA_CHECK(cudaDeviceGetAttribute(
-            &device_sms, cudaDevAttrMultiProcessorCount, sum.get_device()));
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kernel, kThreads, 0));
+        // each block's column sums are one row of the buffers below. The
+        // occupancy is asked once per kernel (not at every step's host
+        // cost), the multiprocessors from ATen's cached properties.
+        static const int per_sm = [&] {
+          int fits = 0;
+          C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &fits, kernel, kThreads, 0));
+          return std::max(fits, 1);
+        }();
+        const int device_sms =
+            at::cuda::getDeviceProperties(sum.get_device())
+                ->multiProcessorCount;
         const int64_t blocks = std::max<int64_t>(
             1,
             std::min<int64_t>(
-                static_cast<int64_t>(device_sms) * std::max(per_sm, 1),
+                static_cast<int64_t>(device_sms) * per_sm,
                 (rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
         at::Tensor weight_parts = at::empty({blocks, width}, sum.options());
         at::Tensor bias_parts = with_bias
