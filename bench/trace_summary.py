@@ -276,11 +276,19 @@ def busy_union(events, start, end):
     return total
 
 
+# The autograd engine's records of the backward's functions: on a GPU they
+# run on the engine's device thread while the step's thread waits in
+# backward(), which no operator of its own covers.
+BACKWARD_FUNCTION = "autograd::engine::evaluate_function"
+
+
 def host_outside_ops(step, ops):
     """Microseconds of the step's own thread inside its annotation that no
-    operator covers: the host's own code (callbacks, loggers, waiting for
-    data), which no operator's time names."""
-    own = [e for e in ops if e.cat == "cpu_op" and e.tid == step.tid]
+    operator covers, nor the backward it waits for on another thread: the
+    host's own code (callbacks, loggers, waiting for data), which no
+    operator's time names."""
+    own = [e for e in ops if e.cat == "cpu_op" and (
+        e.tid == step.tid or e.name.startswith(BACKWARD_FUNCTION))]
     return step.dur - busy_union(own, step.ts, step.end)
 
 

@@ -125,6 +125,13 @@ class CudaTrace(unittest.TestCase):
                ts.Event({"name": "aten::mm", "ts": 500, "dur": 9000,
                          "tid": 8}, "cpu_op")]   # another thread's
         self.assertEqual(ts.host_outside_ops(step, ops), 9000.0)
+        # The backward on the autograd engine's device thread is what the
+        # step's thread waits for: not outside.
+        ops.append(ts.Event({
+            "name": "autograd::engine::evaluate_function: "
+                    "ConvolutionBackward0", "ts": 2000, "dur": 6000,
+            "tid": 9}, "cpu_op"))
+        self.assertEqual(ts.host_outside_ops(step, ops), 3000.0)
 
     def test_the_text(self):
         text = self.summary.text("gpt2 hotloop")
