@@ -39,6 +39,8 @@ CUDA_ONLY = (
     "AddLayerNormCuda.OnlyTheSumsGradientGivesTheWeightAndBiasNone",
     "AddLayerNormCuda.UnderAutocastTheOutputIsWhatTheNextMatmulReads",
     "AddLayerNormCuda.TheGptWithFusedLayerNormTrainsAsWithout",
+    "ChunkedCrossEntropyCuda.TheFusedKernelGivesTheAtenPathsLossAndGradients",
+    "ChunkedCrossEntropyCuda.TheGptWithFusedCrossEntropyTrainsAsWithout",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.

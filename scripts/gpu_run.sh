@@ -98,14 +98,15 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # default gpt2) once with its defaults, then once per lever (";" between
 # levers, spaces between one lever's options), each on its own, in order,
 # as long as the deadline leaves a run's time. GPT-2's default list is what
-# is not measured yet (model.fused_layer_norm, alone and with whole-step
+# is not measured yet (hotloop's kernels: model.fused_layer_norm and
+# model.fused_cross_entropy, each alone, both, and both with whole-step
 # CUDA graphs); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
 # LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
 # measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
 # is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
 # algorithm searches against a 200-batch run), alone and together; the
 # CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
-LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_layer_norm=true trainer.cuda_graphs=true"
+LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_layer_norm=true model.fused_cross_entropy=true;model.fused_layer_norm=true model.fused_cross_entropy=true trainer.cuda_graphs=true"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
 LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false"
 LEVERS_DEFAULT_CNN="trainer.benchmark=false"

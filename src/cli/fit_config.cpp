@@ -557,6 +557,13 @@ ConfigSchema make_schema() {
           "gpt: each residual add and the LayerNorm after it in one CUDA "
           "kernel each way (elsewhere the same ATen ops)"));
   s.add(
+      opt("model.fused_cross_entropy",
+          T::kBool,
+          "false",
+          "gpt: each loss chunk's log-softmax, loss and gradient in one "
+          "CUDA kernel (with model.loss_chunk_size > 0; elsewhere the same "
+          "ATen ops)"));
+  s.add(
       opt("model.activation_checkpointing",
           T::kBool,
           "false",
@@ -1397,6 +1404,7 @@ FitConfig to_fit_config(const Config& c) {
       .activation_checkpointing(c.get_bool("model.activation_checkpointing"))
       .loss_chunk_size(c.get_int("model.loss_chunk_size"))
       .fused_layer_norm(c.get_bool("model.fused_layer_norm"))
+      .fused_cross_entropy(c.get_bool("model.fused_cross_entropy"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");

@@ -9,6 +9,15 @@
 
 #include <algorithm>
 
+// CMakeLists.txt sets HOTLOOP_HAS_CUDA_KERNELS to 1 where hotloop's CUDA
+// kernels are built.
+#ifndef HOTLOOP_HAS_CUDA_KERNELS
+#define HOTLOOP_HAS_CUDA_KERNELS 0
+#endif
+#if HOTLOOP_HAS_CUDA_KERNELS
+#include "softmax_cross_entropy_kernels.h"
+#endif
+
 namespace hotloop::models {
 namespace {
 
@@ -24,12 +33,13 @@ class ChunkedCrossEntropy
       const at::Tensor& weight,
       const at::Tensor& targets,
       int64_t chunk_rows,
-      at::ScalarType compute) {
+      at::ScalarType compute,
+      bool fused,
+      bool wanted) {
     const int64_t width = hidden.size(-1);
     const at::Tensor rows = hidden.reshape({-1, width});
     const at::Tensor labels = targets.reshape({-1});
     const int64_t n = rows.size(0);
-    const bool wanted = hidden.requires_grad() || weight.requires_grad();
     // The loss and the gradients' sums in float32, or double for double.
     const at::ScalarType wide = at::promote_types(compute, at::kFloat);
     // The count of counted targets as a device scalar: no read-back.
@@ -50,6 +60,12 @@ class ChunkedCrossEntropy
     if (wanted) {
       grad_rows = at::empty({n, width}, hidden.options().dtype(wide));
       grad_weight = at::zeros_like(weight, weight.options().dtype(wide));
+    }
+    at::Tensor losses;
+    if (fused) {
+      losses = at::empty(
+          {std::min(n, chunk_rows)}, labels.options().dtype(at::kFloat));
+    } else if (wanted) {
       seed = at::zeros(
           {std::min(n, chunk_rows), weight.size(0)},
           hidden.options().dtype(compute));
@@ -58,6 +74,22 @@ class ChunkedCrossEntropy
     for (int64_t start = 0; start < n; start += chunk_rows) {
       const int64_t end = std::min(n, start + chunk_rows);
       const at::Tensor x = rows.slice(0, start, end).to(compute);
+#if HOTLOOP_HAS_CUDA_KERNELS
+      if (fused) {
+        // One kernel: the rows' losses, and the logits replaced by their
+        // gradient, softmax - one_hot(target) (zero on ignored rows).
+        at::Tensor grad = at::mm(x, w.t());
+        at::Tensor chunk_losses = losses.slice(0, 0, end - start);
+        cuda::softmax_cross_entropy_(
+            grad, labels.slice(0, start, end), chunk_losses, wanted);
+        total.add_(chunk_losses.sum());
+        if (wanted) {
+          grad_rows.slice(0, start, end).copy_(at::mm(grad, w));
+          grad_weight.add_(at::mm(grad.t(), x));
+        }
+        continue;
+      }
+#endif
       // One kernel each way, as PyTorch's cross_entropy on these logits:
       // log-softmax in the products' dtype, its sums in float32.
       const at::Tensor log_probs =
@@ -108,6 +140,8 @@ class ChunkedCrossEntropy
         saved.at(1).mul(factor).to(weight_dtype),
         at::Tensor(),
         at::Tensor(),
+        at::Tensor(),
+        at::Tensor(),
         at::Tensor()};
   }
 };
@@ -126,11 +160,26 @@ at::ScalarType product_dtype(const at::Tensor& hidden) {
 
 } // namespace
 
+bool chunked_cross_entropy_is_fused(
+    const at::Tensor& hidden,
+    const at::Tensor& targets,
+    at::ScalarType compute) {
+#if HOTLOOP_HAS_CUDA_KERNELS
+  return hidden.is_cuda() && targets.device() == hidden.device() &&
+      targets.scalar_type() == at::kLong &&
+      (compute == at::kFloat || compute == at::kBFloat16 ||
+       compute == at::kHalf);
+#else
+  return false;
+#endif
+}
+
 at::Tensor chunked_cross_entropy(
     const at::Tensor& hidden,
     const at::Tensor& weight,
     const at::Tensor& targets,
-    int64_t chunk_rows) {
+    int64_t chunk_rows,
+    bool fused) {
   TORCH_CHECK(
       chunk_rows > 0,
       "chunked_cross_entropy: chunk_rows must be positive, got ",
@@ -147,8 +196,20 @@ at::Tensor chunked_cross_entropy(
       targets.sizes(),
       " do not match hidden ",
       hidden.sizes());
+  const at::ScalarType compute = product_dtype(hidden);
+  // Gradients are worked out in the forward only where a backward can
+  // follow: not under no_grad or inference mode (an evaluation), where
+  // the parameters still require them.
+  const bool wanted = at::GradMode::is_enabled() &&
+      (hidden.requires_grad() || weight.requires_grad());
   return compat::apply_function<ChunkedCrossEntropy>(
-      hidden, weight, targets, chunk_rows, product_dtype(hidden));
+      hidden,
+      weight,
+      targets,
+      chunk_rows,
+      compute,
+      fused && chunked_cross_entropy_is_fused(hidden, targets, compute),
+      wanted);
 }
 
 } // namespace hotloop::models

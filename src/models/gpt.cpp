@@ -391,7 +391,11 @@ at::Tensor GptImpl::token_loss(
     return gpt_loss(forward(idx), targets);
   }
   return chunked_cross_entropy(
-      hidden(idx), wte_->weight, targets, options_.loss_chunk_size());
+      hidden(idx),
+      wte_->weight,
+      targets,
+      options_.loss_chunk_size(),
+      options_.fused_cross_entropy());
 }
 
 at::Tensor GptImpl::run(const at::Tensor& idx, GptKvCache* cache) {

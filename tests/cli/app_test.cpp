@@ -222,6 +222,24 @@ TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
       "auto");
 }
 
+TEST(Cli, TheGptsKernelChoicesReachItsOptions) {
+  const FitConfig chosen = to_fit_config(
+      parse_args(
+          fit_schema(),
+          {"--model.fused_layer_norm=true",
+           "--model.fused_cross_entropy=true",
+           "--model.loss_chunk_size=512"},
+          {})
+          .config);
+  EXPECT_TRUE(chosen.gpt.fused_layer_norm());
+  EXPECT_TRUE(chosen.gpt.fused_cross_entropy());
+  EXPECT_EQ(chosen.gpt.loss_chunk_size(), 512);
+  const FitConfig defaults = to_fit_config(parse_args(fit_schema(), {}, {}).config);
+  EXPECT_FALSE(defaults.gpt.fused_layer_norm());
+  EXPECT_FALSE(defaults.gpt.fused_cross_entropy());
+  EXPECT_EQ(defaults.gpt.loss_chunk_size(), 4096);
+}
+
 TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   const ParsedArgs parsed = parse_args(fit_schema(), trainer_overrides(), {});
   const train::TrainerOptions t = to_fit_config(parsed.config).trainer;

@@ -161,5 +161,124 @@ TEST(ChunkedCrossEntropy, TheGptsTrainingLossEqualsItsLogitsLoss) {
   }
 }
 
+TEST(ChunkedCrossEntropy, FusedIsTheSameOpsWhereThereIsNoKernel) {
+  // On the CPU model.fused_cross_entropy changes nothing, bit for bit.
+  const Case a = make_case(at::kFloat);
+  const Case b = make_case(at::kFloat);
+  EXPECT_FALSE(chunked_cross_entropy_is_fused(a.hidden, a.targets, at::kFloat));
+  const at::Tensor fused =
+      chunked_cross_entropy(a.hidden, a.weight, a.targets, 4, true);
+  const at::Tensor plain =
+      chunked_cross_entropy(b.hidden, b.weight, b.targets, 4, false);
+  EXPECT_TRUE(fused.equal(plain));
+  fused.backward();
+  plain.backward();
+  EXPECT_TRUE(a.hidden.grad().equal(b.hidden.grad()));
+  EXPECT_TRUE(a.weight.grad().equal(b.weight.grad()));
+}
+
+bool has_gpu() {
+  return at::hasCUDA() && at::getNumGPUs() > 0;
+}
+
+// A case on the GPU with `vocab` words: 11 takes the kernel's one-value
+// walk, 50,304 (GPT-2's padded vocabulary) its 16-byte packs.
+Case gpu_case(int64_t vocab) {
+  at::manual_seed(5);
+  const auto f = at::TensorOptions().dtype(at::kFloat);
+  const at::Device gpu(at::kCUDA, 0);
+  Case c;
+  c.hidden = at::randn({3, 7, 64}, f).to(gpu).set_requires_grad(true);
+  c.weight = at::randn({vocab, 64}, f).mul(0.3).to(gpu).set_requires_grad(true);
+  c.targets = at::randint(0, vocab, {3, 7}, at::kLong);
+  c.targets.index_put_({0, 2}, -1);
+  c.targets.index_put_({2, 6}, -1);
+  c.targets = c.targets.to(gpu);
+  return c;
+}
+
+TEST(ChunkedCrossEntropyCuda, TheFusedKernelGivesTheAtenPathsLossAndGradients) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  for (const int64_t vocab : {11, 50304}) {
+    for (const bool bf16 : {false, true}) {
+      for (const int64_t chunk : {4, 100}) {
+        const std::string where = "vocab " + std::to_string(vocab) +
+            (bf16 ? ", bf16 autocast" : ", float32") + ", chunk " +
+            std::to_string(chunk);
+        const Case a = gpu_case(vocab);
+        const Case b = gpu_case(vocab);
+        ASSERT_TRUE(chunked_cross_entropy_is_fused(
+            a.hidden, a.targets, bf16 ? at::kBFloat16 : at::kFloat))
+            << where;
+        compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
+        compat::set_autocast_enabled(c10::DeviceType::CUDA, bf16);
+        const at::Tensor fused =
+            chunked_cross_entropy(a.hidden, a.weight, a.targets, chunk, true);
+        const at::Tensor plain = chunked_cross_entropy(
+            b.hidden, b.weight, b.targets, chunk, false);
+        compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
+        at::autocast::clear_cache();
+        // The ATen path's bfloat16 log-softmax rounds each log-probability
+        // (about -11 for 50,304 words: steps of 1/16); the kernel's are
+        // float32.
+        EXPECT_LE(max_difference(fused, plain), bf16 ? 4e-2 : 1e-5) << where;
+        fused.mul(1.7).backward();
+        plain.mul(1.7).backward();
+        for (const auto& [mine, theirs, name] :
+             {std::make_tuple(a.hidden.grad(), b.hidden.grad(), "hidden"),
+              std::make_tuple(a.weight.grad(), b.weight.grad(), "weight")}) {
+          ASSERT_TRUE(mine.defined()) << where << ", " << name;
+          EXPECT_EQ(mine.scalar_type(), at::kFloat) << where << ", " << name;
+          const double scale = theirs.abs().max().item<double>() + 1e-12;
+          EXPECT_LE(max_difference(mine, theirs) / scale, bf16 ? 2e-2 : 1e-5)
+              << where << ", " << name;
+        }
+        // An ignored position's row gets no gradient.
+        EXPECT_EQ(a.hidden.grad()[0][2].abs().max().item<double>(), 0) << where;
+        // Without gradients (the kernel's loss-only walk), the loss alone.
+        const at::NoGradGuard no_grad;
+        EXPECT_LE(
+            max_difference(
+                chunked_cross_entropy(a.hidden, a.weight, a.targets, chunk, true),
+                chunked_cross_entropy(a.hidden, a.weight, a.targets, chunk)),
+            1e-5)
+            << where;
+      }
+    }
+  }
+}
+
+TEST(ChunkedCrossEntropyCuda, TheGptWithFusedCrossEntropyTrainsAsWithout) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<double> losses;
+  for (const bool fused : {false, true}) {
+    at::manual_seed(1);
+    Gpt model(GptOptions::tiny().loss_chunk_size(5).fused_cross_entropy(fused));
+    model->to(at::Device(at::kCUDA, 0));
+    at::manual_seed(2);
+    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).cuda();
+    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong).cuda();
+    const at::Tensor loss = model->token_loss(idx, targets);
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->parameters()) {
+      g.push_back(p.grad().clone());
+    }
+    grads.push_back(g);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    const double scale = grads[0][i].abs().max().item<double>() + 1e-12;
+    EXPECT_LE(max_difference(grads[1][i], grads[0][i]) / scale, 1e-4)
+        << "parameter " << i;
+  }
+}
+
 } // namespace
 } // namespace hotloop::models

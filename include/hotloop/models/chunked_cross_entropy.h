@@ -1,6 +1,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 
@@ -29,10 +30,28 @@ namespace hotloop::models {
 /// of counted targets: no logits are kept and none are computed twice. The
 /// forward pass therefore does the output layer's backward work too. Reads
 /// nothing back to the host (a CUDA graph can hold it). `chunk_rows` > 0.
+///
+/// `fused` (GptOptions::fused_cross_entropy): where
+/// chunked_cross_entropy_is_fused, each chunk's log-softmax, loss and
+/// gradient are one CUDA kernel of hotloop's that reads the logits once and
+/// writes the gradient over them (the ATen ops pass over them five times);
+/// its softmax comes from the logits in float32, not from a log-softmax
+/// rounded to the products' dtype, so it differs from the ATen path by
+/// that rounding. Elsewhere `fused` changes nothing.
 at::Tensor chunked_cross_entropy(
     const at::Tensor& hidden,
     const at::Tensor& weight,
     const at::Tensor& targets,
-    int64_t chunk_rows);
+    int64_t chunk_rows,
+    bool fused = false);
+
+/// Whether chunked_cross_entropy(..., fused=true) runs the fused kernel for
+/// these operands, the products in `compute`: a build with hotloop's CUDA
+/// kernels, CUDA tensors, int64 targets, float32, bfloat16 or float16
+/// products.
+bool chunked_cross_entropy_is_fused(
+    const at::Tensor& hidden,
+    const at::Tensor& targets,
+    at::ScalarType compute);
 
 } // namespace hotloop::models

@@ -61,6 +61,11 @@ struct GptOptions {
   /// checkpointing or a KV cache; elsewhere (the CPU, a build without
   /// hotloop's CUDA kernels) the same ATen ops as without it.
   TORCH_ARG(bool, fused_layer_norm) = false;
+  /// Each chunk of the training loss (loss_chunk_size > 0) as one CUDA
+  /// kernel of hotloop's: log-softmax, loss and gradient from one read of
+  /// the logits (chunked_cross_entropy's `fused`); elsewhere the same ATen
+  /// ops as without it.
+  TORCH_ARG(bool, fused_cross_entropy) = false;
 };
 
 /// What takes a Linear layer's place in a Gpt (GptImpl::replace_linears):
