@@ -131,31 +131,44 @@ TEST(ChunkedCrossEntropy, RejectsBadShapesAndChunks) {
       "chunked_cross_entropy: targets [3, 6] do not match hidden [3, 7, 8]");
 }
 
+// A tiny GPT's training loss on a fixed batch, and every parameter's
+// gradient, on `device`.
+struct GptStep {
+  double loss = 0;
+  std::vector<at::Tensor> grads;
+};
+
+GptStep tiny_gpt_step(const GptOptions& options, const at::Device& device) {
+  at::manual_seed(1);
+  Gpt model(options);
+  model->to(device);
+  at::manual_seed(2);
+  const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).to(device);
+  const at::Tensor targets =
+      at::randint(0, 64, {3, 16}, at::kLong).to(device);
+  const at::Tensor loss = model->token_loss(idx, targets);
+  loss.backward();
+  GptStep step;
+  step.loss = loss.item<double>();
+  for (const auto& p : model->parameters()) {
+    step.grads.push_back(p.grad().clone());
+  }
+  return step;
+}
+
 TEST(ChunkedCrossEntropy, TheGptsTrainingLossEqualsItsLogitsLoss) {
   // model.loss_chunk_size: every parameter's gradient (the tied embedding
   // gets the output layer's and the embedding's) as with the whole batch's
   // logits.
-  std::vector<std::vector<at::Tensor>> grads;
-  std::vector<double> losses;
+  std::vector<GptStep> runs;
   for (const int64_t chunk : {0, 5, 4096}) {
-    at::manual_seed(1);
-    Gpt model(GptOptions::tiny().loss_chunk_size(chunk));
-    at::manual_seed(2);
-    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
-    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong);
-    const at::Tensor loss = model->token_loss(idx, targets);
-    loss.backward();
-    losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->parameters()) {
-      g.push_back(p.grad().clone());
-    }
-    grads.push_back(g);
+    runs.push_back(tiny_gpt_step(
+        GptOptions::tiny().loss_chunk_size(chunk), at::Device(at::kCPU)));
   }
-  for (size_t run = 1; run < grads.size(); ++run) {
-    EXPECT_NEAR(losses[run], losses[0], 1e-6) << "run " << run;
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      EXPECT_LE(max_difference(grads[run][i], grads[0][i]), 1e-6)
+  for (size_t run = 1; run < runs.size(); ++run) {
+    EXPECT_NEAR(runs[run].loss, runs[0].loss, 1e-6) << "run " << run;
+    for (size_t i = 0; i < runs[0].grads.size(); ++i) {
+      EXPECT_LE(max_difference(runs[run].grads[i], runs[0].grads[i]), 1e-6)
           << "run " << run << ", parameter " << i;
     }
   }
@@ -254,28 +267,15 @@ TEST(ChunkedCrossEntropyCuda, TheGptWithFusedCrossEntropyTrainsAsWithout) {
   if (!has_gpu()) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
   }
-  std::vector<std::vector<at::Tensor>> grads;
-  std::vector<double> losses;
-  for (const bool fused : {false, true}) {
-    at::manual_seed(1);
-    Gpt model(GptOptions::tiny().loss_chunk_size(5).fused_cross_entropy(fused));
-    model->to(at::Device(at::kCUDA, 0));
-    at::manual_seed(2);
-    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).cuda();
-    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong).cuda();
-    const at::Tensor loss = model->token_loss(idx, targets);
-    loss.backward();
-    losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->parameters()) {
-      g.push_back(p.grad().clone());
-    }
-    grads.push_back(g);
-  }
-  EXPECT_NEAR(losses[1], losses[0], 1e-5);
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    const double scale = grads[0][i].abs().max().item<double>() + 1e-12;
-    EXPECT_LE(max_difference(grads[1][i], grads[0][i]) / scale, 1e-4)
+  const at::Device gpu(at::kCUDA, 0);
+  const auto options = GptOptions::tiny().loss_chunk_size(5);
+  const GptStep plain = tiny_gpt_step(options, gpu);
+  const GptStep fused =
+      tiny_gpt_step(GptOptions(options).fused_cross_entropy(true), gpu);
+  EXPECT_NEAR(fused.loss, plain.loss, 1e-5);
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    const double scale = plain.grads[i].abs().max().item<double>() + 1e-12;
+    EXPECT_LE(max_difference(fused.grads[i], plain.grads[i]) / scale, 1e-4)
         << "parameter " << i;
   }
 }
