@@ -9,6 +9,7 @@ Run: python3 -m unittest discover -s tests/bench -p '*_test.py'
 import argparse
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -284,6 +285,108 @@ class MachineWarmup(unittest.TestCase):
                          "machine warm-up: an untimed 12-batch hotloop run "
                          "before the rows failed: hotloop fit failed (exit 2)")
         self.assertEqual(run.machine_warmup_text(None), "")
+
+
+class Merge(unittest.TestCase):
+    """--merge: one table from the documents of two calls."""
+
+    def documents(self):
+        # hotloop and python-tuned; python-compile skipped
+        first = document(gpt2_runs())
+        later = gpt2_runs()
+        second = document({
+            "python-compile": {"impl": "python-compile",
+                               "samples_per_s": 250000 / 1024,
+                               "steady_samples_per_s": 426464 / 1024,
+                               "steps": 60},
+            # A second tuned row: the first document's is kept.
+            "python-tuned": dict(later["python-tuned"],
+                                 steady_samples_per_s=1.0)},
+            a=args(impls=["python-tuned", "python-compile"]))
+        return first, second
+
+    def test_rows_ratios_and_targets_against_the_merged_hotloop_row(self):
+        first, second = self.documents()
+        self.assertEqual(target(first, "CUDA GPT-2 124M (bf16) >= "
+                                "torch.compile")["status"], "n/a")
+        doc = run.merge_documents([first, second], ["a.json", "b.json"])
+        rows = doc["workloads"]["gpt2"]["runs"]
+        self.assertEqual([(r["impl"], r["call"]) for r in rows],
+                         [("hotloop", 1), ("python-tuned", 1),
+                          ("python-compile", 2)])
+        self.assertEqual(doc["impls"],
+                         ["hotloop", "python-tuned", "python-compile"])
+        tuned, compiled = rows[1], rows[2]
+        self.assertAlmostEqual(tuned["hotloop_ratio"], 323494 / 377311)
+        self.assertAlmostEqual(compiled["hotloop_ratio"], 323494 / 426464)
+        self.assertAlmostEqual(compiled["steady_rate"], 426464)
+        t = target(doc, "CUDA GPT-2 124M (bf16) >= torch.compile")
+        self.assertEqual(t["status"], "MISS")
+        self.assertEqual([c["path"] for c in doc["merged_from"]],
+                         ["a.json", "b.json"])
+        # The inputs are left as they were.
+        self.assertNotIn("call", first["workloads"]["gpt2"]["runs"][0])
+
+    def test_documents_that_do_not_fit_are_refused_by_name(self):
+        first, second = self.documents()
+        other = document(gpt2_runs(), gpu="NVIDIA H100 80GB HBM3")
+        with self.assertRaisesRegex(
+                run.MergeError, "b.json ran on NVIDIA H100 80GB HBM3, a.json "
+                "on NVIDIA H200: one table holds one machine's rows"):
+            run.merge_documents([first, other], ["a.json", "b.json"])
+        cpu = dict(second, suite="cpu")
+        with self.assertRaisesRegex(run.MergeError,
+                                    "b.json is the cpu suite, a.json the "
+                                    "cuda suite"):
+            run.merge_documents([first, cpu], ["a.json", "b.json"])
+        with self.assertRaisesRegex(run.MergeError, "c.json: a --dry-run "
+                                    "document has no figures"):
+            run.merge_documents([first, {"dry_run": True}],
+                                ["a.json", "c.json"])
+
+    def test_the_command_prints_one_table(self):
+        first, second = self.documents()
+        for doc in (first, second):
+            doc["machine"].update(
+                cpu="Xeon", cores=16, os="Ubuntu", kernel="6.1",
+                date="2026-11-27", load_before="0", load_after="0")
+            for row in doc["workloads"]["gpt2"]["runs"]:
+                row["peak_rss_mb"] = 1000
+        doc = run.merge_documents([first, second], ["a.json", "b.json"])
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            run.print_table(doc)
+        text = out.getvalue()
+        self.assertIn("call 2:  b.json (2026-11-27;", text)
+        self.assertIn("  merged: python-compile from call 2; the rest from "
+                      "call 1", text)
+        with tempfile.TemporaryDirectory() as tmp:
+            # A bench/run document and gpu_run's bench.json of another call.
+            a, b = os.path.join(tmp, "a.json"), os.path.join(tmp, "bench.json")
+            with open(a, "w") as f:
+                json.dump(first, f)
+            with open(b, "w") as f:
+                json.dump({"bench": {"gpt2": second}}, f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = run.merge_main(argparse.Namespace(
+                    merge=[a, b], json=True, json_out=None))
+            self.assertEqual(code, 0)
+            merged = json.loads(out.getvalue())
+            self.assertEqual(merged["merged_from"][1]["path"],
+                             f"{b} (gpt2)")
+            self.assertEqual([r["impl"] for r in
+                              merged["workloads"]["gpt2"]["runs"]],
+                             ["hotloop", "python-tuned", "python-compile"])
+            paths = []
+            for name, doc in (("a.json", first), ("b.json", {"suite": 1})):
+                paths.append(os.path.join(tmp, name))
+                with open(paths[-1], "w") as f:
+                    json.dump(doc, f)
+            bad = argparse.Namespace(merge=paths, json=False, json_out=None)
+            self.assertEqual(run.merge_main(bad), 2)
 
 
 if __name__ == "__main__":
