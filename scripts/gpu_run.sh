@@ -38,13 +38,15 @@
 #   test      configure, build (everything), test
 # The levers stage (not in a plan) runs GPT-2's hotloop row with its
 # defaults and then with each lever of issue 29 on its own (by default
-# model.fused_layer_norm=true, alone and with trainer.cuda_graphs=true;
-# HOTLOOP_GPU_LEVERS another list, e.g. the sdpa_backend, cuda_graphs,
-# loss_chunk_size and optimizer.fused levers measured on 2026-11-27), in
-# one call on the warm machine an earlier call left; levers.txt is the
-# table.
-# HOTLOOP_GPU_LEVERS_WORKLOAD=resnet18_cifar (or cnn) does the same for
-# another workload, its one default lever trainer.cuda_graphs=true.
+# hotloop's CUDA kernels: model.fused_layer_norm=true and
+# model.fused_cross_entropy=true each alone, both, and both with
+# trainer.cuda_graphs=true; HOTLOOP_GPU_LEVERS another list, e.g. the
+# sdpa_backend, cuda_graphs, loss_chunk_size and optimizer.fused levers
+# measured on 2026-11-27), in one call on the warm machine an earlier call
+# left; levers.txt is the table.
+# HOTLOOP_GPU_LEVERS_WORKLOAD=resnet18_cifar does the same for ResNet-18
+# (trainer.cuda_graphs=true, trainer.benchmark=false, both), =cnn for the
+# CNN (trainer.benchmark=false).
 #
 # Options:
 #   --plan NAME       measure or test (above); the environment's settings
@@ -207,6 +209,10 @@ case $PLAN in
   *) die "--plan: expected measure or test, got '$PLAN'" ;;
 esac
 [[ $TRACES == 0 || $TRACES == 1 ]] || die "HOTLOOP_GPU_TRACES: expected 0 or 1, got '$TRACES'"
+case ${HOTLOOP_GPU_LEVERS_WORKLOAD:-gpt2} in
+  gpt2 | resnet18_cifar | cnn) ;;
+  *) die "HOTLOOP_GPU_LEVERS_WORKLOAD: expected gpt2, resnet18_cifar or cnn, got '$HOTLOOP_GPU_LEVERS_WORKLOAD'" ;;
+esac
 
 # A benchmark stage that runs some of the six implementations needs a share
 # of its time, 90 s at least, and a traced run more for each.
@@ -838,7 +844,7 @@ stage_levers() {
   local levers=() lever i=0 rc=0 args
   local workload=${HOTLOOP_GPU_LEVERS_WORKLOAD:-gpt2}
   local defaults_var="LEVERS_DEFAULT_${workload^^}"
-  local defaults=${!defaults_var:-}
+  local defaults=${!defaults_var}
   IFS=';' read -r -a levers <<<"${HOTLOOP_GPU_LEVERS:-$defaults}"
   levers=("" "${levers[@]}")
   rm -rf "$ART/levers" "$ART/levers.txt"

@@ -38,7 +38,9 @@ class ChunkedCrossEntropy
       bool wanted) {
     const int64_t width = hidden.size(-1);
     const at::Tensor rows = hidden.reshape({-1, width});
-    const at::Tensor labels = targets.reshape({-1});
+    // Contiguous, as the fused kernel reads them (a strided 1-D view stays
+    // strided through reshape).
+    const at::Tensor labels = targets.reshape({-1}).contiguous();
     const int64_t n = rows.size(0);
     // The loss and the gradients' sums in float32, or double for double.
     const at::ScalarType wide = at::promote_types(compute, at::kFloat);

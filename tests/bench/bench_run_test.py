@@ -336,13 +336,39 @@ class Merge(unittest.TestCase):
             run.merge_documents([first, other], ["a.json", "b.json"])
         cpu = dict(second, suite="cpu")
         with self.assertRaisesRegex(run.MergeError,
-                                    "b.json is the cpu suite, a.json the "
-                                    "cuda suite"):
+                                    "b.json has suite cpu, a.json cuda"):
             run.merge_documents([first, cpu], ["a.json", "b.json"])
+        # Another recipe of a workload: its ratios would compare two runs.
+        longer = json.loads(json.dumps(second))
+        longer["workloads"]["gpt2"]["limit_batches"] = 120
+        with self.assertRaisesRegex(run.MergeError,
+                                    "b.json: gpt2's limit_batches is 120, "
+                                    "a.json's 60"):
+            run.merge_documents([first, longer], ["a.json", "b.json"])
         with self.assertRaisesRegex(run.MergeError, "c.json: a --dry-run "
                                     "document has no figures"):
             run.merge_documents([first, {"dry_run": True}],
                                 ["a.json", "c.json"])
+
+    def test_calls_are_numbered_by_file(self):
+        # gpu_run's bench.json holds a document per workload: all of the
+        # first file's rows are call 1, whichever workload comes first.
+        first, second = self.documents()
+        cnn_like = json.loads(json.dumps(first))
+        cnn_like["workloads"] = {"other": dict(
+            first["workloads"]["gpt2"], title="other")}
+        doc = run.merge_documents(
+            [cnn_like, first, second],
+            [{"path": "one/bench.json", "call": 1, "label": "one (other)"},
+             {"path": "one/bench.json", "call": 1, "label": "one (gpt2)"},
+             {"path": "two/bench.json", "call": 2, "label": "two (gpt2)"}])
+        self.assertEqual([c["path"] for c in doc["merged_from"]],
+                         ["one/bench.json", "two/bench.json"])
+        self.assertEqual(
+            [(r["impl"], r["call"]) for r in doc["workloads"]["gpt2"]["runs"]],
+            [("hotloop", 1), ("python-tuned", 1), ("python-compile", 2)])
+        self.assertEqual({r["call"] for r in doc["workloads"]["other"]["runs"]},
+                         {1})
 
     def test_the_command_prints_one_table(self):
         first, second = self.documents()
@@ -375,8 +401,7 @@ class Merge(unittest.TestCase):
                     merge=[a, b], json=True, json_out=None))
             self.assertEqual(code, 0)
             merged = json.loads(out.getvalue())
-            self.assertEqual(merged["merged_from"][1]["path"],
-                             f"{b} (gpt2)")
+            self.assertEqual(merged["merged_from"][1]["path"], b)
             self.assertEqual([r["impl"] for r in
                               merged["workloads"]["gpt2"]["runs"]],
                              ["hotloop", "python-tuned", "python-compile"])

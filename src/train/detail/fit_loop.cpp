@@ -265,8 +265,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       GradScalerOptions().enabled(precision_->needs_scaler()));
   // The clock of elapsed_s and the set-up time starts with the model on its
   // device and its optimizers made, where a hand-written loop's
-  // time-to-accuracy clock starts (bench/python_train.py's too): a GPU's
-  // context is made before it.
+  // time-to-accuracy clock starts (bench/python_train.py's too, after a
+  // synchronize): a GPU's context, the model's copy and conversions are
+  // done before it.
+  synchronize_device(trainer.device());
   start_ = Clock::now();
   // The set-up's parts, each timed to the end of its device work.
   Clock::time_point part_start = start_;
@@ -475,10 +477,13 @@ bool FitLoop::run_epoch(int64_t epoch) {
         c.on_train_batch_start(trainer, module_, batch, batch_idx);
       });
     }
-    // An epoch's last, smaller batch is a shape met once: cuDNN's benchmark
-    // of every convolution would not pay for itself.
-    const CudnnBenchmarkOff one_off(is_short_batch(batch, *train_));
-    const at::Tensor loss = step_->run(batch, batch_idx, last, metrics);
+    at::Tensor loss;
+    {
+      // An epoch's last, smaller batch is a shape met once: cuDNN's
+      // benchmark of every convolution would not pay for itself.
+      const CudnnBenchmarkOff one_off(is_short_batch(batch, *train_));
+      loss = step_->run(batch, batch_idx, last, metrics);
+    }
     progress.epoch_batches = ++batch_idx;
 
     clock.begin(Phase::kLogging);

@@ -23,8 +23,10 @@ class CudnnBenchmarkOff {
 };
 
 /// Whether `batch` holds fewer samples than `loader`'s batch_size, as an
-/// epoch's last batch does without drop_last. False for a loader without
-/// a batch_size (single samples, or a batch_sampler's own sizes).
+/// epoch's last batch does without drop_last: its input's first dimension
+/// is the batch's (as every loader's collation makes it). False for a
+/// loader without a batch_size (single samples, or a batch_sampler's own
+/// sizes).
 bool is_short_batch(const data::Batch& batch, const data::DataLoader& loader);
 
 } // namespace hotloop::train::detail
