@@ -36,9 +36,21 @@ def hotloop_run(doc):
     return next((r for r in runs if r.get("impl") == "hotloop"), None)
 
 
-def lever_name(doc):
-    options = doc.get("hotloop_options") or []
-    return " ".join(options) if options else "defaults"
+def lever_name(doc, env=()):
+    """The row's name: its hotloop options and, from the stage's N.env
+    beside N.json, the environment variables it set (env:NAME=VALUE)."""
+    parts = list(doc.get("hotloop_options") or []) + [
+        f"env:{e}" for e in env]
+    return " ".join(parts) if parts else "defaults"
+
+
+def lever_env(json_path):
+    """The NAME=VALUE lines of the .env file beside a lever's JSON."""
+    path = json_path[:-len(".json")] + ".env"
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def main(argv):
@@ -59,7 +71,7 @@ def main(argv):
         title = title or workload.get("title") or workload_of(doc)
         unit = unit or workload.get("unit")
         run = hotloop_run(doc)
-        rows.append((lever_name(doc), run))
+        rows.append((lever_name(doc, lever_env(path)), run))
         if os.path.basename(path) == "0.json" and run:
             base = run.get("steady_rate")
     gpu = machine.get("gpu") or machine.get("gpu_name") or "n/a"

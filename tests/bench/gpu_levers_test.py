@@ -35,11 +35,15 @@ def lever_doc(options, steady_tokens, whole_tokens=100000.0, error=None):
     return bench_run_test.document({"hotloop": hot}, a)
 
 
-def table(docs):
+def table(docs, envs=None):
     with tempfile.TemporaryDirectory() as d:
         for i, doc in enumerate(docs):
             with open(os.path.join(d, f"{i}.json"), "w") as f:
                 json.dump(doc, f)
+            for_env = (envs or {}).get(i)
+            if for_env is not None:
+                with open(os.path.join(d, f"{i}.env"), "w") as f:
+                    f.write("".join(line + "\n" for line in for_env))
         out = io.StringIO()
         with redirect_stdout(out):
             rc = gpu_levers.main(["gpu_levers.py", d])
@@ -68,6 +72,21 @@ class LeversTable(unittest.TestCase):
                                                  False) / 989.4e12
         self.assertEqual(rows["defaults"][4], f"{100 * mfu:.1f}%")
         self.assertEqual(rows["defaults"][5], "10,600")
+
+    def test_an_environment_lever_is_named_by_its_variable(self):
+        # The stage writes N.env beside N.json (empty for a run without).
+        rc, lines = table(
+            [lever_doc([], 300000.0), lever_doc([], 303000.0),
+             lever_doc(["trainer.cuda_graphs=true"], 306000.0)],
+            envs={0: [], 1: ["CUBLASLT_WORKSPACE_SIZE=131072"],
+                  2: ["A=1", "B=2"]})
+        self.assertEqual(rc, 0)
+        rows = [line.split() for line in lines[2:]]
+        self.assertEqual(rows[0][:3], ["defaults", "300,000", "1.000x"])
+        self.assertEqual(rows[1][:3], ["env:CUBLASLT_WORKSPACE_SIZE=131072",
+                                       "303,000", "1.010x"])
+        self.assertEqual(rows[2][:5], ["trainer.cuda_graphs=true", "env:A=1",
+                                       "env:B=2", "306,000", "1.020x"])
 
     def test_another_workload_in_its_own_unit(self):
         def resnet(options, steady):
