@@ -189,7 +189,8 @@ at::Tensor GraphedStep::run(
 
 at::Tensor GraphedStep::forward_backward(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
-  // In place: the gradients' memory is what a captured step writes.
+  // In place: after a capture, the gradients' memory is what its replays
+  // write (before it, the warm-up's own).
   for (const at::Tensor& parameter : parameters_) {
     if (parameter.grad().defined()) {
       at::Tensor(parameter.grad()).zero_();
@@ -238,6 +239,14 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
   scalars_.clear();
   for (optim::GraphStep* optimizer : optimizers_) {
     scalars_.push_back(scalars_storage(*optimizer));
+  }
+  // The gradients are made inside the capture, in the graph's memory, by
+  // the backward's own kernels, so each replay writes them afresh: no
+  // zeroing kernel per parameter in the graph (PyTorch's whole-network
+  // capture sets them to None before it the same way). An eager step after
+  // it (a batch of another shape) zeroes these in place.
+  for (const at::Tensor& parameter : parameters_) {
+    at::Tensor(parameter).mutable_grad() = at::Tensor();
   }
   c10::cuda::device_synchronize();
   try {
