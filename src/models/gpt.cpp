@@ -324,6 +324,11 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
       "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), "
       "got ",
       options_.loss_chunk_size());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !options_.fused_cross_entropy() || options_.loss_chunk_size() > 0,
+      "model.fused_cross_entropy fuses the chunked loss: set "
+      "model.loss_chunk_size > 0 (it is 0: the whole batch's logits)");
 
   // nanoGPT's nn.ModuleDict `transformer`; lm_head has no parameter of its
   // own (it is wte's weight), so it is not a module here.

@@ -4,6 +4,7 @@
 #include "hotloop/models/chunked_cross_entropy.h"
 
 #include "hotloop/core/compat.h"
+#include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
 
 #include <ATen/ATen.h>
@@ -222,6 +223,18 @@ TEST(ChunkedCrossEntropy, FusedIsTheSameOpsWhereThereIsNoKernel) {
   plain.backward();
   EXPECT_TRUE(a.hidden.grad().equal(b.hidden.grad()));
   EXPECT_TRUE(a.weight.grad().equal(b.weight.grad()));
+}
+
+TEST(ChunkedCrossEntropy, TheFusedLossNeedsTheChunkedOne) {
+  try {
+    Gpt(GptOptions::tiny().loss_chunk_size(0).fused_cross_entropy(true));
+    FAIL() << "model.fused_cross_entropy without chunks was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_STREQ(
+        error.what(),
+        "model.fused_cross_entropy fuses the chunked loss: set "
+        "model.loss_chunk_size > 0 (it is 0: the whole batch's logits)");
+  }
 }
 
 bool has_gpu() {
