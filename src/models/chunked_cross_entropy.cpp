@@ -76,45 +76,49 @@ class ChunkedCrossEntropy
     for (int64_t start = 0; start < n; start += chunk_rows) {
       const int64_t end = std::min(n, start + chunk_rows);
       const at::Tensor x = rows.slice(0, start, end).to(compute);
+      // d loss / d logits of the chunk: softmax - one_hot(target) on
+      // counted rows (the 1 / count comes in backward), zero elsewhere;
+      // undefined without gradients.
+      at::Tensor grad;
 #if HOTLOOP_HAS_CUDA_KERNELS
       if (fused) {
         // One kernel: the rows' losses, and the logits replaced by their
-        // gradient, softmax - one_hot(target) (zero on ignored rows).
-        at::Tensor grad = at::mm(x, w.t());
+        // gradient.
+        at::Tensor logits = at::mm(x, w.t());
         at::Tensor chunk_losses = losses.slice(0, 0, end - start);
         cuda::softmax_cross_entropy_(
-            grad, labels.slice(0, start, end), chunk_losses, wanted);
+            logits, labels.slice(0, start, end), chunk_losses, wanted);
         total.add_(chunk_losses.sum());
         if (wanted) {
-          grad_rows.slice(0, start, end).copy_(at::mm(grad, w));
-          grad_weight.add_(at::mm(grad.t(), x));
+          grad = logits;
         }
-        continue;
       }
 #endif
-      // One kernel each way, as PyTorch's cross_entropy on these logits:
-      // log-softmax in the products' dtype, its sums in float32.
-      const at::Tensor log_probs =
-          at::_log_softmax(at::mm(x, w.t()), 1, /*half_to_float=*/false);
-      const at::Tensor index =
-          labels.slice(0, start, end).clamp_min(0).unsqueeze(1);
-      const at::Tensor mask = counted.slice(0, start, end).unsqueeze(1);
-      total.sub_(log_probs.gather(1, index)
-                     .to(wide)
-                     .masked_fill(mask.logical_not(), 0)
-                     .sum());
-      if (!wanted) {
-        continue;
+      if (!fused) {
+        // One kernel each way, as PyTorch's cross_entropy on these logits:
+        // log-softmax in the products' dtype, its sums in float32.
+        const at::Tensor log_probs =
+            at::_log_softmax(at::mm(x, w.t()), 1, /*half_to_float=*/false);
+        const at::Tensor index =
+            labels.slice(0, start, end).clamp_min(0).unsqueeze(1);
+        const at::Tensor mask = counted.slice(0, start, end).unsqueeze(1);
+        total.sub_(log_probs.gather(1, index)
+                       .to(wide)
+                       .masked_fill(mask.logical_not(), 0)
+                       .sum());
+        if (wanted) {
+          // Log-softmax's backward of the seed.
+          at::Tensor chunk_seed = seed.slice(0, 0, end - start);
+          chunk_seed.scatter_(1, index, minus_counted.slice(0, start, end));
+          grad = at::_log_softmax_backward_data(
+              chunk_seed, log_probs, 1, compute);
+          chunk_seed.scatter_(1, index, 0);
+        }
       }
-      // d loss / d logits = softmax - one_hot(target) on counted rows (the
-      // 1 / count comes in backward): log-softmax's backward of the seed.
-      at::Tensor chunk_seed = seed.slice(0, 0, end - start);
-      chunk_seed.scatter_(1, index, minus_counted.slice(0, start, end));
-      const at::Tensor grad =
-          at::_log_softmax_backward_data(chunk_seed, log_probs, 1, compute);
-      chunk_seed.scatter_(1, index, 0);
-      grad_rows.slice(0, start, end).copy_(at::mm(grad, w));
-      grad_weight.add_(at::mm(grad.t(), x));
+      if (wanted) {
+        grad_rows.slice(0, start, end).copy_(at::mm(grad, w));
+        grad_weight.add_(at::mm(grad.t(), x));
+      }
     }
     if (wanted) {
       ctx->save_for_backward({grad_rows, grad_weight, scale});

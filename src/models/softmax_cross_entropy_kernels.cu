@@ -60,14 +60,21 @@ __device__ __forceinline__ MaxSum add_value(MaxSum a, float x) {
   return {x, a.sum * expf(a.max - x) + 1.f}; // a NaN ends up here too
 }
 
-// The block's MaxSum, in every thread. Every thread of the block calls it.
-__device__ MaxSum block_max_sum(MaxSum v, MaxSum* shared) {
+// The warp's MaxSum, in every lane (a butterfly: every lane combines the
+// same pairs, and combine is symmetric). All 32 lanes call it.
+__device__ __forceinline__ MaxSum warp_max_sum(MaxSum v) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const MaxSum other{
         __shfl_xor_sync(0xffffffffu, v.max, offset),
         __shfl_xor_sync(0xffffffffu, v.sum, offset)};
     v = combine(v, other);
   }
+  return v;
+}
+
+// The block's MaxSum, in every thread. Every thread of the block calls it.
+__device__ MaxSum block_max_sum(MaxSum v, MaxSum* shared) {
+  v = warp_max_sum(v);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (lane == 0) {
@@ -75,13 +82,7 @@ __device__ MaxSum block_max_sum(MaxSum v, MaxSum* shared) {
   }
   __syncthreads();
   if (warp == 0) {
-    v = lane < kWarps ? shared[lane] : MaxSum{-INFINITY, 0.f};
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const MaxSum other{
-          __shfl_xor_sync(0xffffffffu, v.max, offset),
-          __shfl_xor_sync(0xffffffffu, v.sum, offset)};
-      v = combine(v, other);
-    }
+    v = warp_max_sum(lane < kWarps ? shared[lane] : MaxSum{-INFINITY, 0.f});
     if (lane == 0) {
       shared[0] = v;
     }
