@@ -41,6 +41,8 @@ CUDA_ONLY = (
     "AddLayerNormCuda.TheGptWithFusedLayerNormTrainsAsWithout",
     "ChunkedCrossEntropyCuda.TheFusedKernelGivesTheAtenPathsLossAndGradients",
     "ChunkedCrossEntropyCuda.TheGptWithFusedCrossEntropyTrainsAsWithout",
+    "LinearGeluCuda.TheKernelGivesTheAtenOpsValuesAndGradients",
+    "LinearGeluCuda.TheGptWithFusedBiasGradientTrainsAsWithout",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.

@@ -38,9 +38,10 @@
 #   test      configure, build (everything), test
 # The levers stage (not in a plan) runs GPT-2's hotloop row with its
 # defaults and then with each lever of issue 29 on its own (by default
-# hotloop's CUDA kernels: model.fused_layer_norm=true and
-# model.fused_cross_entropy=true each alone, both, and both with
-# trainer.cuda_graphs=true; HOTLOOP_GPU_LEVERS another list, e.g. the
+# hotloop's CUDA kernels: model.fused_layer_norm=true,
+# model.fused_cross_entropy=true and model.fused_bias_gradient=true each
+# alone, the three together, and with trainer.cuda_graphs=true;
+# HOTLOOP_GPU_LEVERS another list, e.g. the
 # sdpa_backend, cuda_graphs, loss_chunk_size and optimizer.fused levers
 # measured on 2026-11-27), in one call on the warm machine an earlier call
 # left; levers.txt is the table.
@@ -100,9 +101,9 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # default gpt2) once with its defaults, then once per lever (";" between
 # levers, spaces between one lever's options), each on its own, in order,
 # as long as the deadline leaves a run's time. GPT-2's default list is what
-# is not measured yet (hotloop's kernels: model.fused_layer_norm and
-# model.fused_cross_entropy, each alone, both, and both with whole-step
-# CUDA graphs; then cuBLASLt's workspace at 128 MiB, where LibTorch gives
+# is not measured yet (hotloop's kernels: model.fused_layer_norm,
+# model.fused_cross_entropy and model.fused_bias_gradient, each alone, the
+# three together, and with whole-step CUDA graphs; then cuBLASLt's workspace at 128 MiB, where LibTorch gives
 # Hopper 32 MiB: a lever env:NAME=VALUE is an environment variable for
 # that run alone); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
 # LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
@@ -110,7 +111,8 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
 # algorithm searches against a 200-batch run), alone and together; the
 # CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
-LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_layer_norm=true model.fused_cross_entropy=true;model.fused_layer_norm=true model.fused_cross_entropy=true trainer.cuda_graphs=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
+LEVERS_KERNELS_GPT2="model.fused_layer_norm=true model.fused_cross_entropy=true model.fused_bias_gradient=true"
+LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;$LEVERS_KERNELS_GPT2;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
 LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false"
 LEVERS_DEFAULT_CNN="trainer.benchmark=false"

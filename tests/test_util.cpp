@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <png.h>
 #include <zlib.h>
 
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -222,6 +224,36 @@ Reference::Reference(const std::string& path) {
     }
     rows_.emplace_back(case_name + " " + field, std::move(entry));
   }
+}
+
+namespace {
+
+// The operator an OpCount counts and its calls (one OpCount at a time).
+std::string counted_op;
+int counted_calls = 0;
+
+std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction& fn) {
+  if (counted_op == fn.name()) {
+    ++counted_calls;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+OpCount::OpCount(std::string op)
+    : handle_(at::addThreadLocalCallback(
+          at::RecordFunctionCallback(count_call))) {
+  counted_op = std::move(op);
+  counted_calls = 0;
+}
+
+OpCount::~OpCount() {
+  at::removeCallback(handle_);
+}
+
+int OpCount::calls() const {
+  return counted_calls;
 }
 
 std::string shape_string(at::IntArrayRef sizes) {

@@ -120,6 +120,21 @@ class Reference {
   std::vector<std::pair<std::string, ReferenceEntry>> rows_;
 };
 
+/// Counts the calls of one ATen operator ("aten::mm") on this thread
+/// while it lives (a thread-local RecordFunction callback; a CPU backward
+/// runs on the thread that calls it).
+class OpCount {
+ public:
+  explicit OpCount(std::string op);
+  ~OpCount();
+  OpCount(const OpCount&) = delete;
+  OpCount& operator=(const OpCount&) = delete;
+  int calls() const;
+
+ private:
+  uint64_t handle_;
+};
+
 /// "[d0,d1,...]"
 std::string shape_string(at::IntArrayRef sizes);
 std::vector<int64_t> parse_shape(const std::string& shape);

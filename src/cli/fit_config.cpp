@@ -564,6 +564,12 @@ ConfigSchema make_schema() {
           "CUDA kernel (with model.loss_chunk_size > 0; elsewhere the same "
           "ATen ops)"));
   s.add(
+      opt("model.fused_bias_gradient",
+          T::kBool,
+          "false",
+          "gpt: each Linear's bias gradient summed by one CUDA kernel, the "
+          "MLP's first with GELU's backward (elsewhere the same ATen ops)"));
+  s.add(
       opt("model.activation_checkpointing",
           T::kBool,
           "false",
@@ -1405,6 +1411,7 @@ FitConfig to_fit_config(const Config& c) {
       .loss_chunk_size(c.get_int("model.loss_chunk_size"))
       .fused_layer_norm(c.get_bool("model.fused_layer_norm"))
       .fused_cross_entropy(c.get_bool("model.fused_cross_entropy"))
+      .fused_bias_gradient(c.get_bool("model.fused_bias_gradient"))
       .dropout(c.get_float("model.dropout"))
       .block_size(c.get_int("data.block_size"));
   f.data.dataset = c.get_string("data.dataset");

@@ -4,6 +4,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/models/add_layer_norm.h"
 #include "hotloop/models/chunked_cross_entropy.h"
+#include "hotloop/models/linear_gelu.h"
 #include "hotloop/train/activation_checkpoint.h"
 
 #include <ATen/ops/arange.h>
@@ -68,19 +69,29 @@ nn::Linear linear(int64_t in, int64_t out, bool bias) {
 /// GptImpl::replace_linears put in its place.
 class GptLinear {
  public:
-  GptLinear(nn::Module& owner, const std::string& name, nn::Linear layer)
-      : name_(name), layer_(owner.register_module(name, std::move(layer))) {}
+  GptLinear(
+      nn::Module& owner,
+      const std::string& name,
+      nn::Linear layer,
+      bool fused_bias_gradient)
+      : name_(name),
+        layer_(owner.register_module(name, std::move(layer))),
+        fused_bias_gradient_(fused_bias_gradient) {}
 
-  // ATen's linear, not nn::Linear's forward: for [B, T, C] inputs the
-  // latter is a matmul and then `+= bias` (under autocast a float bias
+  // The layer's output, GELU of it with `gelu` (the MLP's c_fc). ATen's
+  // linear (linear_gelu's), not nn::Linear's forward: for [B, T, C] inputs
+  // the latter is a matmul and then `+= bias` (under autocast a float bias
   // added to bf16 outputs by a broadcasting kernel of its own, 48 of them
   // per GPT-2 step, 9% of its device time on an H200), where ATen's folds
   // the rows into one addmm that adds the bias in the GEMM's epilogue, as
   // PyTorch's nn.Linear does.
-  at::Tensor operator()(const at::Tensor& x) {
-    return replacement_ != nullptr
-               ? replacement_->forward(x)
-               : at::linear(x, layer_->weight, layer_->bias);
+  at::Tensor operator()(const at::Tensor& x, bool gelu = false) {
+    if (replacement_ != nullptr) {
+      const at::Tensor out = replacement_->forward(x);
+      return gelu ? at::gelu(out) : out;
+    }
+    return linear_gelu(
+        x, layer_->weight, layer_->bias, gelu, fused_bias_gradient_);
   }
 
   void replace(
@@ -102,6 +113,7 @@ class GptLinear {
  private:
   std::string name_;
   nn::Linear layer_;
+  bool fused_bias_gradient_;
   std::shared_ptr<GptLinearReplacement> replacement_;
 };
 
@@ -136,11 +148,13 @@ class GptAttentionImpl : public nn::Module {
         c_attn_(
             *this,
             "c_attn",
-            linear(options.n_embd(), 3 * options.n_embd(), options.bias())),
+            linear(options.n_embd(), 3 * options.n_embd(), options.bias()),
+            options.fused_bias_gradient()),
         c_proj_(
             *this,
             "c_proj",
-            linear(options.n_embd(), options.n_embd(), options.bias())) {}
+            linear(options.n_embd(), options.n_embd(), options.bias()),
+            options.fused_bias_gradient()) {}
 
   void replace_linears(const std::string& prefix, const GptLinearMaker& make) {
     c_attn_.replace(*this, prefix, make);
@@ -192,14 +206,17 @@ class GptMlpImpl : public nn::Module {
         c_fc_(
             *this,
             "c_fc",
-            linear(options.n_embd(), 4 * options.n_embd(), options.bias())),
+            linear(options.n_embd(), 4 * options.n_embd(), options.bias()),
+            options.fused_bias_gradient()),
         c_proj_(
             *this,
             "c_proj",
-            linear(4 * options.n_embd(), options.n_embd(), options.bias())) {}
+            linear(4 * options.n_embd(), options.n_embd(), options.bias()),
+            options.fused_bias_gradient()) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    return maybe_dropout(c_proj_(at::gelu(c_fc_(x))), dropout_, is_training());
+    return maybe_dropout(
+        c_proj_(c_fc_(x, /*gelu=*/true)), dropout_, is_training());
   }
 
   void replace_linears(const std::string& prefix, const GptLinearMaker& make) {

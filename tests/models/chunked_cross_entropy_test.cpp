@@ -6,9 +6,9 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
+#include "test_util.h"
 
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -99,27 +99,6 @@ TEST(ChunkedCrossEntropy, UnderAutocastTheProductsRunInItsDtype) {
   EXPECT_GT(max_difference(chunked, exact), 1e-7); // bfloat16 did round
 }
 
-// aten::mm calls on this thread while a MmCount lives.
-int mm_calls = 0;
-
-std::unique_ptr<at::ObserverContext> count_mm(const at::RecordFunction& fn) {
-  if (std::string(fn.name()) == "aten::mm") {
-    ++mm_calls;
-  }
-  return nullptr;
-}
-
-struct MmCount {
-  MmCount() : handle(at::addThreadLocalCallback(
-                  at::RecordFunctionCallback(count_mm))) {
-    mm_calls = 0;
-  }
-  ~MmCount() {
-    at::removeCallback(handle);
-  }
-  at::CallbackHandle handle;
-};
-
 TEST(ChunkedCrossEntropy, WithoutGradientsItIsTheLossAlone) {
   // Under no_grad (an evaluation) the parameters still require gradients,
   // but no backward can follow: each chunk of 3 of the 21 positions is one
@@ -127,19 +106,19 @@ TEST(ChunkedCrossEntropy, WithoutGradientsItIsTheLossAlone) {
   const Case c = make_case(at::kFloat);
   {
     const at::NoGradGuard no_grad;
-    const MmCount count;
+    const testing::OpCount mm("aten::mm");
     const at::Tensor loss =
         chunked_cross_entropy(c.hidden, c.weight, c.targets, 3);
-    EXPECT_EQ(mm_calls, 7);
+    EXPECT_EQ(mm.calls(), 7);
     EXPECT_FALSE(loss.requires_grad());
     EXPECT_LE(
         max_difference(
             loss, gpt_loss(at::linear(c.hidden, c.weight), c.targets)),
         1e-6);
   }
-  const MmCount count;
+  const testing::OpCount mm("aten::mm");
   chunked_cross_entropy(c.hidden, c.weight, c.targets, 3);
-  EXPECT_EQ(mm_calls, 21);
+  EXPECT_EQ(mm.calls(), 21);
 }
 
 TEST(ChunkedCrossEntropy, RejectsBadShapesAndChunks) {

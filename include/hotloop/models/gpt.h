@@ -66,6 +66,10 @@ struct GptOptions {
   /// the logits (chunked_cross_entropy's `fused`); elsewhere the same ATen
   /// ops as without it.
   TORCH_ARG(bool, fused_cross_entropy) = false;
+  /// Each Linear layer's bias gradient summed by a CUDA kernel of
+  /// hotloop's, the MLP's first in the same pass as GELU's backward
+  /// (linear_gelu's `fused`); elsewhere the same ATen ops as without it.
+  TORCH_ARG(bool, fused_bias_gradient) = false;
 };
 
 /// What takes a Linear layer's place in a Gpt (GptImpl::replace_linears):
