@@ -6,6 +6,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/models/gpt.h"
+#include "models/gpt_step.h"
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -102,30 +103,13 @@ TEST(AddLayerNorm, OnTheCpuItIsTheAtenOps) {
 TEST(AddLayerNorm, TheGptWithFusedLayerNormTrainsAsWithoutOnTheCpu) {
   // model.fused_layer_norm reorders the blocks' calls (each residual add
   // with the LayerNorm after it); on the CPU the ops are the same, so the
-  // logits and every gradient are equal bit for bit, in training (dropout
-  // drawn in the same order) and in evaluation.
-  std::vector<at::Tensor> logits;
-  std::vector<std::vector<at::Tensor>> grads;
-  for (const bool fused : {false, true}) {
-    at::manual_seed(1);
-    Gpt model(GptOptions::tiny().dropout(0.1).fused_layer_norm(fused));
-    at::manual_seed(2);
-    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
-    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong);
-    model->token_loss(idx, targets).backward();
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->parameters()) {
-      g.push_back(p.grad().clone());
-    }
-    grads.push_back(g);
-    model->eval();
-    logits.push_back(model->forward(idx).detach());
-  }
-  EXPECT_TRUE(logits[1].equal(logits[0]));
-  ASSERT_EQ(grads[1].size(), grads[0].size());
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    EXPECT_TRUE(grads[1][i].equal(grads[0][i])) << "parameter " << i;
-  }
+  // loss, every gradient and the evaluation's logits are equal bit for
+  // bit (dropout drawn in the same order).
+  const auto options = GptOptions::tiny().dropout(0.1);
+  const at::Device cpu(at::kCPU);
+  testing::expect_same_step(
+      testing::tiny_gpt_step(GptOptions(options).fused_layer_norm(true), cpu),
+      testing::tiny_gpt_step(options, cpu));
 }
 
 bool has_gpu() {
@@ -256,42 +240,18 @@ TEST(AddLayerNormCuda, TheGptWithFusedLayerNormTrainsAsWithout) {
   const at::Device gpu(at::kCUDA, 0);
   // float32, and bfloat16 autocast as the Trainer's bf16-mixed; with the
   // LayerNorms' and Linears' biases and without.
-  for (const bool autocast : {false, true}) {
+  for (const bool bf16 : {false, true}) {
     for (const bool bias : {true, false}) {
-      const std::string where = std::string(autocast ? "bf16" : "float32") +
+      const std::string where = std::string(bf16 ? "bf16" : "float32") +
           (bias ? ", bias" : ", no bias");
-      std::vector<double> losses;
-      std::vector<std::vector<at::Tensor>> grads;
-      for (const bool fused : {false, true}) {
-        at::manual_seed(1);
-        Gpt model(GptOptions::tiny().bias(bias).fused_layer_norm(fused));
-        model->to(gpu);
-        at::manual_seed(2);
-        const at::Tensor idx =
-            at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-        const at::Tensor targets =
-            at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-        compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
-        compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
-        const at::Tensor loss = model->token_loss(idx, targets);
-        compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
-        at::autocast::clear_cache();
-        loss.backward();
-        losses.push_back(loss.item<double>());
-        std::vector<at::Tensor> g;
-        for (const auto& p : model->parameters()) {
-          g.push_back(p.grad().cpu());
-        }
-        grads.push_back(g);
-      }
-      EXPECT_NEAR(losses[1], losses[0], autocast ? 1e-3 : 1e-5) << where;
-      for (size_t i = 0; i < grads[0].size(); ++i) {
-        const double scale = grads[0][i].abs().max().item<double>() + 1e-6;
-        EXPECT_LE(
-            max_difference(grads[1][i], grads[0][i]) / scale,
-            autocast ? 5e-2 : 1e-3)
-            << where << ", parameter " << i;
-      }
+      const auto options = GptOptions::tiny().bias(bias);
+      testing::expect_close_step(
+          testing::tiny_gpt_step(
+              GptOptions(options).fused_layer_norm(true), gpu, bf16),
+          testing::tiny_gpt_step(options, gpu, bf16),
+          bf16 ? 1e-3 : 1e-5,
+          bf16 ? 5e-2 : 1e-3,
+          where);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
+#include "models/gpt_step.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -147,36 +148,13 @@ TEST(ChunkedCrossEntropy, RejectsBadShapesAndChunks) {
 
 // A tiny GPT's training loss on a fixed batch, and every parameter's
 // gradient, on `device`.
-struct GptStep {
-  double loss = 0;
-  std::vector<at::Tensor> grads;
-};
-
-GptStep tiny_gpt_step(const GptOptions& options, const at::Device& device) {
-  at::manual_seed(1);
-  Gpt model(options);
-  model->to(device);
-  at::manual_seed(2);
-  const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).to(device);
-  const at::Tensor targets =
-      at::randint(0, 64, {3, 16}, at::kLong).to(device);
-  const at::Tensor loss = model->token_loss(idx, targets);
-  loss.backward();
-  GptStep step;
-  step.loss = loss.item<double>();
-  for (const auto& p : model->parameters()) {
-    step.grads.push_back(p.grad().clone());
-  }
-  return step;
-}
-
 TEST(ChunkedCrossEntropy, TheGptsTrainingLossEqualsItsLogitsLoss) {
   // model.loss_chunk_size: every parameter's gradient (the tied embedding
   // gets the output layer's and the embedding's) as with the whole batch's
   // logits.
-  std::vector<GptStep> runs;
+  std::vector<testing::GptStep> runs;
   for (const int64_t chunk : {0, 5, 4096}) {
-    runs.push_back(tiny_gpt_step(
+    runs.push_back(testing::tiny_gpt_step(
         GptOptions::tiny().loss_chunk_size(chunk), at::Device(at::kCPU)));
   }
   for (size_t run = 1; run < runs.size(); ++run) {
@@ -295,15 +273,11 @@ TEST(ChunkedCrossEntropyCuda, TheGptWithFusedCrossEntropyTrainsAsWithout) {
   }
   const at::Device gpu(at::kCUDA, 0);
   const auto options = GptOptions::tiny().loss_chunk_size(5);
-  const GptStep plain = tiny_gpt_step(options, gpu);
-  const GptStep fused =
-      tiny_gpt_step(GptOptions(options).fused_cross_entropy(true), gpu);
-  EXPECT_NEAR(fused.loss, plain.loss, 1e-5);
-  for (size_t i = 0; i < plain.grads.size(); ++i) {
-    const double scale = plain.grads[i].abs().max().item<double>() + 1e-12;
-    EXPECT_LE(max_difference(fused.grads[i], plain.grads[i]) / scale, 1e-4)
-        << "parameter " << i;
-  }
+  testing::expect_close_step(
+      testing::tiny_gpt_step(GptOptions(options).fused_cross_entropy(true), gpu),
+      testing::tiny_gpt_step(options, gpu),
+      1e-5,
+      1e-4);
 }
 
 } // namespace

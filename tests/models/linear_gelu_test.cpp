@@ -8,6 +8,7 @@
 
 #include "hotloop/core/compat.h"
 #include "hotloop/models/gpt.h"
+#include "models/gpt_step.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -181,31 +182,18 @@ TEST(LinearGelu, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
 
 TEST(LinearGelu, TheGptWithFusedBiasGradientTrainsAsWithoutOnTheCpu) {
   // On the CPU model.fused_bias_gradient runs the same ATen ops through
-  // hotloop's autograd function: the logits and every gradient are equal
-  // bit for bit, in training (dropout drawn in the same order) and in
-  // evaluation (under inference mode, which records nothing).
-  std::vector<at::Tensor> logits;
-  std::vector<std::vector<at::Tensor>> grads;
-  for (const bool fused : {false, true}) {
-    at::manual_seed(1);
-    Gpt model(GptOptions::tiny().dropout(0.1).fused_bias_gradient(fused));
-    at::manual_seed(2);
-    const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
-    const at::Tensor targets = at::randint(0, 64, {3, 16}, at::kLong);
-    model->token_loss(idx, targets).backward();
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->parameters()) {
-      g.push_back(p.grad().clone());
-    }
-    grads.push_back(g);
-    model->eval();
-    const c10::InferenceMode evaluation; // as EvaluationLoop
-    logits.push_back(model->forward(idx));
-  }
-  EXPECT_TRUE(logits[1].equal(logits[0]));
-  ASSERT_EQ(grads[1].size(), grads[0].size());
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    EXPECT_TRUE(grads[1][i].equal(grads[0][i])) << "parameter " << i;
+  // hotloop's autograd function: the loss, every gradient and the
+  // evaluation's logits (under inference mode, which records nothing) are
+  // equal bit for bit, float32 and bfloat16 autocast, dropout drawn in the
+  // same order.
+  const auto options = GptOptions::tiny().dropout(0.1);
+  const at::Device cpu(at::kCPU);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "float32");
+    testing::expect_same_step(
+        testing::tiny_gpt_step(
+            GptOptions(options).fused_bias_gradient(true), cpu, bf16),
+        testing::tiny_gpt_step(options, cpu, bf16));
   }
 }
 
@@ -272,41 +260,17 @@ TEST(LinearGeluCuda, TheGptWithFusedBiasGradientTrainsAsWithout) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
   }
   const at::Device gpu(at::kCUDA, 0);
-  // float32, and bfloat16 autocast as the Trainer's bf16-mixed.
-  for (const bool autocast : {false, true}) {
-    const std::string where = autocast ? "bf16" : "float32";
-    std::vector<double> losses;
-    std::vector<std::vector<at::Tensor>> grads;
-    for (const bool fused : {false, true}) {
-      at::manual_seed(1);
-      Gpt model(GptOptions::tiny().fused_bias_gradient(fused));
-      model->to(gpu);
-      at::manual_seed(2);
-      const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-      const at::Tensor targets =
-          at::randint(0, 64, {3, 16}, at::kLong).to(gpu);
-      compat::set_autocast_dtype(c10::DeviceType::CUDA, at::kBFloat16);
-      compat::set_autocast_enabled(c10::DeviceType::CUDA, autocast);
-      const at::Tensor loss = model->token_loss(idx, targets);
-      compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
-      at::autocast::clear_cache();
-      loss.backward();
-      losses.push_back(loss.item<double>());
-      std::vector<at::Tensor> g;
-      for (const auto& p : model->parameters()) {
-        g.push_back(p.grad().cpu());
-      }
-      grads.push_back(g);
-    }
-    // The forward is the same ops (cuBLAS may pick its algorithms by the
-    // workspace free at the call).
-    EXPECT_NEAR(losses[1], losses[0], 1e-6) << where;
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      EXPECT_LE(
-          relative_difference(grads[1][i], grads[0][i]),
-          autocast ? 2e-2 : 1e-5)
-          << where << ", parameter " << i;
-    }
+  // float32, and bfloat16 autocast as the Trainer's bf16-mixed. The
+  // forward is the same ops (cuBLAS may pick its algorithms by the
+  // workspace free at the call).
+  for (const bool bf16 : {false, true}) {
+    testing::expect_close_step(
+        testing::tiny_gpt_step(
+            GptOptions::tiny().fused_bias_gradient(true), gpu, bf16),
+        testing::tiny_gpt_step(GptOptions::tiny(), gpu, bf16),
+        1e-6,
+        bf16 ? 2e-2 : 1e-5,
+        bf16 ? "bf16" : "float32");
   }
 }
 
