@@ -103,16 +103,18 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # as long as the deadline leaves a run's time. GPT-2's default list is what
 # is not measured yet (hotloop's kernels: model.fused_layer_norm,
 # model.fused_cross_entropy and model.fused_bias_gradient, each alone, the
-# three together, and with whole-step CUDA graphs; then cuBLASLt's workspace at 128 MiB, where LibTorch gives
-# Hopper 32 MiB: a lever env:NAME=VALUE is an environment variable for
-# that run alone); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
+# three together (traced: a lever's `trace` follows its run with a traced
+# one, whose kernel table says what each kernel takes), and with
+# whole-step CUDA graphs; then cuBLASLt's workspace at 128 MiB, where
+# LibTorch gives Hopper 32 MiB: a lever env:NAME=VALUE is an environment
+# variable for that run alone); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
 # LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
 # measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
 # is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
 # algorithm searches against a 200-batch run), alone and together; the
 # CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
 LEVERS_KERNELS_GPT2="model.fused_layer_norm=true model.fused_cross_entropy=true model.fused_bias_gradient=true"
-LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;$LEVERS_KERNELS_GPT2;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
+LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;$LEVERS_KERNELS_GPT2 trace;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
 LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false"
 LEVERS_DEFAULT_CNN="trainer.benchmark=false"
@@ -861,19 +863,29 @@ stage_levers() {
     bench_args "$workload" "$ART/levers/$i.json"
     args=("${BENCH_ARGS[@]}" --impls hotloop)
     # env:NAME=VALUE sets a variable for that run alone (a library's
-    # setting, such as cuBLASLt's workspace); the rest are hotloop options.
-    local option envs=()
+    # setting, such as cuBLASLt's workspace); `trace` follows the run with
+    # a traced one, whose tables go to traces.txt under the lever's name;
+    # the rest are hotloop options.
+    local option envs=() traced=0
     for option in $lever; do
       if [[ $option == env:* ]]; then
         envs+=("${option#env:}")
+      elif [[ $option == trace ]]; then
+        traced=1
       else
         args+=(--hotloop-option "$option")
       fi
     done
+    ((traced)) && args+=(--traces "$ART/levers/trace-$i" --trace-impls hotloop)
     printf '%s\n' "${envs[@]}" | sed '/^$/d' >"$ART/levers/$i.env"
     echo "\$ ${envs[*]} $PY_REAL bench/run ${args[*]}"
     bounded env "${envs[@]}" "$PY_REAL" bench/run "${args[@]}" >"$ART/levers/$i.txt" 2>&1 || rc=$?
     tail -n 25 "$ART/levers/$i.txt"
+    local table="$ART/levers/trace-$i/$workload-hotloop.txt"
+    if ((traced)) && [[ -f $table ]]; then
+      mkdir -p "$ART/traces"
+      { echo "lever: $lever"; cat "$table"; } >"$ART/traces/$workload-lever-$i.txt"
+    fi
     ((rc == 124 || rc == 137)) && break
     i=$((i + 1))
   done
