@@ -284,6 +284,14 @@ ConfigSchema make_schema() {
           T::kBool,
           "true",
           "let cuDNN pick the fastest convolution algorithm per shape"));
+  s.add(
+      opt("trainer.benchmark_limit",
+          T::kInt,
+          "10",
+          "with trainer.benchmark, the most algorithms cuDNN times per shape "
+          "(its heuristics' first; PyTorch's cudnn.benchmark_limit); 0: all",
+          0,
+          1000000));
   s.add(choice(
       "trainer.sdpa_backend",
       "auto",
@@ -1339,6 +1347,7 @@ FitConfig to_fit_config(const Config& c) {
       .num_sanity_val_steps(c.get_int("trainer.num_sanity_val_steps"))
       .deterministic(c.get_bool("trainer.deterministic"))
       .benchmark(c.get_bool("trainer.benchmark"))
+      .benchmark_limit(c.get_int("trainer.benchmark_limit"))
       .sdpa_backend(c.get_string("trainer.sdpa_backend"))
       .detect_anomaly(c.get_bool("trainer.detect_anomaly"))
       .default_root_dir(c.get_string("trainer.default_root_dir"))

@@ -370,6 +370,8 @@ int Trainer::apply_runtime_settings(int64_t num_workers) {
   // Benchmarking picks algorithms by timing, which may differ run to run.
   at::globalContext().setBenchmarkCuDNN(
       options_.benchmark() && !options_.deterministic());
+  at::globalContext().setBenchmarkLimitCuDNN(
+      static_cast<int>(options_.benchmark_limit()));
   compat::set_sdpa_backend(options_.sdpa_backend());
   return threads;
 }

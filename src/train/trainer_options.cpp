@@ -46,6 +46,13 @@ TrainerOptions resolve_trainer_options(TrainerOptions options) {
       "trainer.max_epochs must be positive or -1, got ",
       options.max_epochs());
   check_at_least(options.min_epochs(), 0, "min_epochs");
+  check_at_least(options.benchmark_limit(), 0, "benchmark_limit");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options.benchmark_limit() <= 1000000,
+      "trainer.benchmark_limit must be at most 1000000 (0 times every "
+      "algorithm), got ",
+      options.benchmark_limit());
   HOTLOOP_CHECK_AS(
       ConfigError,
       options.max_steps() == -1 || options.max_steps() > 0,

@@ -175,6 +175,7 @@ std::vector<std::string> trainer_overrides() {
       "--trainer.zero_grad_set_to_none=false",
       "--trainer.deterministic=true",
       "--trainer.benchmark=false",
+      "--trainer.benchmark_limit=3",
       "--trainer.sdpa_backend=math",
       "--trainer.detect_anomaly=true",
       "--trainer.inference_mode=false",
@@ -266,6 +267,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   EXPECT_FALSE(t.zero_grad_set_to_none());
   EXPECT_TRUE(t.deterministic());
   EXPECT_FALSE(t.benchmark());
+  EXPECT_EQ(t.benchmark_limit(), 3);
   EXPECT_EQ(t.sdpa_backend(), "math");
   EXPECT_TRUE(t.detect_anomaly());
   EXPECT_FALSE(t.inference_mode());
@@ -308,7 +310,7 @@ TEST(Cli, EveryTrainerOptionReachesTheTrainerUnderItsName) {
   for (const auto& option : fit_schema().options()) {
     trainer_options += option.key.rfind("trainer.", 0) == 0 ? 1 : 0;
   }
-  EXPECT_EQ(trainer_options, 52);
+  EXPECT_EQ(trainer_options, 53);
 }
 
 TEST(Cli, TheTrainerOptionsReadFromAYamlFileAsFromTheCommandLine) {

@@ -392,6 +392,10 @@ TEST(Trainer, InvalidOptionsNameTheOption) {
       ::testing::ThrowsMessage<ConfigError>(
           HasSubstr("trainer.gradient_clip_val must be >= 0, got -1")));
   EXPECT_THAT(
+      [] { Trainer(TrainerOptions().benchmark_limit(-1)); },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("trainer.benchmark_limit must be >= 0, got -1")));
+  EXPECT_THAT(
       [] { Trainer(TrainerOptions().profiler_skip_steps(-1)); },
       ::testing::ThrowsMessage<ConfigError>(
           HasSubstr("trainer.profiler_skip_steps must be >= 0, got -1")));
@@ -1037,6 +1041,12 @@ TEST_F(TrainerTest, BenchmarkFlagSetsCudnnsAlgorithmSearch) {
   auto train = train_loader();
   Trainer(options().max_steps(1)).fit(*make_module(0), train);
   EXPECT_TRUE(at::globalContext().benchmarkCuDNN()); // on by default
+  EXPECT_EQ(at::globalContext().benchmarkLimitCuDNN(), 10); // PyTorch's
+  Trainer(options().max_steps(1).benchmark_limit(3))
+      .fit(*make_module(0), train);
+  EXPECT_EQ(at::globalContext().benchmarkLimitCuDNN(), 3);
+  Trainer(options().max_steps(1)).fit(*make_module(0), train);
+  EXPECT_EQ(at::globalContext().benchmarkLimitCuDNN(), 10);
   Trainer(options().max_steps(1).benchmark(false)).fit(*make_module(0), train);
   EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
   // Timing-based choices are not deterministic.

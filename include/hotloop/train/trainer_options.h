@@ -76,6 +76,13 @@ struct TrainerOptions {
   /// Let cuDNN benchmark convolution algorithms for each input shape and
   /// keep the fastest (the shapes of a training loop rarely change).
   TORCH_ARG(bool, benchmark) = true;
+  /// With benchmark, the most algorithms cuDNN times for a convolution's
+  /// shape: the first of its heuristics' list (PyTorch's
+  /// torch.backends.cudnn.benchmark_limit, 10 by default); 0 times them
+  /// all. Fewer make the first step's searches shorter (ResNet-18's took
+  /// 1.9 s of its first step on an H200) at the risk of missing the
+  /// fastest. >= 0.
+  TORCH_ARG(int64_t, benchmark_limit) = 10;
   /// The kernel of scaled-dot-product attention (the GPT's): "auto" leaves
   /// LibTorch's choice; "flash", "efficient" (memory-efficient), "cudnn" or
   /// "math" allows that one alone (LibTorch 2.x), for the ablation that
