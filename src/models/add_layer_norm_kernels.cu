@@ -16,6 +16,7 @@
 // the gradients are the same run to run.
 
 #include "add_layer_norm_kernels.h"
+#include "one_wave.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
@@ -322,25 +323,13 @@ void add_layer_norm_backward(
       using O = decltype(out_type);
       with_columns_per_lane(width, [&](auto k) {
         constexpr int K = decltype(k)::value;
-        const auto kernel = add_layer_norm_backward_kernel<Y, O, K>;
-        // As many blocks as the device runs at once (their registers
-        // decide how many fit on a multiprocessor), fewer for few rows:
-        // each block's column sums are one row of the buffers below. The
-        // occupancy is asked once per kernel (not at every step's host
-        // cost), the multiprocessors from ATen's cached properties.
-        static const int per_sm = [&] {
-          int fits = 0;
-          C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-              &fits, kernel, kThreads, 0));
-          return std::max(fits, 1);
-        }();
-        const int device_sms =
-            at::cuda::getDeviceProperties(sum.get_device())
-                ->multiProcessorCount;
+        constexpr auto kernel = add_layer_norm_backward_kernel<Y, O, K>;
+        // As many blocks as the device runs at once, fewer for few rows:
+        // each block's column sums are one row of the buffers below.
         const int64_t blocks = std::max<int64_t>(
             1,
             std::min<int64_t>(
-                static_cast<int64_t>(device_sms) * per_sm,
+                one_wave<kernel>(kThreads, sum.get_device()),
                 (rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
         at::Tensor weight_parts = at::empty({blocks, width}, sum.options());
         at::Tensor bias_parts = with_bias

@@ -14,6 +14,7 @@
 // buffer, which ATen's sum reduces: the same values run to run.
 
 #include "bias_gradient_kernels.h"
+#include "one_wave.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
@@ -121,23 +122,11 @@ at::Tensor launch(
     at::Tensor& grad_pre_gelu) {
   const int64_t rows = grad.size(0);
   const int64_t cols = grad.size(1);
-  const auto kernel = bias_gradient_kernel<T, V, kGelu>;
-  // At most as many blocks as the device runs at once (one wave: a block
-  // past it would run alone after), the rows split among each column
-  // tile's blocks (a slice at least one row per row lane); the occupancy
-  // asked once per kernel, the multiprocessors from ATen's cached
-  // properties.
-  static const int per_sm = [&] {
-    int fits = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &fits, kernel, kThreads, 0));
-    return std::max(fits, 1);
-  }();
-  const int64_t resident =
-      static_cast<int64_t>(
-          at::cuda::getDeviceProperties(grad.get_device())
-              ->multiProcessorCount) *
-      per_sm;
+  constexpr auto kernel = bias_gradient_kernel<T, V, kGelu>;
+  // At most as many blocks as the device runs at once (a block past one
+  // wave would run alone after it), the rows split among each column
+  // tile's blocks (a slice at least one row per row lane).
+  const int64_t resident = one_wave<kernel>(kThreads, grad.get_device());
   const int64_t tiles = (cols + kLanes * V - 1) / (kLanes * V);
   const int64_t wanted = std::max<int64_t>(
       1,
