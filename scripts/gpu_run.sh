@@ -864,6 +864,9 @@ stage_levers() {
     fi
     bench_args "$workload" "$ART/levers/$i.json"
     args=("${BENCH_ARGS[@]}" --impls hotloop)
+    # bench/run's untimed machine warm-up once, before the defaults' row:
+    # the runs after it find the machine as warm as that row did.
+    ((i > 0)) && args+=(--no-machine-warmup)
     # env:NAME=VALUE sets a variable for that run alone (a library's
     # setting, such as cuBLASLt's workspace); `trace` follows the run with
     # a traced one, whose tables go to traces.txt under the lever's name;
