@@ -60,7 +60,7 @@ void expect_close_step(
   for (size_t i = 0; i < reference.grads.size(); ++i) {
     const at::Tensor a = step.grads[i].to(at::kDouble);
     const at::Tensor b = reference.grads[i].to(at::kDouble);
-    const double scale = b.abs().max().item<double>() + 1e-12;
+    const double scale = b.abs().max().item<double>() + 1e-6;
     EXPECT_LE((a - b).abs().max().item<double>() / scale, grad_tolerance)
         << where << ", parameter " << i;
   }

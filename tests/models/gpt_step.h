@@ -30,8 +30,8 @@ GptStep tiny_gpt_step(
 void expect_same_step(const GptStep& step, const GptStep& reference);
 
 /// Expects the losses within `loss_tolerance` and each gradient within
-/// `grad_tolerance` of the largest of its reference's values; `where` names
-/// the case in a failure.
+/// `grad_tolerance` times the largest of its reference's values (plus
+/// 1e-6, for a gradient of zeros); `where` names the case in a failure.
 void expect_close_step(
     const GptStep& step,
     const GptStep& reference,
