@@ -858,7 +858,9 @@ stage_levers() {
   rm -rf "$ART/levers" "$ART/levers.txt"
   mkdir -p "$ART/levers"
   for lever in "${levers[@]}"; do
-    if ((DEADLINE)) && (($(left) < LEVER_NEEDS)); then
+    local needs=$LEVER_NEEDS # and a traced run's after it (TRACE_NEEDS)
+    [[ " $lever " == *" trace "* ]] && needs=$((LEVER_NEEDS + TRACE_NEEDS))
+    if ((DEADLINE)) && (($(left) < needs)); then
       echo "levers: stopped before '${lever:-defaults}': $(left) s left"
       break
     fi
