@@ -43,6 +43,7 @@ CUDA_ONLY = (
     "ChunkedCrossEntropyCuda.TheGptWithFusedCrossEntropyTrainsAsWithout",
     "LinearGeluCuda.TheKernelGivesTheAtenOpsValuesAndGradients",
     "LinearGeluCuda.TheGptWithFusedBiasGradientTrainsAsWithout",
+    "GptCuda.EveryFusedKernelTogetherTrainsAsWithout",
 )
 TENSORBOARD = "tensorboard_python_reader"
 # Tests that check the CPU-only answer and skip themselves where CUDA is.

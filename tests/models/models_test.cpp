@@ -4,6 +4,7 @@
 #include "hotloop/models/resnet.h"
 
 #include "hotloop/core/error.h"
+#include "models/gpt_step.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -708,6 +709,44 @@ TEST(Gpt, BadOptionsNameTheOption) {
       Gpt(GptOptions::tiny().loss_chunk_size(-1)),
       "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), got "
       "-1");
+}
+
+GptOptions with_every_fused_kernel(GptOptions options) {
+  return options.fused_layer_norm(true)
+      .fused_cross_entropy(true)
+      .fused_bias_gradient(true);
+}
+
+TEST(Gpt, EveryFusedKernelTogetherTrainsAsWithoutOnTheCpu) {
+  // The GPU levers' "the three together": on the CPU each option runs
+  // ATen's ops, so together they give the same loss, gradients and
+  // evaluation logits bit for bit, float32 and bf16 autocast.
+  const auto options = GptOptions::tiny().dropout(0.1).loss_chunk_size(5);
+  const at::Device cpu(at::kCPU);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "float32");
+    testing::expect_same_step(
+        testing::tiny_gpt_step(with_every_fused_kernel(options), cpu, bf16),
+        testing::tiny_gpt_step(options, cpu, bf16));
+  }
+}
+
+TEST(GptCuda, EveryFusedKernelTogetherTrainsAsWithout) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  // Each kernel's own test allows its rounding; together (the output of
+  // one the input of the next) they stay within the sum of those.
+  const auto options = GptOptions::tiny().loss_chunk_size(5);
+  const at::Device gpu(at::kCUDA, 0);
+  for (const bool bf16 : {false, true}) {
+    testing::expect_close_step(
+        testing::tiny_gpt_step(with_every_fused_kernel(options), gpu, bf16),
+        testing::tiny_gpt_step(options, gpu, bf16),
+        bf16 ? 2e-3 : 2e-5,
+        bf16 ? 8e-2 : 2e-3,
+        bf16 ? "bf16" : "float32");
+  }
 }
 
 } // namespace
