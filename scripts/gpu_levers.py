@@ -76,25 +76,28 @@ def main(argv):
             base = run.get("steady_rate")
     gpu = machine.get("gpu") or machine.get("gpu_name") or "n/a"
     short = {"tokens/s": "tok/s", "samples/s": "samples/s"}.get(unit, unit)
+    # The name column as wide as the longest lever's name (a lever of
+    # several options), so that the figures stay in their columns.
+    width = max([34] + [len(name) + 2 for name, _ in rows])
     print(f"{title} levers, hotloop alone, one run each ({gpu})")
-    print(f"{'lever':<34}{'steady ' + (short or 'rate'):>18}"
+    print(f"{'lever':<{width}}{'steady ' + (short or 'rate'):>18}"
           f"{'vs defaults':>13}{'whole run':>11}{'MFU':>7}{'GPU MB':>9}")
     failed = False
     for name, run in rows:
         if not run or "error" in run or "skipped" in run:
             why = (run or {}).get("error") or (run or {}).get("skipped") \
                 or "no hotloop row"
-            print(f"{name:<34}  failed: {why.splitlines()[0]}")
+            print(f"{name:<{width}}  failed: {why.splitlines()[0]}")
             failed = True
             continue
         if run.get("dry_run"):
-            print(f"{name:<34}  dry run: the command and a CPU smoke run passed")
+            print(f"{name:<{width}}  dry run: the command and a CPU smoke run passed")
             continue
         steady, whole = run.get("steady_rate"), run.get("rate")
         ratio = f"{steady / base:.3f}x" if steady and base else "n/a"
         mfu = run.get("mfu")
         mb = run.get("gpu_peak_mb")
-        print(f"{name:<34}"
+        print(f"{name:<{width}}"
               f"{(f'{steady:,.0f}' if steady else 'n/a'):>18}{ratio:>13}"
               f"{(f'{whole:,.0f}' if whole else 'n/a'):>11}"
               f"{(f'{100 * mfu:.1f}%' if mfu else 'n/a'):>7}"

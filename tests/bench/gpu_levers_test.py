@@ -8,6 +8,7 @@ Run: python3 -m unittest discover -s tests/bench -p '*_test.py'
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -87,6 +88,21 @@ class LeversTable(unittest.TestCase):
                                        "303,000", "1.010x"])
         self.assertEqual(rows[2][:5], ["trainer.cuda_graphs=true", "env:A=1",
                                        "env:B=2", "306,000", "1.020x"])
+
+    def test_a_long_lever_name_keeps_the_figures_in_their_columns(self):
+        three = ["model.fused_layer_norm=true", "model.fused_cross_entropy=true",
+                 "model.fused_bias_gradient=true"]
+        rc, lines = table([lever_doc([], 300000.0),
+                           lever_doc(three, 345000.0)])
+        self.assertEqual(rc, 0)
+        header = lines[1]
+        for line in lines[2:]:
+            # The ratio ends where its heading does.
+            ratio = re.search(r"\d\.\d{3}x", line)
+            self.assertEqual(ratio.end(),
+                             header.index("vs defaults") + len("vs defaults"),
+                             line)
+        self.assertEqual(lines[3].split()[3:5], ["345,000", "1.150x"])
 
     def test_another_workload_in_its_own_unit(self):
         def resnet(options, steady):
