@@ -88,8 +88,8 @@
 # (as --traces), HOTLOOP_GPU_TRACE_IMPLS (bench/run --trace-impls: whom
 # the traced runs follow; default every implementation run) and
 # HOTLOOP_GPU_TRACE_IMPLS_CNN, _RESNET18_CIFAR, _GPT2 (for one of them; the
-# measure plan's GPT-2 default is hotloop alone, the tuned loop's GPT-2
-# trace on the same torch being in docs/measurements/).
+# measure plan's default is hotloop alone, the tuned loops' traces on the
+# same torch being in docs/measurements/).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -206,9 +206,10 @@ case $PLAN in
     else
       REQUESTED=${REQUESTED:-configure,build,bench-gpt2,bench-resnet18_cifar,bench-cnn}
       TRACES=${HOTLOOP_GPU_TRACES:-1}
-      # The tuned loop's GPT-2 trace on torch 2.11 is kept in
-      # docs/measurements/2026-11-27-h200; the other workloads' are due.
-      export HOTLOOP_GPU_TRACE_IMPLS_GPT2=${HOTLOOP_GPU_TRACE_IMPLS_GPT2:-hotloop}
+      # hotloop's runs traced: the tuned loops' traces on torch 2.11 are
+      # kept (GPT-2's in docs/measurements/2026-11-27-h200, ResNet-18's
+      # and the CNN's in 2026-11-27-h200-b) and change only with torch.
+      export HOTLOOP_GPU_TRACE_IMPLS=${HOTLOOP_GPU_TRACE_IMPLS-hotloop}
       export HOTLOOP_GPU_BENCH_IMPLS=${HOTLOOP_GPU_BENCH_IMPLS:-hotloop,python-tuned}
       export HOTLOOP_GPU_BENCH_CONFIGS_CNN=${HOTLOOP_GPU_BENCH_CONFIGS_CNN:-configs/bench/fast}
       export HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN=${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN:-trainer.cuda_graphs=true}
