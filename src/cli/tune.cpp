@@ -811,6 +811,23 @@ void Tuner::add_candidates() {
   if (cuda_ && graphable().empty()) {
     add("cuda_graphs", {{"trainer.cuda_graphs", "true"}});
   }
+  // hotloop's own CUDA kernels for the GPT (off by default until measured
+  // on a GPU), the ones the config does not use yet, together.
+  if (cuda_ && c.model_name == "gpt") {
+    Settings fused;
+    if (!c.gpt.fused_layer_norm()) {
+      fused.emplace_back("model.fused_layer_norm", "true");
+    }
+    if (!c.gpt.fused_cross_entropy() && c.gpt.loss_chunk_size() > 0) {
+      fused.emplace_back("model.fused_cross_entropy", "true");
+    }
+    if (!c.gpt.fused_bias_gradient()) {
+      fused.emplace_back("model.fused_bias_gradient", "true");
+    }
+    if (!fused.empty()) {
+      add("fused_kernels", std::move(fused));
+    }
+  }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
   const bool checkpointable = c.model_name == "gpt" ||
@@ -1032,6 +1049,13 @@ void Tuner::decide() {
       !cuda_                ? std::string("needs a CUDA device: not tried")
       : graphable().empty() ? std::string("not measured within the budget")
                             : graphable() + ": not tried");
+  consider(
+      "fused_kernels",
+      "model.fused_* (hotloop's GPT kernels)",
+      !cuda_ ? std::string("needs a CUDA device: not tried")
+      : config_.model_name != "gpt"
+          ? "no GPT (model.name=" + config_.model_name + "): not tried"
+          : std::string("already on: not tried"));
   // fp16's loss scaling decides on the host whether a step happens, which a
   // replayed graph cannot: both picked, the graph goes.
   const auto picked = [&](const std::string& strategy) {

@@ -2160,6 +2160,8 @@ TEST(Cli, TuneMeasuresTheStrategiesAndWritesAConfigThatTrains) {
         "  data.pin_memory: no effect on the CPU (no copies to a device): not "
         "tried\n",
         "  trainer.cuda_graphs: needs a CUDA device: not tried\n",
+        "  model.fused_* (hotloop's GPT kernels): needs a CUDA device: not "
+        "tried\n",
         "  data.val_batch_size: "}) {
     EXPECT_THAT(r.out, HasSubstr(verdict));
   }
