@@ -183,22 +183,25 @@ void softmax_cross_entropy_(
       logits.sizes(),
       " on ",
       logits.device());
-  TORCH_CHECK(
-      targets.scalar_type() == at::kLong && targets.is_contiguous() &&
-          targets.device() == logits.device() &&
-          targets.numel() == logits.size(0),
-      "softmax_cross_entropy_: targets must be ",
-      logits.size(0),
-      " int64 values on ",
-      logits.device());
-  TORCH_CHECK(
-      losses.scalar_type() == at::kFloat && losses.is_contiguous() &&
-          losses.device() == logits.device() &&
-          losses.numel() == logits.size(0),
-      "softmax_cross_entropy_: losses must be ",
-      logits.size(0),
-      " float32 values on ",
-      logits.device());
+  // One value per row of logits, contiguous on their device.
+  const auto check_per_row = [&](const at::Tensor& t,
+                                 at::ScalarType type,
+                                 const char* what,
+                                 const char* type_name) {
+    TORCH_CHECK(
+        t.scalar_type() == type && t.is_contiguous() &&
+            t.device() == logits.device() && t.numel() == logits.size(0),
+        "softmax_cross_entropy_: ",
+        what,
+        " must be ",
+        logits.size(0),
+        " ",
+        type_name,
+        " values on ",
+        logits.device());
+  };
+  check_per_row(targets, at::kLong, "targets", "int64");
+  check_per_row(losses, at::kFloat, "losses", "float32");
   if (logits.size(0) == 0) {
     return;
   }
