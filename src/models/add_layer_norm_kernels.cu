@@ -16,14 +16,11 @@
 // the gradients are the same run to run.
 
 #include "add_layer_norm_kernels.h"
-#include "one_wave.cuh"
+#include "kernel_launch.cuh"
 
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <cuda_runtime.h>
@@ -283,20 +280,21 @@ void add_layer_norm_forward(
       using O = decltype(out_type);
       with_columns_per_lane(width, [&](auto k) {
         constexpr int K = decltype(k)::value;
-        add_layer_norm_forward_kernel<Y, O, K>
-            <<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-                x.data_ptr<float>(),
-                y.data_ptr<Y>(),
-                weight.data_ptr<float>(),
-                bias.defined() ? bias.data_ptr<float>() : nullptr,
-                sum.data_ptr<float>(),
-                out.data_ptr<O>(),
-                mean.data_ptr<float>(),
-                rstd.data_ptr<float>(),
-                rows,
-                width,
-                static_cast<float>(eps));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_kernel(
+            add_layer_norm_forward_kernel<Y, O, K>,
+            static_cast<unsigned>(blocks),
+            kThreads,
+            x.data_ptr<float>(),
+            y.data_ptr<Y>(),
+            weight.data_ptr<float>(),
+            bias.defined() ? bias.data_ptr<float>() : nullptr,
+            sum.data_ptr<float>(),
+            out.data_ptr<O>(),
+            mean.data_ptr<float>(),
+            rstd.data_ptr<float>(),
+            rows,
+            width,
+            static_cast<float>(eps));
       });
     });
   });
@@ -335,7 +333,10 @@ void add_layer_norm_backward(
         at::Tensor bias_parts = with_bias
             ? at::empty({blocks, width}, sum.options())
             : at::Tensor();
-        kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        launch_kernel(
+            kernel,
+            static_cast<unsigned>(blocks),
+            kThreads,
             grad_out.data_ptr<O>(),
             grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
             sum.data_ptr<float>(),
@@ -348,7 +349,6 @@ void add_layer_norm_backward(
             with_bias ? bias_parts.data_ptr<float>() : nullptr,
             rows,
             width);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
         grad_weight = weight_parts.sum(0);
         if (with_bias) {
           grad_bias = bias_parts.sum(0);

@@ -14,16 +14,13 @@
 // buffer, which ATen's sum reduces: the same values run to run.
 
 #include "bias_gradient_kernels.h"
-#include "one_wave.cuh"
+#include "kernel_launch.cuh"
 
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
@@ -145,7 +142,10 @@ at::Tensor launch(
       at::empty({slices, cols}, grad.options().dtype(at::kFloat));
   const dim3 blocks(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
   const dim3 threads(kLanes, kRowLanes);
-  kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  launch_kernel(
+      kernel,
+      blocks,
+      threads,
       grad.data_ptr<T>(),
       kGelu ? pre_gelu.data_ptr<T>() : nullptr,
       kGelu ? grad_pre_gelu.data_ptr<T>() : nullptr,
@@ -153,7 +153,6 @@ at::Tensor launch(
       rows,
       cols,
       rows_per_slice);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return parts.sum(0);
 }
 

@@ -14,10 +14,9 @@
 // target.
 
 #include "softmax_cross_entropy_kernels.h"
+#include "kernel_launch.cuh"
 
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
@@ -159,13 +158,15 @@ void launch(
       reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
   const auto kernel = packed ? softmax_cross_entropy_kernel<T, kPack>
                              : softmax_cross_entropy_kernel<T, 1>;
-  kernel<<<rows, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  launch_kernel(
+      kernel,
+      static_cast<unsigned>(rows),
+      kThreads,
       data,
       targets.data_ptr<int64_t>(),
       losses.data_ptr<float>(),
       vocab,
       gradient);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 } // namespace

@@ -1,0 +1,25 @@
+# hotloop's CUDA kernels (src/models/*.cu) compiled as C++ and run on the
+# CPU emulator here, in the one test binary: an object library of their
+# own, because their sources find this folder's cuda_runtime.h and CUDA
+# headers of ATen and c10 before LibTorch's. Where the kernels are built
+# for a GPU (HOTLOOP_HAS_CUDA_KERNELS) their CUDA tests run them instead.
+# The emulator's fibers (ucontext) are not built under a sanitizer.
+if(NOT HOTLOOP_HAS_CUDA_KERNELS AND NOT HOTLOOP_SANITIZE)
+  add_library(hotloop_cuda_emulation_tests OBJECT
+    ${CMAKE_CURRENT_LIST_DIR}/emulator.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/emulator_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/add_layer_norm_kernels_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/bias_gradient_kernels_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/softmax_cross_entropy_kernels_test.cpp)
+  target_include_directories(hotloop_cuda_emulation_tests BEFORE PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/include)
+  target_include_directories(hotloop_cuda_emulation_tests PRIVATE
+    ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(hotloop_cuda_emulation_tests PRIVATE
+    ${TORCH_LIBRARIES} GTest::gtest)
+  target_compile_options(hotloop_cuda_emulation_tests PRIVATE
+    -Wall -Wextra -Wno-unused-parameter
+    -Wno-unknown-pragmas) # the kernels' #pragma unroll
+  target_sources(hotloop_tests PRIVATE
+    $<TARGET_OBJECTS:hotloop_cuda_emulation_tests>)
+endif()
