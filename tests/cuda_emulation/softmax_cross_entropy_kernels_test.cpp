@@ -60,8 +60,9 @@ Chunk chunk(int64_t rows, int64_t vocab, at::ScalarType dtype) {
 
 TEST(SoftmaxCrossEntropyKernel, GivesAtensLossAndGradientInPlace) {
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    // Packs of 16 bytes, and a vocabulary that takes none (odd).
-    for (const int64_t vocab : {1024, 1001}) {
+    // Packs of 16 bytes, a vocabulary that takes none (odd), and one
+    // narrower than the block (most threads see no logit).
+    for (const int64_t vocab : {1024, 1001, 10}) {
       const std::string where =
           std::to_string(vocab) + " " + c10::toString(dtype);
       const Chunk c = chunk(6, vocab, dtype);
