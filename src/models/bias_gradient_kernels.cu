@@ -177,6 +177,32 @@ at::Tensor dispatch(
                 : launch<T, 1, false>(grad, pre_gelu, grad_pre_gelu);
 }
 
+// bias_gradient() past its checks: grad_pre_gelu made, the dtype's kernel
+// launched.
+at::Tensor by_dtype(
+    const at::Tensor& grad,
+    const at::Tensor& pre_gelu,
+    at::Tensor& grad_pre_gelu) {
+  grad_pre_gelu =
+      pre_gelu.defined() ? at::empty_like(grad) : at::Tensor();
+  if (grad.numel() == 0) {
+    return at::zeros({grad.size(1)}, grad.options().dtype(at::kFloat));
+  }
+  switch (grad.scalar_type()) {
+    case at::kFloat:
+      return dispatch<float>(grad, pre_gelu, grad_pre_gelu);
+    case at::kBFloat16:
+      return dispatch<c10::BFloat16>(grad, pre_gelu, grad_pre_gelu);
+    case at::kHalf:
+      return dispatch<c10::Half>(grad, pre_gelu, grad_pre_gelu);
+    default:
+      TORCH_CHECK(
+          false,
+          "bias_gradient: grad must be float32, bfloat16 or float16, got ",
+          grad.scalar_type());
+  }
+}
+
 } // namespace
 
 at::Tensor bias_gradient(
@@ -202,24 +228,7 @@ at::Tensor bias_gradient(
       " on ",
       grad.device());
   const c10::cuda::CUDAGuard guard(grad.device());
-  grad_pre_gelu =
-      pre_gelu.defined() ? at::empty_like(grad) : at::Tensor();
-  if (grad.numel() == 0) {
-    return at::zeros({grad.size(1)}, grad.options().dtype(at::kFloat));
-  }
-  switch (grad.scalar_type()) {
-    case at::kFloat:
-      return dispatch<float>(grad, pre_gelu, grad_pre_gelu);
-    case at::kBFloat16:
-      return dispatch<c10::BFloat16>(grad, pre_gelu, grad_pre_gelu);
-    case at::kHalf:
-      return dispatch<c10::Half>(grad, pre_gelu, grad_pre_gelu);
-    default:
-      TORCH_CHECK(
-          false,
-          "bias_gradient: grad must be float32, bfloat16 or float16, got ",
-          grad.scalar_type());
-  }
+  return by_dtype(grad, pre_gelu, grad_pre_gelu);
 }
 
 } // namespace hotloop::models::cuda

@@ -169,6 +169,31 @@ void launch(
       gradient);
 }
 
+// softmax_cross_entropy_() past its checks: the dtype's kernel launched.
+void by_dtype(
+    at::Tensor& logits,
+    const at::Tensor& targets,
+    at::Tensor& losses,
+    bool gradient) {
+  switch (logits.scalar_type()) {
+    case at::kFloat:
+      launch<float>(logits, targets, losses, gradient);
+      break;
+    case at::kBFloat16:
+      launch<c10::BFloat16>(logits, targets, losses, gradient);
+      break;
+    case at::kHalf:
+      launch<c10::Half>(logits, targets, losses, gradient);
+      break;
+    default:
+      TORCH_CHECK(
+          false,
+          "softmax_cross_entropy_: logits must be float32, bfloat16 or "
+          "float16, got ",
+          logits.scalar_type());
+  }
+}
+
 } // namespace
 
 void softmax_cross_entropy_(
@@ -207,23 +232,7 @@ void softmax_cross_entropy_(
     return;
   }
   const c10::cuda::CUDAGuard guard(logits.device());
-  switch (logits.scalar_type()) {
-    case at::kFloat:
-      launch<float>(logits, targets, losses, gradient);
-      break;
-    case at::kBFloat16:
-      launch<c10::BFloat16>(logits, targets, losses, gradient);
-      break;
-    case at::kHalf:
-      launch<c10::Half>(logits, targets, losses, gradient);
-      break;
-    default:
-      TORCH_CHECK(
-          false,
-          "softmax_cross_entropy_: logits must be float32, bfloat16 or "
-          "float16, got ",
-          logits.scalar_type());
-  }
+  by_dtype(logits, targets, losses, gradient);
 }
 
 } // namespace hotloop::models::cuda

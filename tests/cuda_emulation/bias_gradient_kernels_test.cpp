@@ -17,22 +17,6 @@ namespace {
 
 namespace emulation = hotloop::testing::cuda_emulation;
 
-// bias_gradient() without its check that the tensors are on a GPU.
-at::Tensor sums(
-    const at::Tensor& grad,
-    const at::Tensor& pre_gelu,
-    at::Tensor& grad_pre_gelu) {
-  grad_pre_gelu = pre_gelu.defined() ? at::empty_like(grad) : at::Tensor();
-  switch (grad.scalar_type()) {
-    case at::kFloat:
-      return dispatch<float>(grad, pre_gelu, grad_pre_gelu);
-    case at::kBFloat16:
-      return dispatch<c10::BFloat16>(grad, pre_gelu, grad_pre_gelu);
-    default:
-      return dispatch<c10::Half>(grad, pre_gelu, grad_pre_gelu);
-  }
-}
-
 // Small integers: every column sum is exact in float32, in any order.
 at::Tensor integers(int64_t rows, int64_t cols, at::ScalarType dtype) {
   return at::randint(-8, 9, {rows, cols}, at::TensorOptions().dtype(dtype));
@@ -68,7 +52,7 @@ TEST(BiasGradientKernel, SumsTheColumnsExactlyOverEveryGrid) {
         std::to_string(c.cols) + " " + c10::toString(c.dtype);
     const at::Tensor grad = integers(c.rows, c.cols, c.dtype);
     at::Tensor unused;
-    const at::Tensor got = sums(grad, at::Tensor(), unused);
+    const at::Tensor got = by_dtype(grad, at::Tensor(), unused);
     EXPECT_EQ(got.scalar_type(), at::kFloat) << where;
     EXPECT_TRUE(got.equal(grad.to(at::kFloat).sum(0))) << where;
     EXPECT_FALSE(unused.defined()) << where;
@@ -81,7 +65,7 @@ TEST(BiasGradientKernel, SumsTheColumnsExactlyOverEveryGrid) {
   const at::Tensor storage = integers(1, 50 * 96 + 1, at::kFloat);
   const at::Tensor shifted = storage.view(-1).narrow(0, 1, 50 * 96).view({50, 96});
   at::Tensor unused;
-  EXPECT_TRUE(sums(shifted, at::Tensor(), unused)
+  EXPECT_TRUE(by_dtype(shifted, at::Tensor(), unused)
                   .equal(shifted.to(at::kFloat).sum(0)));
   EXPECT_EQ(emulation::launches().blocks.x, 3u); // 96 / 32, unpacked
 }
@@ -97,7 +81,7 @@ TEST(BiasGradientKernel, GeluBackwardIsAtensAndTheSumIsOfWhatItWrites) {
       const at::Tensor pre = at::randn({70, cols}, f).mul(2).to(dtype);
       const at::Tensor grad = at::randn({70, cols}, f).to(dtype);
       at::Tensor grad_pre;
-      const at::Tensor got = sums(grad, pre, grad_pre);
+      const at::Tensor got = by_dtype(grad, pre, grad_pre);
       ASSERT_EQ(grad_pre.scalar_type(), dtype) << where;
       // ATen's formula in double, rounded once to the dtype: the kernel's
       // float is at most a step of the dtype from it.
@@ -125,12 +109,12 @@ TEST(BiasGradientKernel, TheSameBitsWhateverOrderTheThreadsRunIn) {
   const at::Tensor pre = at::randn({300, 768}, f).to(at::kBFloat16);
   const at::Tensor grad = at::randn({300, 768}, f).to(at::kBFloat16);
   at::Tensor first_grad;
-  const at::Tensor first = sums(grad, pre, first_grad);
+  const at::Tensor first = by_dtype(grad, pre, first_grad);
   for (const auto order :
        {emulation::Order::reverse, emulation::Order::shuffled}) {
     emulation::device().order = order;
     at::Tensor again_grad;
-    EXPECT_TRUE(sums(grad, pre, again_grad).equal(first));
+    EXPECT_TRUE(by_dtype(grad, pre, again_grad).equal(first));
     EXPECT_TRUE(again_grad.equal(first_grad));
   }
 }

@@ -20,24 +20,6 @@ namespace {
 
 namespace emulation = hotloop::testing::cuda_emulation;
 
-// softmax_cross_entropy_() without its check that the tensors are on a GPU.
-void run(
-    at::Tensor& logits,
-    const at::Tensor& targets,
-    at::Tensor& losses,
-    bool gradient) {
-  switch (logits.scalar_type()) {
-    case at::kFloat:
-      launch<float>(logits, targets, losses, gradient);
-      break;
-    case at::kBFloat16:
-      launch<c10::BFloat16>(logits, targets, losses, gradient);
-      break;
-    default:
-      launch<c10::Half>(logits, targets, losses, gradient);
-  }
-}
-
 // Rows of logits with what a language model's chunk holds: targets, one
 // ignored row (-1), one row partly masked to -inf.
 struct Chunk {
@@ -70,7 +52,7 @@ TEST(SoftmaxCrossEntropyKernel, GivesAtensLossAndGradientInPlace) {
           at::_log_softmax(c.logits.to(at::kFloat), 1, false);
       at::Tensor logits = c.logits.clone();
       at::Tensor losses = at::empty({6}, at::TensorOptions().dtype(at::kFloat));
-      run(logits, c.targets, losses, /*gradient=*/true);
+      by_dtype(logits, c.targets, losses, /*gradient=*/true);
       for (int64_t row = 0; row < 6; ++row) {
         const int64_t target = c.targets[row].item<int64_t>();
         if (target < 0) {
@@ -108,11 +90,11 @@ TEST(SoftmaxCrossEntropyKernel, WithoutTheGradientTheLogitsStay) {
   const Chunk c = chunk(4, 1024, at::kBFloat16);
   at::Tensor logits = c.logits.clone();
   at::Tensor losses = at::empty({4}, at::TensorOptions().dtype(at::kFloat));
-  run(logits, c.targets, losses, /*gradient=*/false);
+  by_dtype(logits, c.targets, losses, /*gradient=*/false);
   EXPECT_TRUE(logits.equal(c.logits));
   at::Tensor with_gradient = c.logits.clone();
   at::Tensor same = at::empty({4}, at::TensorOptions().dtype(at::kFloat));
-  run(with_gradient, c.targets, same, /*gradient=*/true);
+  by_dtype(with_gradient, c.targets, same, /*gradient=*/true);
   EXPECT_TRUE(losses.equal(same));
 }
 
@@ -121,7 +103,7 @@ TEST(SoftmaxCrossEntropyKernel, ANanLogitMakesItsRowsLossNan) {
   at::Tensor logits = c.logits.clone();
   logits[3][17] = std::numeric_limits<float>::quiet_NaN();
   at::Tensor losses = at::empty({4}, at::TensorOptions().dtype(at::kFloat));
-  run(logits, c.targets, losses, /*gradient=*/true);
+  by_dtype(logits, c.targets, losses, /*gradient=*/true);
   EXPECT_TRUE(std::isnan(losses[3].item<float>()));
   EXPECT_FALSE(std::isnan(losses[0].item<float>()));
   // As ATen's: log_softmax of a row with a NaN is NaN.
@@ -136,13 +118,13 @@ TEST(SoftmaxCrossEntropyKernel, TheSameBitsWhateverOrderTheThreadsRunIn) {
   at::Tensor first = c.logits.clone();
   at::Tensor first_losses =
       at::empty({3}, at::TensorOptions().dtype(at::kFloat));
-  run(first, c.targets, first_losses, /*gradient=*/true);
+  by_dtype(first, c.targets, first_losses, /*gradient=*/true);
   for (const auto order :
        {emulation::Order::reverse, emulation::Order::shuffled}) {
     emulation::device().order = order;
     at::Tensor again = c.logits.clone();
     at::Tensor losses = at::empty({3}, at::TensorOptions().dtype(at::kFloat));
-    run(again, c.targets, losses, /*gradient=*/true);
+    by_dtype(again, c.targets, losses, /*gradient=*/true);
     EXPECT_TRUE(again.equal(first));
     EXPECT_TRUE(losses.equal(first_losses));
   }
