@@ -12,6 +12,7 @@
 
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace hotloop::models::cuda {
@@ -141,26 +142,47 @@ void expect_like_aten(const Case& c, const Operands& o, const Result& r) {
 }
 
 TEST(AddLayerNormKernels, GiveTheAtenOpsValuesAndGradientsOnTheEmulator) {
+  const emulation::ScopedDevice scope;
   // One multiprocessor of two blocks: 16 warps, so 40 rows take a warp
-  // two or three rows in the backward's loop, and 15 leave a warp none.
+  // two or three rows in the backward's loop.
   emulation::device().multiprocessors = 1;
   // GPT-2's width (24 values a lane), one that is no multiple of 32, the
-  // widest, one value a lane.
-  for (const int64_t width : {768, 100, 1024, 32}) {
+  // widest, one of 16 values a lane, one value a lane.
+  for (const int64_t width : {768, 100, 1024, 384, 32}) {
     for (const auto& [y_dtype, out_dtype] :
          {std::tuple{at::kFloat, at::kFloat},
           std::tuple{at::kBFloat16, at::kFloat},
           std::tuple{at::kBFloat16, at::kBFloat16},
           std::tuple{at::kHalf, at::kHalf}}) {
-      for (const bool bias : {true, false}) {
-        const Case c{
-            width == 768 ? 40 : 15, width, y_dtype, out_dtype, bias, bias};
+      for (const auto& [bias, grad_sum] :
+           {std::pair{true, true}, std::pair{false, false},
+            std::pair{true, false}, std::pair{false, true}}) {
+        if (bias != grad_sum && y_dtype != at::kBFloat16) {
+          continue; // the mixed pairs once per width
+        }
+        const Case c{40, width, y_dtype, out_dtype, bias, grad_sum};
         const Operands o = operands(c);
         expect_like_aten(c, o, run(c, o));
       }
     }
   }
-  emulation::device() = emulation::Device{};
+}
+
+TEST(AddLayerNormKernels, RowsOfTinyVarianceAreWhereEpsTells) {
+  // A variance near eps (1e-5): without eps, or with it in the wrong
+  // place, the output is far off.
+  const Case c{40, 768, at::kFloat, at::kFloat, true, true};
+  Operands o = operands(c);
+  o.x = at::randn_like(o.x).mul(1e-3);
+  o.y = at::zeros_like(o.y);
+  const Result r = run(c, o);
+  const at::Tensor out =
+      at::layer_norm(o.x + o.y, {768}, o.weight, o.bias, 1e-5);
+  const at::Tensor without_eps =
+      at::layer_norm(o.x + o.y, {768}, o.weight, o.bias, 0);
+  EXPECT_LE(max_difference(r.out, out), 1e-4);
+  EXPECT_GT(max_difference(out, without_eps), 0.1);
+  expect_like_aten(c, o, r);
 }
 
 TEST(AddLayerNormKernels, ARowOfOneValueNormalizesToTheBiasExactly) {
@@ -183,22 +205,23 @@ TEST(AddLayerNormKernels, ARowOfOneValueNormalizesToTheBiasExactly) {
 }
 
 TEST(AddLayerNormKernels, TheSameBitsWhateverOrderTheThreadsRunIn) {
+  const emulation::ScopedDevice scope;
   const Case c{40, 768, at::kBFloat16, at::kBFloat16, true, true};
   const Operands o = operands(c);
   emulation::device().multiprocessors = 1;
   const Result first = run(c, o);
-  for (const auto order :
-       {emulation::Order::reverse, emulation::Order::shuffled}) {
-    emulation::device().order = order;
+  for (const uint32_t seed : {0u, 1u, 2u, 3u}) {
+    emulation::device().order =
+        seed == 0 ? emulation::Order::reverse : emulation::Order::shuffled;
+    emulation::device().seed = seed;
     const Result again = run(c, o);
     for (size_t i = 0; i < first.all().size(); ++i) {
-      EXPECT_TRUE(again.all()[i].equal(first.all()[i])) << i;
+      EXPECT_TRUE(again.all()[i].equal(first.all()[i])) << i << ", " << seed;
     }
   }
   // The backward's grid: one wave of the emulated device's two blocks.
   EXPECT_EQ(emulation::launches().blocks.x, 2u);
   EXPECT_EQ(emulation::launches().threads.x, 256u);
-  emulation::device() = emulation::Device{};
 }
 
 } // namespace

@@ -305,9 +305,8 @@ uint64_t shuffle_xor(uint64_t bits, unsigned mask, int lane_mask, int width) {
   }
   warp.slots[lane] = bits;
   wait(b, warp.barrier, kWarpSize, Wait::warp);
-  // A lane past the warp reads its own value, as CUDA's.
-  const int from = lane ^ lane_mask;
-  const uint64_t value = from < kWarpSize ? warp.slots[from] : bits;
+  // The mask's low five bits, as PTX's shfl.bfly takes it.
+  const uint64_t value = warp.slots[lane ^ (lane_mask & (kWarpSize - 1))];
   // Every lane has read before any writes its next value.
   wait(b, warp.barrier, kWarpSize, Wait::warp);
   return value;

@@ -16,7 +16,11 @@
 //   grids from Device::multiprocessors).
 // What it does not find: races between blocks (they run one at a time),
 // reads of shared memory no thread of the block wrote (it keeps the last
-// block's values), nor anything of timing or memory throughput.
+// block's values), lanes that exchange values through shared memory with
+// no __syncwarp (a shuffle orders memory here, not on a GPU), the device's
+// own rounding (its expf, rsqrtf and fused multiply-adds: "the same bits"
+// here means across orders, not the GPU's bits), nor anything of timing or
+// memory throughput.
 
 #include <cstdint>
 #include <functional>
@@ -60,6 +64,20 @@ struct Device {
 
 /// The emulated device (one per process).
 Device& device();
+
+/// The emulated device as it was, back at the end of a scope (a test's).
+class ScopedDevice {
+ public:
+  ScopedDevice() : saved_(device()) {}
+  ~ScopedDevice() {
+    device() = saved_;
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  Device saved_;
+};
 
 /// The grid and block of the latest launch, and the launches so far.
 struct Launches {

@@ -18,14 +18,10 @@ namespace {
 constexpr Order kOrders[] = {Order::forward, Order::reverse, Order::shuffled};
 
 // Sets the device's order for a scope.
-struct InOrder {
-  explicit InOrder(Order order) : saved(device()) {
+struct InOrder : ScopedDevice {
+  explicit InOrder(Order order) {
     device().order = order;
   }
-  ~InOrder() {
-    device() = saved;
-  }
-  Device saved;
 };
 
 int linear_thread() {
@@ -57,13 +53,15 @@ TEST(CudaEmulation, EveryThreadSeesItsIndicesAndTheLaunchsShape) {
 TEST(CudaEmulation, AShuffleReadsTheLaneItsMaskNames) {
   for (const Order order : kOrders) {
     const InOrder in(order);
-    std::vector<int> got(64 * 3);
+    std::vector<int> got(64 * 4);
     std::vector<double> sums(64);
     launch(dim3(1), dim3(64), [&] {
       const int t = static_cast<int>(threadIdx.x);
-      got[t * 3 + 0] = __shfl_xor_sync(0xffffffffu, t, 1);
-      got[t * 3 + 1] = __shfl_xor_sync(0xffffffffu, t, 18);
-      got[t * 3 + 2] = __shfl_xor_sync(0xffffffffu, t, 32); // past the warp
+      got[t * 4 + 0] = __shfl_xor_sync(0xffffffffu, t, 1);
+      got[t * 4 + 1] = __shfl_xor_sync(0xffffffffu, t, 18);
+      // The mask's low five bits count, as PTX's.
+      got[t * 4 + 2] = __shfl_xor_sync(0xffffffffu, t, 32);
+      got[t * 4 + 3] = __shfl_xor_sync(0xffffffffu, t, 33);
       double v = t; // 8 bytes
       for (int offset = 16; offset > 0; offset /= 2) {
         v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -71,9 +69,10 @@ TEST(CudaEmulation, AShuffleReadsTheLaneItsMaskNames) {
       sums[t] = v;
     });
     for (int t = 0; t < 64; ++t) {
-      EXPECT_EQ(got[t * 3 + 0], t ^ 1) << t;
-      EXPECT_EQ(got[t * 3 + 1], t ^ 18) << t;
-      EXPECT_EQ(got[t * 3 + 2], t) << t;
+      EXPECT_EQ(got[t * 4 + 0], t ^ 1) << t;
+      EXPECT_EQ(got[t * 4 + 1], t ^ 18) << t;
+      EXPECT_EQ(got[t * 4 + 2], t) << t;
+      EXPECT_EQ(got[t * 4 + 3], t ^ 1) << t;
       // Each warp's lanes: 0 + ... + 31, or 32 + ... + 63.
       EXPECT_EQ(sums[t], t < 32 ? 496 : 1520) << t;
     }
@@ -113,18 +112,23 @@ TEST(CudaEmulation, AMissingSyncthreadsGivesResultsThatDependOnTheOrder) {
   EXPECT_GE(wrong, 2); // forward and reverse each read a stale slot
 }
 
+// The error `body` throws: its message.
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 void expect_error(
     const std::function<void()>& body,
     const std::string& part,
     const std::string& other) {
-  try {
-    body();
-    ADD_FAILURE() << "no error";
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(part), std::string::npos) << what;
-    EXPECT_NE(what.find(other), std::string::npos) << what;
-  }
+  const std::string what = error_of(body);
+  EXPECT_NE(what.find(part), std::string::npos) << what;
+  EXPECT_NE(what.find(other), std::string::npos) << what;
 }
 
 TEST(CudaEmulation, ABarrierThatSomeThreadsNeverReachIsAnError) {
@@ -163,17 +167,23 @@ TEST(CudaEmulation, ABarrierThatSomeThreadsNeverReachIsAnError) {
 }
 
 TEST(CudaEmulation, WhatAThreadThrowsComesOutOfTheLaunch) {
-  expect_error(
-      [] {
+  // The thread's own error, as it threw it.
+  EXPECT_EQ(
+      error_of([] {
         launch(dim3(4), dim3(32), [] {
           __syncthreads();
           if (blockIdx.x == 2 && threadIdx.x == 7) {
             throw std::runtime_error("thread 7 of block 2");
           }
         });
-      },
-      "thread 7 of block 2",
-      "block 2");
+      }),
+      "thread 7 of block 2");
+  // A device-side assertion, likewise.
+  EXPECT_EQ(
+      error_of([] {
+        launch(dim3(1), dim3(32), [] { CUDA_KERNEL_ASSERT(threadIdx.x < 31); });
+      }),
+      "CUDA_KERNEL_ASSERT(threadIdx.x < 31) failed");
   expect_error(
       [] { launch(dim3(1), dim3(2048), [] {}); },
       "a launch of [1, 1, 1] blocks of [2048, 1, 1] threads",

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 namespace hotloop::models::cuda {
@@ -42,9 +43,10 @@ Chunk chunk(int64_t rows, int64_t vocab, at::ScalarType dtype) {
 
 TEST(SoftmaxCrossEntropyKernel, GivesAtensLossAndGradientInPlace) {
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    // Packs of 16 bytes, a vocabulary that takes none (odd), and one
-    // narrower than the block (most threads see no logit).
-    for (const int64_t vocab : {1024, 1001, 10}) {
+    // Packs of 16 bytes, more packs than the block's threads (as GPT-2's
+    // 50304: each thread walks several), a vocabulary that takes none
+    // (odd), and one narrower than the block (most threads see no logit).
+    for (const int64_t vocab : {1024, 8200, 1001, 10}) {
       const std::string where =
           std::to_string(vocab) + " " + c10::toString(dtype);
       const Chunk c = chunk(6, vocab, dtype);
@@ -98,19 +100,33 @@ TEST(SoftmaxCrossEntropyKernel, WithoutTheGradientTheLogitsStay) {
   EXPECT_TRUE(losses.equal(same));
 }
 
-TEST(SoftmaxCrossEntropyKernel, ANanLogitMakesItsRowsLossNan) {
+TEST(SoftmaxCrossEntropyKernel, ANanLogitMakesItsRowNan) {
+  // As ATen's log-softmax: the row's loss and every gradient NaN, the
+  // other rows as they were.
   const Chunk c = chunk(4, 256, at::kFloat);
   at::Tensor logits = c.logits.clone();
   logits[3][17] = std::numeric_limits<float>::quiet_NaN();
   at::Tensor losses = at::empty({4}, at::TensorOptions().dtype(at::kFloat));
   by_dtype(logits, c.targets, losses, /*gradient=*/true);
   EXPECT_TRUE(std::isnan(losses[3].item<float>()));
-  EXPECT_FALSE(std::isnan(losses[0].item<float>()));
-  // As ATen's: log_softmax of a row with a NaN is NaN.
-  at::Tensor with_nan = c.logits.clone();
-  with_nan[3][17] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(
-      std::isnan(at::_log_softmax(with_nan, 1, false)[3][0].item<float>()));
+  EXPECT_TRUE(logits[3].isnan().all().item<bool>());
+  EXPECT_FALSE(losses.slice(0, 0, 3).isnan().any().item<bool>());
+  EXPECT_FALSE(logits.slice(0, 0, 3).isnan().any().item<bool>());
+}
+
+TEST(SoftmaxCrossEntropyKernel, ATargetPastTheVocabularyIsTheKernelsAssertion) {
+  const Chunk c = chunk(4, 256, at::kFloat);
+  at::Tensor logits = c.logits.clone();
+  at::Tensor targets = c.targets.clone();
+  targets[2] = 256;
+  at::Tensor losses = at::empty({4}, at::TensorOptions().dtype(at::kFloat));
+  try {
+    by_dtype(logits, targets, losses, /*gradient=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(
+        e.what(), "CUDA_KERNEL_ASSERT(target >= -1 && target < vocab) failed");
+  }
 }
 
 TEST(SoftmaxCrossEntropyKernel, TheSameBitsWhateverOrderTheThreadsRunIn) {
@@ -119,16 +135,17 @@ TEST(SoftmaxCrossEntropyKernel, TheSameBitsWhateverOrderTheThreadsRunIn) {
   at::Tensor first_losses =
       at::empty({3}, at::TensorOptions().dtype(at::kFloat));
   by_dtype(first, c.targets, first_losses, /*gradient=*/true);
-  for (const auto order :
-       {emulation::Order::reverse, emulation::Order::shuffled}) {
-    emulation::device().order = order;
+  const emulation::ScopedDevice scope;
+  for (const uint32_t seed : {0u, 1u, 2u, 3u}) {
+    emulation::device().order =
+        seed == 0 ? emulation::Order::reverse : emulation::Order::shuffled;
+    emulation::device().seed = seed;
     at::Tensor again = c.logits.clone();
     at::Tensor losses = at::empty({3}, at::TensorOptions().dtype(at::kFloat));
     by_dtype(again, c.targets, losses, /*gradient=*/true);
-    EXPECT_TRUE(again.equal(first));
-    EXPECT_TRUE(losses.equal(first_losses));
+    EXPECT_TRUE(again.equal(first)) << seed;
+    EXPECT_TRUE(losses.equal(first_losses)) << seed;
   }
-  emulation::device() = emulation::Device{};
 }
 
 } // namespace

@@ -3,8 +3,11 @@
 # own, because their sources find this folder's cuda_runtime.h and CUDA
 # headers of ATen and c10 before LibTorch's. Where the kernels are built
 # for a GPU (HOTLOOP_HAS_CUDA_KERNELS) their CUDA tests run them instead.
-# The emulator's fibers (ucontext) are not built under a sanitizer.
-if(NOT HOTLOOP_HAS_CUDA_KERNELS AND NOT HOTLOOP_SANITIZE)
+# Nor against a LibTorch with CUDA (its ATen/cuda functions would meet
+# the stand-ins of the same names here); the emulator's fibers (ucontext)
+# are not built under a sanitizer.
+if(NOT TARGET torch_cuda AND NOT HOTLOOP_HAS_CUDA_KERNELS
+   AND NOT HOTLOOP_SANITIZE)
   add_library(hotloop_cuda_emulation_tests OBJECT
     ${CMAKE_CURRENT_LIST_DIR}/emulator.cpp
     ${CMAKE_CURRENT_LIST_DIR}/emulator_test.cpp

@@ -8,10 +8,13 @@
 
 #include "../emulator.h"
 
+#include <c10/macros/Macros.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 #define __global__
@@ -21,6 +24,14 @@
 #define __launch_bounds__(...)
 // One block runs at a time: a static is its shared memory.
 #define __shared__ static
+
+// A device-side assertion that fails throws out of the launch (on a GPU
+// it ends the kernel with an error), instead of aborting the tests.
+#undef CUDA_KERNEL_ASSERT
+#define CUDA_KERNEL_ASSERT(cond)                                           \
+  if (!(cond)) {                                                           \
+    throw std::runtime_error("CUDA_KERNEL_ASSERT(" #cond ") failed");      \
+  }
 
 inline void __syncthreads() {
   ::hotloop::testing::cuda_emulation::sync_threads();
