@@ -37,6 +37,7 @@ CUDA_ONLY = (
     "AddLayerNormCuda.TheKernelsGiveTheAtenOpsValuesAndGradients",
     "AddLayerNormCuda.WhatTheKernelsDoNotTakeGoesToTheAtenOps",
     "AddLayerNormCuda.OnlyTheSumsGradientGivesTheWeightAndBiasNone",
+    "AddLayerNormCuda.ABackwardWithCreateGraphIsAnErrorNamingTheOption",
     "AddLayerNormCuda.UnderAutocastTheOutputIsWhatTheNextMatmulReads",
     "AddLayerNormCuda.TheGptWithFusedLayerNormTrainsAsWithout",
     "ChunkedCrossEntropyCuda.TheFusedKernelGivesTheAtenPathsLossAndGradients",

@@ -3,6 +3,7 @@
 #include "hotloop/core/compat.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 // CMakeLists.txt sets HOTLOOP_HAS_CUDA_KERNELS to 1 where it builds
@@ -57,6 +58,11 @@ class AddLayerNorm : public torch::autograd::Function<AddLayerNorm> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The kernels' gradients have no graph of their own.
+    TORCH_CHECK(
+        !at::GradMode::is_enabled(),
+        "add_layer_norm (model.fused_layer_norm) has no double backward "
+        "(backward with create_graph): leave the option off for it");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& sum = saved.at(0);
     const auto y_dtype =

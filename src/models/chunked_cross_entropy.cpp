@@ -3,6 +3,7 @@
 #include "hotloop/core/compat.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -132,6 +133,12 @@ class ChunkedCrossEntropy
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The gradients were made in the forward, with no graph of their own.
+    TORCH_CHECK(
+        !at::GradMode::is_enabled(),
+        "chunked_cross_entropy (model.loss_chunk_size) has no double "
+        "backward (backward with create_graph): set model.loss_chunk_size=0 "
+        "for it");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& go = grads.at(0);
     const auto hidden_dtype =

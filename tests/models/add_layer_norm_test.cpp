@@ -203,6 +203,28 @@ TEST(AddLayerNormCuda, OnlyTheSumsGradientGivesTheWeightAndBiasNone) {
   EXPECT_FALSE(o.bias.grad().defined());
 }
 
+TEST(AddLayerNormCuda, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
+  if (!has_gpu()) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  const Operands o = operands(at::Device(at::kCUDA, 0), 64, at::kFloat, true);
+  const auto [sum, normalized] =
+      add_layer_norm(o.x, o.y, o.weight, o.bias, 1e-5, true);
+  const at::Tensor loss = normalized.pow(2).sum() + sum.sum();
+  try {
+    loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "add_layer_norm (model.fused_layer_norm) has no double backward"),
+        std::string::npos)
+        << e.what();
+  }
+  loss.backward();
+  EXPECT_TRUE(o.weight.grad().defined());
+}
+
 TEST(AddLayerNormCuda, UnderAutocastTheOutputIsWhatTheNextMatmulReads) {
   if (!has_gpu()) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";

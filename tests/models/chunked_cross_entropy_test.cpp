@@ -146,6 +146,30 @@ TEST(ChunkedCrossEntropy, RejectsBadShapesAndChunks) {
       "chunked_cross_entropy: targets [3, 6] do not match hidden [3, 7, 8]");
 }
 
+TEST(ChunkedCrossEntropy, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
+  // Its gradients are made in the forward, with no graph: a second
+  // derivative would be silently wrong, so asking for one fails.
+  const Case c = make_case(at::kFloat);
+  const at::Tensor loss =
+      chunked_cross_entropy(c.hidden, c.weight, c.targets, 4).mul(1.7);
+  try {
+    loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "chunked_cross_entropy (model.loss_chunk_size) has no double "
+            "backward (backward with create_graph): set "
+            "model.loss_chunk_size=0 for it"),
+        std::string::npos)
+        << e.what();
+  }
+  // Without create_graph the same graph runs backward.
+  loss.backward();
+  EXPECT_TRUE(c.hidden.grad().defined());
+  EXPECT_TRUE(c.weight.grad().defined());
+}
+
 // A tiny GPT's training loss on a fixed batch, and every parameter's
 // gradient, on `device`.
 TEST(ChunkedCrossEntropy, TheGptsTrainingLossEqualsItsLogitsLoss) {

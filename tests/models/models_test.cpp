@@ -736,14 +736,18 @@ TEST(GptCuda, EveryFusedKernelTogetherTrainsAsWithout) {
     GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
   }
   // Each kernel's own test allows its rounding; together (the output of
-  // one the input of the next) they stay within the sum of those.
+  // one the input of the next) they stay within the sum of those. In
+  // bf16 the plain loss rounds each target's log-probability to bf16 (a
+  // step of 1/32 near the tiny GPT's -4.2) and the fused kernel does not:
+  // over its 48 targets the losses differ by about 1.3e-3 (one standard
+  // deviation), so 1e-2.
   const auto options = GptOptions::tiny().loss_chunk_size(5);
   const at::Device gpu(at::kCUDA, 0);
   for (const bool bf16 : {false, true}) {
     testing::expect_close_step(
         testing::tiny_gpt_step(with_every_fused_kernel(options), gpu, bf16),
         testing::tiny_gpt_step(options, gpu, bf16),
-        bf16 ? 2e-3 : 2e-5,
+        bf16 ? 1e-2 : 2e-5,
         bf16 ? 8e-2 : 2e-3,
         bf16 ? "bf16" : "float32");
   }
