@@ -17,8 +17,9 @@ namespace hotloop::models {
 /// ATen five (the add, the LayerNorm, the cast for the next matmul; the
 /// LayerNorm's two backward kernels and the residual gradient's add): the
 /// normalized output comes in autocast's dtype where autocast is on (the
-/// dtype the next matmul reads), float32 otherwise. Everywhere else, and
-/// without `fused`, the ATen ops above.
+/// dtype the next matmul reads), float32 otherwise; no double backward
+/// (a backward with create_graph is an error naming the option).
+/// Everywhere else, and without `fused`, the ATen ops above.
 std::pair<at::Tensor, at::Tensor> add_layer_norm(
     const at::Tensor& x,
     const at::Tensor& y,

@@ -29,7 +29,9 @@ namespace hotloop::models {
 /// or double), which backward scales by the loss's gradient over the count
 /// of counted targets: no logits are kept and none are computed twice. The
 /// forward pass therefore does the output layer's backward work too. Reads
-/// nothing back to the host (a CUDA graph can hold it). `chunk_rows` > 0.
+/// nothing back to the host (a CUDA graph can hold it). No double backward
+/// (a backward with create_graph is an error naming model.loss_chunk_size).
+/// `chunk_rows` > 0.
 ///
 /// `fused` (GptOptions::fused_cross_entropy): where
 /// chunked_cross_entropy_is_fused, each chunk's log-softmax, loss and
