@@ -5,6 +5,15 @@
 #   scripts/sanitize.sh address   # AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite
 #   scripts/sanitize.sh thread    # ThreadSanitizer: the loader, trainer and signal tests
 #   scripts/sanitize.sh address -R DataLoader   # extra arguments go to ctest
+#   scripts/sanitize.sh kernels   # hotloop's CUDA kernels on the CPU emulator
+#                                 # under valgrind's memcheck
+#
+# kernels: the emulator runs threads as ucontext fibers, which the
+# sanitizers do not follow, so its tests are not built with them; valgrind
+# (Debian's valgrind) checks them in the ordinary build instead: a kernel's
+# read or write past a tensor's bytes, or a branch on memory never written,
+# is an error, as CUDA's compute-sanitizer would find on a GPU. Extra
+# arguments go to the test binary (e.g. --gtest_filter=BiasGradientKernel.*).
 #
 # A report stops the program that made it (-fno-sanitize-recover, and the
 # options below), so a test that triggers one fails. What LibTorch itself
@@ -15,6 +24,17 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-}
 shift || true
+if [[ $mode == kernels ]]; then
+  command -v valgrind >/dev/null ||
+    { echo "sanitize.sh: kernels needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+  [[ -f build/CMakeCache.txt ]] ||
+    { echo "sanitize.sh: kernels runs in build/: ./setup.sh --tests first" >&2; exit 2; }
+  cmake --build build --target hotloop_tests
+  filter='CudaEmulation.*:AddLayerNormKernels.*:BiasGradientKernel.*:SoftmaxCrossEntropyKernel.*'
+  exec valgrind --error-exitcode=9 --max-stackframe=2000000000 \
+    --suppressions=tests/sanitizers/valgrind.supp \
+    build/tests/hotloop_tests --gtest_filter="$filter" "$@"
+fi
 case $mode in
   address)
     sanitize=address,undefined
@@ -27,7 +47,7 @@ case $mode in
     tests=(-R 'DataLoader|TrainerTest|CallbackTest|StopSignal|Sigint|Sigterm|Signal|StepClock|ImageFolder|TokenDataset')
     ;;
   *)
-    echo "usage: scripts/sanitize.sh address|thread [ctest arguments]" >&2
+    echo "usage: scripts/sanitize.sh address|thread [ctest arguments] | kernels [test arguments]" >&2
     exit 2
     ;;
 esac
