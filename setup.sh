@@ -6,7 +6,8 @@
 #   ./setup.sh              install + build the library and the hotloop CLI
 #   ./setup.sh --tests      the same, plus what the tests need: GoogleTest,
 #                           Chromium (the report test), torchrun (Debian's
-#                           python3-torch), torchvision, the test binary
+#                           python3-torch), torchvision, valgrind, the test
+#                           binary
 #   BUILD_DIR=out ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -38,6 +39,7 @@ if ((TESTS)); then
     chromium                # renders the run report in its headless test
     python3-torch           # torchrun, which the data-parallel tests launch with
     python3-torchvision     # resnet18, the Python side of the weight-exchange tests
+    valgrind                # the CUDA kernels' emulated tests under memcheck
   )
 fi
 

@@ -12,8 +12,8 @@
 # sanitizers do not follow, so its tests are not built with them; valgrind
 # (Debian's valgrind) checks them in the ordinary build instead: a kernel's
 # read or write past a tensor's bytes, or a branch on memory never written,
-# is an error, as CUDA's compute-sanitizer would find on a GPU. Extra
-# arguments go to the test binary (e.g. --gtest_filter=BiasGradientKernel.*).
+# is an error, as CUDA's compute-sanitizer would find on a GPU. It is the
+# suite's cuda_kernels_memcheck test (tests/cuda_emulation/tests.cmake).
 #
 # A report stops the program that made it (-fno-sanitize-recover, and the
 # options below), so a test that triggers one fails. What LibTorch itself
@@ -29,11 +29,9 @@ if [[ $mode == kernels ]]; then
     { echo "sanitize.sh: kernels needs valgrind (apt-get install valgrind)" >&2; exit 2; }
   [[ -f build/CMakeCache.txt ]] ||
     { echo "sanitize.sh: kernels runs in build/: ./setup.sh --tests first" >&2; exit 2; }
+  cmake build >/dev/null # finds valgrind if it came after the configure
   cmake --build build --target hotloop_tests
-  filter='CudaEmulation.*:AddLayerNormKernels.*:BiasGradientKernel.*:SoftmaxCrossEntropyKernel.*'
-  exec valgrind --error-exitcode=9 --max-stackframe=2000000000 \
-    --suppressions=tests/sanitizers/valgrind.supp \
-    build/tests/hotloop_tests --gtest_filter="$filter" "$@"
+  exec ctest --test-dir build --output-on-failure -R '^cuda_kernels_memcheck$' "$@"
 fi
 case $mode in
   address)
@@ -47,7 +45,7 @@ case $mode in
     tests=(-R 'DataLoader|TrainerTest|CallbackTest|StopSignal|Sigint|Sigterm|Signal|StepClock|ImageFolder|TokenDataset')
     ;;
   *)
-    echo "usage: scripts/sanitize.sh address|thread [ctest arguments] | kernels [test arguments]" >&2
+    echo "usage: scripts/sanitize.sh address|thread [ctest arguments] | kernels" >&2
     exit 2
     ;;
 esac

@@ -25,4 +25,18 @@ if(NOT TARGET torch_cuda AND NOT HOTLOOP_HAS_CUDA_KERNELS
     -Wno-unknown-pragmas) # the kernels' #pragma unroll
   target_sources(hotloop_tests PRIVATE
     $<TARGET_OBJECTS:hotloop_cuda_emulation_tests>)
+  # The same tests under valgrind's memcheck (scripts/sanitize.sh kernels):
+  # a kernel's read or write past a tensor's bytes fails it.
+  find_program(HOTLOOP_VALGRIND valgrind)
+  if(HOTLOOP_VALGRIND)
+    add_test(NAME cuda_kernels_memcheck
+      COMMAND ${HOTLOOP_VALGRIND} --error-exitcode=9 --quiet
+        --max-stackframe=2000000000
+        --suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/valgrind.supp
+        $<TARGET_FILE:hotloop_tests>
+        --gtest_filter=CudaEmulation.*:AddLayerNormKernels.*:BiasGradientKernel.*:SoftmaxCrossEntropyKernel.*)
+    set_tests_properties(cuda_kernels_memcheck PROPERTIES TIMEOUT 600)
+  else()
+    message(STATUS "hotloop: no valgrind: the CUDA kernels' emulated tests run without memcheck (apt-get install valgrind)")
+  endif()
 endif()
