@@ -279,4 +279,13 @@ at::Tensor to_tensor(
   return values.to(dtype).reshape(parse_shape(entry.shape));
 }
 
+std::string double_backward_error(const at::Tensor& loss) {
+  try {
+    loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "no error";
+}
+
 } // namespace hotloop::testing

@@ -120,6 +120,11 @@ class Reference {
   std::vector<std::pair<std::string, ReferenceEntry>> rows_;
 };
 
+/// What `loss.backward(create_graph=true)` throws (c10::Error's message
+/// without its backtrace), "no error" if nothing; the graph is kept, so the
+/// same loss can run backward again after.
+std::string double_backward_error(const at::Tensor& loss);
+
 /// Counts the calls of one ATen operator ("aten::mm") on this thread
 /// while it lives (a thread-local RecordFunction callback; a CPU backward
 /// runs on the thread that calls it).
