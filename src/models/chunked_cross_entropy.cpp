@@ -10,14 +10,10 @@
 
 #include <algorithm>
 
-// CMakeLists.txt sets HOTLOOP_HAS_CUDA_KERNELS to 1 where hotloop's CUDA
-// kernels are built.
-#ifndef HOTLOOP_HAS_CUDA_KERNELS
-#define HOTLOOP_HAS_CUDA_KERNELS 0
-#endif
-#if HOTLOOP_HAS_CUDA_KERNELS
+// The kernels' declarations; CMakeLists.txt defines HOTLOOP_HAS_CUDA_KERNELS
+// (1 where it builds them: LibTorch with CUDA, and CUDA's compiler; 0
+// elsewhere), which guards their calls below.
 #include "softmax_cross_entropy_kernels.h"
-#endif
 
 namespace hotloop::models {
 namespace {

@@ -16,14 +16,10 @@
 #include <utility>
 #include <vector>
 
-// CMakeLists.txt sets HOTLOOP_HAS_CUDA_KERNELS to 1 where it builds
-// bias_gradient_kernels.cu (LibTorch with CUDA, and CUDA's compiler).
-#ifndef HOTLOOP_HAS_CUDA_KERNELS
-#define HOTLOOP_HAS_CUDA_KERNELS 0
-#endif
-#if HOTLOOP_HAS_CUDA_KERNELS
+// The kernels' declarations; CMakeLists.txt defines HOTLOOP_HAS_CUDA_KERNELS
+// (1 where it builds them: LibTorch with CUDA, and CUDA's compiler; 0
+// elsewhere), which guards their calls below.
 #include "bias_gradient_kernels.h"
-#endif
 
 namespace hotloop::models {
 namespace {
