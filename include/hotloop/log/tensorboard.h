@@ -102,8 +102,9 @@ class SummaryWriter {
   /// the left; min, max, num, sum and sum_squares in float64.
   /// Throws for an empty tensor, non-finite values, or values all beyond
   /// ±1e20 (outside every bucket).
-  /// The histogram is counted on the tensor's device; one read-back of its
-  /// counts and sums per call.
+  /// The histogram is counted on the tensor's device and read back once per
+  /// call (its counts and sums); on CUDA, ATen's bincount also reads back
+  /// its input's min and max, two more waits per 2^24 values.
   void add_histogram(
       const std::string& tag,
       const at::Tensor& values,
@@ -112,7 +113,7 @@ class SummaryWriter {
 
   /// As add_histogram, but `values` holding a non-finite value (a float16
   /// step that overflowed, a diverged weight) write nothing and give false;
-  /// still one read-back per call.
+  /// the same read-backs.
   bool add_histogram_if_finite(
       const std::string& tag,
       const at::Tensor& values,

@@ -103,8 +103,10 @@ class FusedChoice {
 /// made the gradients), then graph_step (eager, or replayed). The same
 /// parameters must have gradients in both, and a capture needs every
 /// stepped parameter's state to exist (one eager step makes them). The
-/// result is step()'s up to float32 rounding of those scalars (bfloat16
-/// rounding for bfloat16 parameters, whose dtype the device scalars take);
+/// result is step()'s up to float32 rounding of those scalars (for
+/// bfloat16 or float16 parameters the ops round them to that dtype: beta1
+/// 0.9 acts as 0.8984 in bfloat16, and ATen's multi-tensor kernels, which
+/// want the scalar's dtype to be the list's, run one kernel per parameter);
 /// the other options (dampening, nesterov, beta2, eps, and the weight
 /// decay SGD and Adam add to the gradient) are read when a step is
 /// captured. Options, state and checkpoints are

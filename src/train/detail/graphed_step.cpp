@@ -15,6 +15,7 @@
 #endif
 #if HOTLOOP_HAS_CUDA_GRAPHS
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -244,11 +245,19 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
   // the backward's own kernels, so each replay writes them afresh: no
   // zeroing kernel per parameter in the graph (PyTorch's whole-network
   // capture sets them to None before it the same way). An eager step after
-  // it (a batch of another shape) zeroes these in place.
+  // it (a batch of another shape) zeroes these in place. Which ones had a
+  // gradient is kept: the scalars above were prepared for those.
+  std::vector<bool> had_grad;
+  had_grad.reserve(parameters_.size());
   for (const at::Tensor& parameter : parameters_) {
+    had_grad.push_back(parameter.grad().defined());
     at::Tensor(parameter).mutable_grad() = at::Tensor();
   }
+  // Free what the allocator caches, as torch.cuda.graph does before its
+  // capture: a capture allocates from the graph's own pool and cannot take
+  // back cached blocks, such as the gradients just dropped.
   c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
   try {
     // Thread-local: the loader's threads may pin memory meanwhile (the
     // mode argument came with LibTorch 2.1).
@@ -273,6 +282,22 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
         "printing a tensor), synchronise, or choose its work by the data; "
         "set trainer.cuda_graphs=false to train eagerly (in a new process: "
         "CUDA's allocator may still count this capture as running)"));
+  }
+  // A parameter whose gradient the warm-up made and the captured backward
+  // did not (or the other way round) would be stepped with scalars meant
+  // for another: the replay below would already be wrong.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    HOTLOOP_CHECK(
+        parameters_[i].grad().defined() == had_grad[i],
+        "trainer.cuda_graphs=true: the captured backward ",
+        had_grad[i] ? "made no gradient for" : "made a gradient for",
+        " parameter ",
+        i + 1,
+        " of ",
+        parameters_.size(),
+        ", which the steps before it ",
+        had_grad[i] ? "did" : "did not",
+        " (a gradient appeared or went away): the graph cannot hold that");
   }
   graph.captured = true;
   graph.graph.replay();

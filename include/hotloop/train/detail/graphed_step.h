@@ -18,9 +18,8 @@ class Precision;
 
 namespace hotloop::train::detail {
 
-/// trainer.cuda_graphs: the whole training step - gradients zeroed in
-/// place, forward under autocast, backward, clipping, every optimizer's
-/// update - captured once as a CUDA graph and replayed for each batch of
+/// trainer.cuda_graphs: the whole training step - forward under autocast,
+/// backward, clipping, every optimizer's update - captured once as a CUDA graph and replayed for each batch of
 /// the same shape, as PyTorch's whole-network capture does. A replay
 /// launches the step's hundreds of kernels with one call, so a small model
 /// is no longer bound by the host launching them.
@@ -31,9 +30,13 @@ namespace hotloop::train::detail {
 /// that each batch is copied into those buffers and the graph replayed;
 /// what changes on the host between steps (the rates a schedule sets, the
 /// bias corrections) reaches the captured update through the optimizers'
-/// GraphStep scalars. Gradients stay allocated (zeroed in place, never set
-/// to none), the memory a captured graph keeps its addresses in. A batch of
-/// another shape (an epoch's last, smaller one) runs the same step eagerly.
+/// GraphStep scalars. The gradients are set to None before the capture
+/// (after the allocator's cache is emptied, as torch.cuda.graph does), so
+/// the captured backward makes them in the graph's memory and each replay
+/// writes them afresh; the same parameters must get one as in the steps
+/// before it. A batch of another shape (an epoch's last, smaller one) runs
+/// the same step eagerly, adding into those gradients after zeroing them in
+/// place.
 /// The metrics the step logs are logged again after each replay, from the
 /// graph's outputs.
 ///
