@@ -279,6 +279,19 @@ at::Tensor to_tensor(
   return values.to(dtype).reshape(parse_shape(entry.shape));
 }
 
+std::string cuda_kernels_missing() {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    return "needs a CUDA build of LibTorch and a GPU";
+  }
+  // tests/CMakeLists.txt defines it for this file, as CMakeLists.txt does
+  // for the fused ops' sources.
+  if (!HOTLOOP_HAS_CUDA_KERNELS) {
+    return "needs hotloop's CUDA kernels, which this build did not compile "
+           "(CMake found no CUDA compiler: set CMAKE_CUDA_COMPILER)";
+  }
+  return "";
+}
+
 std::string double_backward_error(const at::Tensor& loss) {
   try {
     loss.backward({}, /*retain_graph=*/true, /*create_graph=*/true);

@@ -120,6 +120,11 @@ class Reference {
   std::vector<std::pair<std::string, ReferenceEntry>> rows_;
 };
 
+/// Why a test of hotloop's own CUDA kernels (src/models/*.cu) cannot run
+/// here, empty when it can: it needs a GPU and a build that compiled them
+/// (CMake found CUDA's compiler).
+std::string cuda_kernels_missing();
+
 /// What `loss.backward(create_graph=true)` throws (c10::Error's message
 /// without its backtrace), "no error" if nothing; the graph is kept, so the
 /// same loss can run backward again after.

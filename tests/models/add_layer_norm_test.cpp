@@ -113,13 +113,9 @@ TEST(AddLayerNorm, TheGptWithFusedLayerNormTrainsAsWithoutOnTheCpu) {
       testing::tiny_gpt_step(options, cpu));
 }
 
-bool has_gpu() {
-  return at::hasCUDA() && at::getNumGPUs() > 0;
-}
-
 TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   // GPT-2's width, one that is no multiple of 32, and the widest.
@@ -138,7 +134,11 @@ TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
         // The sum is one float add either way.
         EXPECT_TRUE(fused.sum.equal(plain.sum)) << where;
         EXPECT_EQ(fused.normalized.scalar_type(), at::kFloat) << where;
-        EXPECT_LE(max_difference(fused.normalized, plain.normalized), 1e-5)
+        // The kernel's two-pass variance against ATen's Welford, and
+        // rsqrtf: about 5e-7 of the largest value (up to about 8 here).
+        EXPECT_LE(
+            max_difference(fused.normalized, plain.normalized),
+            4e-6 * plain.normalized.abs().max().item<double>())
             << where;
         const char* names[] = {"x", "y", "weight", "bias"};
         for (size_t i = 0; i < plain.grads.size(); ++i) {
@@ -164,8 +164,8 @@ TEST(AddLayerNormCuda, TheKernelsGiveTheAtenOpsValuesAndGradients) {
 }
 
 TEST(AddLayerNormCuda, WhatTheKernelsDoNotTakeGoesToTheAtenOps) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   const Operands wide = operands(gpu, 1056, at::kFloat, true);
@@ -187,8 +187,8 @@ TEST(AddLayerNormCuda, WhatTheKernelsDoNotTakeGoesToTheAtenOps) {
 }
 
 TEST(AddLayerNormCuda, OnlyTheSumsGradientGivesTheWeightAndBiasNone) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   // The normalized output unused: x and y get the sum's gradient, and the
   // weight and bias none, as with ATen's ops (a weight decay then leaves
@@ -205,8 +205,8 @@ TEST(AddLayerNormCuda, OnlyTheSumsGradientGivesTheWeightAndBiasNone) {
 }
 
 TEST(AddLayerNormCuda, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const Operands o = operands(at::Device(at::kCUDA, 0), 64, at::kFloat, true);
   const auto [sum, normalized] =
@@ -221,8 +221,8 @@ TEST(AddLayerNormCuda, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
 }
 
 TEST(AddLayerNormCuda, UnderAutocastTheOutputIsWhatTheNextMatmulReads) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const Operands o =
       operands(at::Device(at::kCUDA, 0), 768, at::kBFloat16, true);
@@ -251,8 +251,8 @@ TEST(AddLayerNormCuda, UnderAutocastTheOutputIsWhatTheNextMatmulReads) {
 }
 
 TEST(AddLayerNormCuda, TheGptWithFusedLayerNormTrainsAsWithout) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   // float32, and bfloat16 autocast as the Trainer's bf16-mixed; with the

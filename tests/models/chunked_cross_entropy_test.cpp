@@ -210,10 +210,6 @@ TEST(ChunkedCrossEntropy, TheFusedLossNeedsTheChunkedOne) {
   }
 }
 
-bool has_gpu() {
-  return at::hasCUDA() && at::getNumGPUs() > 0;
-}
-
 // A case on the GPU with `vocab` words: 11 takes the kernel's one-value
 // walk, 50,304 (GPT-2's padded vocabulary) its 16-byte packs.
 Case gpu_case(int64_t vocab) {
@@ -231,8 +227,8 @@ Case gpu_case(int64_t vocab) {
 }
 
 TEST(ChunkedCrossEntropyCuda, TheFusedKernelGivesTheAtenPathsLossAndGradients) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   for (const int64_t vocab : {11, 50304}) {
     for (const bool bf16 : {false, true}) {
@@ -284,8 +280,8 @@ TEST(ChunkedCrossEntropyCuda, TheFusedKernelGivesTheAtenPathsLossAndGradients) {
 }
 
 TEST(ChunkedCrossEntropyCuda, TheGptWithFusedCrossEntropyTrainsAsWithout) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   const auto options = GptOptions::tiny().loss_chunk_size(5);

@@ -193,13 +193,9 @@ TEST(LinearGelu, TheGptWithFusedBiasGradientTrainsAsWithoutOnTheCpu) {
   }
 }
 
-bool has_gpu() {
-  return at::hasCUDA() && at::getNumGPUs() > 0;
-}
-
 TEST(LinearGeluCuda, TheKernelGivesTheAtenOpsValuesAndGradients) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   struct Case {
@@ -252,8 +248,8 @@ TEST(LinearGeluCuda, TheKernelGivesTheAtenOpsValuesAndGradients) {
 }
 
 TEST(LinearGeluCuda, TheGptWithFusedBiasGradientTrainsAsWithout) {
-  if (!has_gpu()) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
   // float32, and bfloat16 autocast as the Trainer's bf16-mixed. The

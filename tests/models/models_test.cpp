@@ -732,8 +732,8 @@ TEST(Gpt, EveryFusedKernelTogetherTrainsAsWithoutOnTheCpu) {
 }
 
 TEST(GptCuda, EveryFusedKernelTogetherTrainsAsWithout) {
-  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
-    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  if (const std::string why = testing::cuda_kernels_missing(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
   // Each kernel's own test allows its rounding; together (the output of
   // one the input of the next) they stay within the sum of those. In
