@@ -412,15 +412,18 @@ std::vector<std::vector<double>> fixed_options(
   return out;
 }
 
-// Which fixed option changed, as "beta1 0.95 -> 0.94 (param group 1)",
-// empty when none did (or nothing was fixed yet).
+// Which of the options `names` names (those `fixed_options` lists, or
+// the first of them) changed, as "beta1 0.95 -> 0.94 (param group 1)";
+// empty when none did (or nothing was fixed yet). A null name is not
+// compared.
 std::string changed_option(
     const std::vector<std::vector<double>>& was,
-    const std::vector<std::vector<double>>& now) {
-  static const char* const names[] = {"beta1", "beta2", "eps", "weight_decay"};
+    const std::vector<std::vector<double>>& now,
+    const std::vector<const char*>& names =
+        {"beta1", "beta2", "eps", "weight_decay"}) {
   for (size_t g = 0; g < std::min(was.size(), now.size()); ++g) {
-    for (size_t k = 0; k < 4; ++k) {
-      if (was[g][k] != now[g][k]) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k] != nullptr && was[g][k] != now[g][k]) {
         std::ostringstream out;
         out << names[k] << " " << was[g][k] << " -> " << now[g][k]
             << " (param group " << g + 1 << ")";
@@ -636,8 +639,39 @@ torch::Tensor ForeachAdamFamily<Base>::step(
 
 namespace hotloop::optim {
 
+namespace {
+
+// What SGD's graph step takes as numbers, per param group: dampening,
+// nesterov and the weight decay (the rate and momentum are its scalars).
+std::vector<std::vector<double>> sgd_fixed_options(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  std::vector<std::vector<double>> out;
+  for (const auto& group : groups) {
+    const auto& options =
+        static_cast<const torch::optim::SGDOptions&>(group.options());
+    out.push_back(
+        {options.dampening(),
+         options.nesterov() ? 1.0 : 0.0,
+         options.weight_decay()});
+  }
+  return out;
+}
+
+} // namespace
+
 void ForeachSGD::prepare_graph_step() {
   using Key = std::decay_t<decltype(state_)>::key_type;
+  const std::string changed = changed_option(
+      fixed_,
+      sgd_fixed_options(param_groups_),
+      {"dampening", "nesterov", "weight_decay"});
+  stale_ = changed.empty()
+      ? ""
+      : "the multi-tensor SGD update fixed dampening, nesterov and "
+        "weight_decay when it was captured, and " +
+          changed +
+          " since: a captured step cannot follow that (set "
+          "trainer.cuda_graphs=false)";
   GraphScalars scalars;
   fresh_.clear();
   step_groups<torch::optim::SGDOptions>(
@@ -672,6 +706,7 @@ void ForeachSGD::prepare_graph_step() {
 
 void ForeachSGD::graph_step() {
   using Key = std::decay_t<decltype(state_)>::key_type;
+  fixed_ = sgd_fixed_options(param_groups_);
   int64_t index = 0;
   size_t buffered = 0;
   step_groups<torch::optim::SGDOptions>(
@@ -760,18 +795,33 @@ void ForeachAdamFamily<Base>::prepare_graph_step() {
   using Kind = AdamKind<Base>;
   using Options = typename Kind::Options;
   using State = typename Kind::State;
-  const std::string changed =
-      changed_option(graph_.fixed, fixed_options<Options>(this->param_groups_));
+  const auto now = fixed_options<Options>(this->param_groups_);
+  const std::string changed = changed_option(graph_.fixed, now);
   graph_.stale.clear();
   if (!changed.empty()) {
     graph_.varies = true;
-    if (graph_.fused) {
-      graph_.stale =
-          std::string("the fused ") + Kind::kName +
+    // The multi-tensor update reads beta1 (and AdamW's decay, in the
+    // parameters' factor) at every replay; beta2, eps and Adam's weight
+    // decay it takes as numbers, as the fused one takes all four.
+    const std::string fixed_changed = changed_option(
+        graph_.fixed,
+        now,
+        {nullptr, "beta2", "eps", Kind::kDecoupled ? nullptr : "weight_decay"});
+    if (!fixed_changed.empty()) {
+      graph_.stale = std::string("the ") +
+          (graph_.fused ? "fused " : "multi-tensor ") + Kind::kName +
+          (Kind::kDecoupled ? " update fixed beta2 and eps"
+                            : " update fixed beta2, eps and weight_decay") +
+          " when it was captured, and " + fixed_changed +
+          " since: a captured step cannot follow that (set "
+          "trainer.cuda_graphs=false)";
+    } else if (graph_.fused) {
+      graph_.stale = std::string("the fused ") + Kind::kName +
           " update fixed its options when it was captured, and " + changed +
           " since (a schedule that cycles momentum, such as onecycle's "
           "cycle_momentum): set optimizer.fused=false to capture the "
-          "multi-tensor update, which reads beta1 at every replay";
+          "multi-tensor update, which reads beta1" +
+          (Kind::kDecoupled ? " and weight_decay" : "") + " at every replay";
     }
   }
   graph_.fused = uses_fused(this->param_groups_, foreach ()) &&

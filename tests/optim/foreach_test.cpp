@@ -9,6 +9,7 @@
 #include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 
@@ -504,11 +505,104 @@ TEST(FusedOptimizers, ACapturedFusedStepWhoseBeta1ChangedIsStale) {
       "the fused AdamW update fixed its options when it was captured, and "
       "beta1 0.9 -> 0.85 (param group 2) since (a schedule that cycles "
       "momentum, such as onecycle's cycle_momentum): set optimizer.fused=false "
-      "to capture the multi-tensor update, which reads beta1 at every replay");
+      "to capture the multi-tensor update, which reads beta1 and "
+      "weight_decay at every replay");
   // An eager graph step reads the new value: fresh again afterwards.
   adamw.graph_step();
   adamw.prepare_graph_step();
   EXPECT_EQ(adamw.graph_step_stale(), "");
+}
+
+TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) {
+  // Adam's multi-tensor graph step reads the rate and beta1 from its device
+  // scalars at every replay; beta2, eps and the weight decay it adds to the
+  // gradient are numbers in the captured kernels.
+  auto p = parameters(26);
+  const auto options = to::AdamOptions(0.01).weight_decay(0.1);
+  ForeachAdam adam(groups(p, options, options), options);
+  adam.set_fused(false);
+  for (at::Tensor& parameter : p) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+  adam.prepare_graph_step();
+  adam.graph_step();
+  auto& second = static_cast<to::AdamOptions&>(adam.param_groups()[1].options());
+  second.lr(0.02).betas(std::make_tuple(0.85, 0.999));
+  adam.prepare_graph_step();
+  EXPECT_EQ(adam.graph_step_stale(), "");
+  adam.graph_step();
+  second.betas(std::make_tuple(0.85, 0.99));
+  adam.prepare_graph_step();
+  EXPECT_EQ(
+      adam.graph_step_stale(),
+      "the multi-tensor Adam update fixed beta2, eps and weight_decay when it "
+      "was captured, and beta2 0.999 -> 0.99 (param group 2) since: a "
+      "captured step cannot follow that (set trainer.cuda_graphs=false)");
+  adam.graph_step();
+  second.weight_decay(0.2);
+  adam.prepare_graph_step();
+  EXPECT_THAT(
+      adam.graph_step_stale(),
+      ::testing::HasSubstr("and weight_decay 0.1 -> 0.2 (param group 2) since"));
+
+  // AdamW's decay is in the parameters' factor, read at every replay.
+  auto q = parameters(27);
+  const auto decoupled = to::AdamWOptions(0.01).weight_decay(0.1);
+  ForeachAdamW adamw(groups(q, decoupled, decoupled), decoupled);
+  adamw.set_fused(false);
+  for (at::Tensor& parameter : q) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+  adamw.prepare_graph_step();
+  adamw.graph_step();
+  auto& first = static_cast<to::AdamWOptions&>(adamw.param_groups()[0].options());
+  first.weight_decay(0.2);
+  adamw.prepare_graph_step();
+  EXPECT_EQ(adamw.graph_step_stale(), "");
+  adamw.graph_step();
+  first.eps(1e-6);
+  adamw.prepare_graph_step();
+  EXPECT_EQ(
+      adamw.graph_step_stale(),
+      "the multi-tensor AdamW update fixed beta2 and eps when it was "
+      "captured, and eps 1e-08 -> 1e-06 (param group 1) since: a captured "
+      "step cannot follow that (set trainer.cuda_graphs=false)");
+}
+
+TEST(ForeachOptimizers, AnSgdGraphStepIsStaleWhenAnOptionItFixedChanged) {
+  // The rate and momentum are device scalars (a schedule may change both
+  // between replays); dampening, nesterov and the weight decay are not.
+  auto p = parameters(28);
+  const auto options = to::SGDOptions(0.1).momentum(0.9).weight_decay(0.01);
+  ForeachSGD sgd(groups(p, options, options), options);
+  for (at::Tensor& parameter : p) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+  sgd.prepare_graph_step();
+  EXPECT_EQ(sgd.graph_step_stale(), "");
+  sgd.graph_step();
+  auto& second = static_cast<to::SGDOptions&>(sgd.param_groups()[1].options());
+  second.lr(0.05).momentum(0.8);
+  sgd.prepare_graph_step();
+  EXPECT_EQ(sgd.graph_step_stale(), "");
+  sgd.graph_step();
+  second.nesterov(true).dampening(0);
+  sgd.prepare_graph_step();
+  EXPECT_EQ(
+      sgd.graph_step_stale(),
+      "the multi-tensor SGD update fixed dampening, nesterov and weight_decay "
+      "when it was captured, and nesterov 0 -> 1 (param group 2) since: a "
+      "captured step cannot follow that (set trainer.cuda_graphs=false)");
+  // An eager graph step takes the new values: fresh again afterwards.
+  sgd.graph_step();
+  sgd.prepare_graph_step();
+  EXPECT_EQ(sgd.graph_step_stale(), "");
+  sgd.graph_step();
+  second.weight_decay(0.02);
+  sgd.prepare_graph_step();
+  EXPECT_THAT(
+      sgd.graph_step_stale(),
+      ::testing::HasSubstr("weight_decay 0.01 -> 0.02 (param group 2)"));
 }
 
 TEST(FusedOptimizers, ACheckpointResumesTheStepCounts) {

@@ -109,8 +109,8 @@ class FusedChoice {
 /// want the scalar's dtype to be the list's, run one kernel per parameter);
 /// the other options (dampening, nesterov, beta2, eps, and the weight
 /// decay SGD and Adam add to the gradient) are read when a step is
-/// captured. Options, state and checkpoints are
-/// step()'s own.
+/// captured: graph_step_stale() names one that changed since. Options,
+/// state and checkpoints are step()'s own.
 class GraphStep {
  public:
   virtual ~GraphStep() = default;
@@ -155,11 +155,18 @@ class ForeachSGD : public torch::optim::SGD,
   torch::Tensor step(LossClosure closure = nullptr) override;
   void prepare_graph_step() override;
   void graph_step() override;
+  std::string graph_step_stale() const override {
+    return stale_;
+  }
 
  private:
   // Momentum buffers made by the last prepare_graph_step (their first
   // step's direction): graph_step leaves them as they are.
   std::vector<bool> fresh_;
+  // What the last graph_step took as numbers, per param group: dampening,
+  // nesterov (0 or 1) and the weight decay; and which changed since.
+  std::vector<std::vector<double>> fixed_;
+  std::string stale_;
 };
 
 /// What tells Adam from AdamW in ForeachAdamFamily: their options and

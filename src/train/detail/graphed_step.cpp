@@ -211,6 +211,9 @@ at::Tensor GraphedStep::eager(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   at::Tensor loss = forward_backward(batch, batch_idx, metrics);
   prepare_optimizers();
+  if (captured()) {
+    check_not_stale();
+  }
   step_optimizers();
   ++eager_steps_;
   return loss;
@@ -225,6 +228,18 @@ void GraphedStep::prepare_optimizers() {
 void GraphedStep::step_optimizers() {
   for (optim::GraphStep* optimizer : optimizers_) {
     optimizer->graph_step();
+  }
+}
+
+void GraphedStep::check_not_stale() const {
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const std::string stale = optimizers_[i]->graph_step_stale();
+    HOTLOOP_CHECK(
+        stale.empty(),
+        "trainer.cuda_graphs=true: optimizer ",
+        i + 1,
+        ": ",
+        stale);
   }
 }
 
@@ -325,14 +340,8 @@ at::Tensor GraphedStep::replay(
         i + 1,
         " steps other parameters than when the step was captured (a "
         "gradient appeared or went away): the graph cannot hold that");
-    const std::string stale = optimizers_[i]->graph_step_stale();
-    HOTLOOP_CHECK(
-        stale.empty(),
-        "trainer.cuda_graphs=true: optimizer ",
-        i + 1,
-        ": ",
-        stale);
   }
+  check_not_stale();
   graph_->graph.replay();
   metrics.log_last(static_metrics_);
   return static_loss_.clone();

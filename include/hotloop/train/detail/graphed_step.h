@@ -81,6 +81,12 @@ class GraphedStep {
       const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics);
   void prepare_optimizers();
   void step_optimizers();
+  // Throws when an optimizer's options changed since the capture in a way
+  // its captured update cannot follow (GraphStep::graph_step_stale), after
+  // prepare_optimizers: before each replay, and before each eager step
+  // after the capture, whose graph_step would otherwise take the new values
+  // as the ones fixed and hide the change from the next replay.
+  void check_not_stale() const;
   // Captures the step on a copy of `batch` (the static buffers) and runs it
   // once; returns the loss.
   at::Tensor capture(const data::Batch& batch, int64_t batch_idx);
