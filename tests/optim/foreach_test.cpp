@@ -36,6 +36,13 @@ std::vector<at::Tensor> parameters(uint64_t seed) {
   return out;
 }
 
+// Gives each of `p` a gradient of ones.
+void set_unit_gradients(std::vector<at::Tensor>& p) {
+  for (at::Tensor& parameter : p) {
+    parameter.mutable_grad() = at::ones_like(parameter);
+  }
+}
+
 std::vector<to::OptimizerParamGroup> groups(
     const std::vector<at::Tensor>& p,
     const to::OptimizerOptions& first,
@@ -338,9 +345,7 @@ TEST(GraphStep, AdamAndAdamWMatchLibTorchsStepsWithBiasCorrectionsOnTheDevice) {
 TEST(GraphStep, AStepWithoutItsPreparationIsRefused) {
   auto p = parameters(15);
   ForeachAdamW adamw(p, to::AdamWOptions(0.1));
-  for (at::Tensor& parameter : p) {
-    parameter.mutable_grad() = at::ones_like(parameter);
-  }
+  set_unit_gradients(p);
   try {
     adamw.graph_step();
     FAIL() << "graph_step ran with no state";
@@ -488,9 +493,7 @@ TEST(FusedOptimizers, ACapturedFusedStepWhoseBeta1ChangedIsStale) {
   const auto options = to::AdamWOptions(0.01).weight_decay(0.1);
   ForeachAdamW adamw(groups(p, options, options), options);
   adamw.set_fused(true);
-  for (at::Tensor& parameter : p) {
-    parameter.mutable_grad() = at::ones_like(parameter);
-  }
+  set_unit_gradients(p);
   adamw.prepare_graph_step();
   adamw.graph_step();
   adamw.prepare_graph_step();
@@ -521,9 +524,7 @@ TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) 
   const auto options = to::AdamOptions(0.01).weight_decay(0.1);
   ForeachAdam adam(groups(p, options, options), options);
   adam.set_fused(false);
-  for (at::Tensor& parameter : p) {
-    parameter.mutable_grad() = at::ones_like(parameter);
-  }
+  set_unit_gradients(p);
   adam.prepare_graph_step();
   adam.graph_step();
   auto& second = static_cast<to::AdamOptions&>(adam.param_groups()[1].options());
@@ -550,9 +551,7 @@ TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) 
   const auto decoupled = to::AdamWOptions(0.01).weight_decay(0.1);
   ForeachAdamW adamw(groups(q, decoupled, decoupled), decoupled);
   adamw.set_fused(false);
-  for (at::Tensor& parameter : q) {
-    parameter.mutable_grad() = at::ones_like(parameter);
-  }
+  set_unit_gradients(q);
   adamw.prepare_graph_step();
   adamw.graph_step();
   auto& first = static_cast<to::AdamWOptions&>(adamw.param_groups()[0].options());
@@ -575,9 +574,7 @@ TEST(ForeachOptimizers, AnSgdGraphStepIsStaleWhenAnOptionItFixedChanged) {
   auto p = parameters(28);
   const auto options = to::SGDOptions(0.1).momentum(0.9).weight_decay(0.01);
   ForeachSGD sgd(groups(p, options, options), options);
-  for (at::Tensor& parameter : p) {
-    parameter.mutable_grad() = at::ones_like(parameter);
-  }
+  set_unit_gradients(p);
   sgd.prepare_graph_step();
   EXPECT_EQ(sgd.graph_step_stale(), "");
   sgd.graph_step();
