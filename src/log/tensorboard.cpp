@@ -314,8 +314,9 @@ constexpr int64_t kHistogramSlice = int64_t{1} << 24;
 // torch.utils.tensorboard.summary.make_histogram over the default edges,
 // counted where the values are (a GPU's gradients are not copied to the
 // host), kHistogramSlice values at a time, with one read-back of the counts
-// and the five sums (and on CUDA bincount's own of its slice's min and max). A non-finite value gives std::nullopt, or throws
-// naming the first with `throw_if_nonfinite`.
+// and the five sums (and on CUDA bincount's own of its slice's min and max). A
+// non-finite value gives std::nullopt, or throws naming the first with
+// `throw_if_nonfinite`.
 std::optional<Histogram> make_histogram(
     const std::string& tag, const at::Tensor& values, bool throw_if_nonfinite) {
   const at::NoGradGuard no_grad;

@@ -419,8 +419,8 @@ std::vector<std::vector<double>> fixed_options(
 std::string changed_option(
     const std::vector<std::vector<double>>& was,
     const std::vector<std::vector<double>>& now,
-    const std::vector<const char*>& names =
-        {"beta1", "beta2", "eps", "weight_decay"}) {
+    const std::vector<const char*>& names = {
+        "beta1", "beta2", "eps", "weight_decay"}) {
   for (size_t g = 0; g < std::min(was.size(), now.size()); ++g) {
     for (size_t k = 0; k < names.size(); ++k) {
       if (names[k] != nullptr && was[g][k] != now[g][k]) {
@@ -666,12 +666,12 @@ void ForeachSGD::prepare_graph_step() {
       sgd_fixed_options(param_groups_),
       {"dampening", "nesterov", "weight_decay"});
   stale_ = changed.empty()
-      ? ""
-      : "the multi-tensor SGD update fixed dampening, nesterov and "
-        "weight_decay when it was captured, and " +
-          changed +
-          " since: a captured step cannot follow that (set "
-          "trainer.cuda_graphs=false)";
+               ? ""
+               : "the multi-tensor SGD update fixed dampening, nesterov and "
+                 "weight_decay when it was captured, and " +
+                     changed +
+                     " since: a captured step cannot follow that (set "
+                     "trainer.cuda_graphs=false)";
   GraphScalars scalars;
   fresh_.clear();
   step_groups<torch::optim::SGDOptions>(
@@ -808,15 +808,17 @@ void ForeachAdamFamily<Base>::prepare_graph_step() {
         now,
         {nullptr, "beta2", "eps", Kind::kDecoupled ? nullptr : "weight_decay"});
     if (!fixed_changed.empty()) {
-      graph_.stale = std::string("the ") +
-          (graph_.fused ? "fused " : "multi-tensor ") + Kind::kName +
+      graph_.stale =
+          std::string("the ") + (graph_.fused ? "fused " : "multi-tensor ") +
+          Kind::kName +
           (Kind::kDecoupled ? " update fixed beta2 and eps"
                             : " update fixed beta2, eps and weight_decay") +
           " when it was captured, and " + fixed_changed +
           " since: a captured step cannot follow that (set "
           "trainer.cuda_graphs=false)";
     } else if (graph_.fused) {
-      graph_.stale = std::string("the fused ") + Kind::kName +
+      graph_.stale =
+          std::string("the fused ") + Kind::kName +
           " update fixed its options when it was captured, and " + changed +
           " since (a schedule that cycles momentum, such as onecycle's "
           "cycle_momentum): set optimizer.fused=false to capture the "

@@ -516,7 +516,8 @@ TEST(FusedOptimizers, ACapturedFusedStepWhoseBeta1ChangedIsStale) {
   EXPECT_EQ(adamw.graph_step_stale(), "");
 }
 
-TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) {
+TEST(
+    ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) {
   // Adam's multi-tensor graph step reads the rate and beta1 from its device
   // scalars at every replay; beta2, eps and the weight decay it adds to the
   // gradient are numbers in the captured kernels.
@@ -527,7 +528,8 @@ TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) 
   set_unit_gradients(p);
   adam.prepare_graph_step();
   adam.graph_step();
-  auto& second = static_cast<to::AdamOptions&>(adam.param_groups()[1].options());
+  auto& second =
+      static_cast<to::AdamOptions&>(adam.param_groups()[1].options());
   second.lr(0.02).betas(std::make_tuple(0.85, 0.999));
   adam.prepare_graph_step();
   EXPECT_EQ(adam.graph_step_stale(), "");
@@ -544,7 +546,8 @@ TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) 
   adam.prepare_graph_step();
   EXPECT_THAT(
       adam.graph_step_stale(),
-      ::testing::HasSubstr("and weight_decay 0.1 -> 0.2 (param group 2) since"));
+      ::testing::HasSubstr(
+          "and weight_decay 0.1 -> 0.2 (param group 2) since"));
 
   // AdamW's decay is in the parameters' factor, read at every replay.
   auto q = parameters(27);
@@ -554,7 +557,8 @@ TEST(ForeachOptimizers, AMultiTensorGraphStepIsStaleWhenAnOptionItFixedChanged) 
   set_unit_gradients(q);
   adamw.prepare_graph_step();
   adamw.graph_step();
-  auto& first = static_cast<to::AdamWOptions&>(adamw.param_groups()[0].options());
+  auto& first =
+      static_cast<to::AdamWOptions&>(adamw.param_groups()[0].options());
   first.weight_decay(0.2);
   adamw.prepare_graph_step();
   EXPECT_EQ(adamw.graph_step_stale(), "");

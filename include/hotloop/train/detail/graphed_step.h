@@ -19,10 +19,10 @@ class Precision;
 namespace hotloop::train::detail {
 
 /// trainer.cuda_graphs: the whole training step - forward under autocast,
-/// backward, clipping, every optimizer's update - captured once as a CUDA graph and replayed for each batch of
-/// the same shape, as PyTorch's whole-network capture does. A replay
-/// launches the step's hundreds of kernels with one call, so a small model
-/// is no longer bound by the host launching them.
+/// backward, clipping, every optimizer's update - captured once as a CUDA graph
+/// and replayed for each batch of the same shape, as PyTorch's whole-network
+/// capture does. A replay launches the step's hundreds of kernels with one
+/// call, so a small model is no longer bound by the host launching them.
 ///
 /// The first kWarmupSteps steps run eagerly on a side stream (cuDNN's
 /// algorithm search, the optimizers' states, autograd's device threads),
