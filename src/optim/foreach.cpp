@@ -434,6 +434,22 @@ std::string changed_option(
   return "";
 }
 
+// Why a captured `update` ("the multi-tensor SGD update") that took the
+// options `fixed` as numbers no longer does what step() would: `changed`
+// (changed_option's answer) since; empty when nothing changed.
+std::string stale_capture(
+    const std::string& update,
+    const char* fixed,
+    const std::string& changed) {
+  if (changed.empty()) {
+    return "";
+  }
+  return update + " fixed " + fixed + " when it was captured, and " +
+      changed +
+      " since: a captured step cannot follow that (set "
+      "trainer.cuda_graphs=false)";
+}
+
 } // namespace
 
 void GraphStep::upload(
@@ -661,17 +677,13 @@ std::vector<std::vector<double>> sgd_fixed_options(
 
 void ForeachSGD::prepare_graph_step() {
   using Key = std::decay_t<decltype(state_)>::key_type;
-  const std::string changed = changed_option(
-      fixed_,
-      sgd_fixed_options(param_groups_),
-      {"dampening", "nesterov", "weight_decay"});
-  stale_ = changed.empty()
-               ? ""
-               : "the multi-tensor SGD update fixed dampening, nesterov and "
-                 "weight_decay when it was captured, and " +
-                     changed +
-                     " since: a captured step cannot follow that (set "
-                     "trainer.cuda_graphs=false)";
+  stale_ = stale_capture(
+      "the multi-tensor SGD update",
+      "dampening, nesterov and weight_decay",
+      changed_option(
+          fixed_,
+          sgd_fixed_options(param_groups_),
+          {"dampening", "nesterov", "weight_decay"}));
   GraphScalars scalars;
   fresh_.clear();
   step_groups<torch::optim::SGDOptions>(
@@ -803,20 +815,18 @@ void ForeachAdamFamily<Base>::prepare_graph_step() {
     // The multi-tensor update reads beta1 (and AdamW's decay, in the
     // parameters' factor) at every replay; beta2, eps and Adam's weight
     // decay it takes as numbers, as the fused one takes all four.
-    const std::string fixed_changed = changed_option(
-        graph_.fixed,
-        now,
-        {nullptr, "beta2", "eps", Kind::kDecoupled ? nullptr : "weight_decay"});
-    if (!fixed_changed.empty()) {
-      graph_.stale =
-          std::string("the ") + (graph_.fused ? "fused " : "multi-tensor ") +
-          Kind::kName +
-          (Kind::kDecoupled ? " update fixed beta2 and eps"
-                            : " update fixed beta2, eps and weight_decay") +
-          " when it was captured, and " + fixed_changed +
-          " since: a captured step cannot follow that (set "
-          "trainer.cuda_graphs=false)";
-    } else if (graph_.fused) {
+    graph_.stale = stale_capture(
+        std::string("the ") + (graph_.fused ? "fused " : "multi-tensor ") +
+            Kind::kName + " update",
+        Kind::kDecoupled ? "beta2 and eps" : "beta2, eps and weight_decay",
+        changed_option(
+            graph_.fixed,
+            now,
+            {nullptr,
+             "beta2",
+             "eps",
+             Kind::kDecoupled ? nullptr : "weight_decay"}));
+    if (graph_.stale.empty() && graph_.fused) {
       graph_.stale =
           std::string("the fused ") + Kind::kName +
           " update fixed its options when it was captured, and " + changed +
