@@ -19,7 +19,12 @@ a user annotation "ProfilerStep#N" (N the step, from 1), and prints:
     cudaHostAlloc), kernels never launched in the steady steps (cuDNN's and
     cuBLAS's algorithm searches launch many), and the operators that took
     far longer than in a steady step (autotuning, SDPA plan builds, first
-    calls).
+    calls);
+  - the first step by operator: each kernel launch, synchronize and
+    allocation charged to the innermost operator around its call (on the
+    call's own thread, so the backward's go to its operators), with the
+    operator's calls and host time, and a steady step's calls and kernels
+    beside them: which operator's search launched how many kernels.
 
 Both trace formats are read: Kineto's ({"traceEvents": [...]}, events with
 a "cat": cpu_op, user_annotation, cuda_runtime, cuda_driver, kernel,
@@ -292,6 +297,77 @@ def host_outside_ops(step, ops):
     return step.dur - busy_union(own, step.ts, step.end)
 
 
+def innermost_ops(ops, events):
+    """[operator or None] for each of events: the innermost CPU operator on
+    the event's own thread whose span holds the event's start (a launch or
+    a synchronize runs inside the operator that called it; the backward's
+    run on the autograd engine's thread, inside its functions' ops)."""
+    by_thread = {}
+    for op in ops:
+        if op.cat != "user_annotation":
+            by_thread.setdefault((op.pid, op.tid), []).append(op)
+    for thread_ops in by_thread.values():
+        thread_ops.sort(key=lambda e: (e.ts, -e.dur))
+    order = sorted(range(len(events)), key=lambda i: events[i].ts)
+    result = [None] * len(events)
+    cursor, stacks = {}, {}
+    for i in order:
+        event = events[i]
+        key = (event.pid, event.tid)
+        thread_ops = by_thread.get(key)
+        if not thread_ops:
+            continue
+        stack = stacks.setdefault(key, [])
+        j = cursor.get(key, 0)
+        while j < len(thread_ops) and thread_ops[j].ts <= event.ts:
+            op = thread_ops[j]
+            while stack and stack[-1].end <= op.ts:
+                stack.pop()
+            stack.append(op)
+            j += 1
+        cursor[key] = j
+        while stack and stack[-1].end <= event.ts:
+            stack.pop()
+        result[i] = stack[-1] if stack else None
+    return result
+
+
+OUTSIDE_OPS = "(outside any operator)"
+
+
+def work_by_operator(events, steady_kernels):
+    """{operator name: {"kernels", "new", "device_us", "syncs", "allocs"}}
+    of one step's events ({"cpu_ops", "runtime", "device"}): each launch,
+    synchronize and allocation charged to the innermost operator around its
+    call; "new" counts the kernels whose names no steady step launched."""
+    runtime = events["runtime"]
+    owners = innermost_ops(events["cpu_ops"], runtime)
+    launched = {}
+    for e in events["device"]:
+        corr = e.correlation()
+        if corr is not None:
+            launched.setdefault(corr, []).append(e)
+    table = {}
+    for call, owner in zip(runtime, owners):
+        kernels = launched.get(call.correlation(), ()) \
+            if call.correlation() is not None else ()
+        blocking = call.name in BLOCKING
+        alloc = call.name in ALLOC_CALLS
+        if not (kernels or blocking or alloc):
+            continue
+        row = table.setdefault(owner.name if owner else OUTSIDE_OPS, {
+            "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
+            "allocs": 0})
+        for e in kernels:
+            row["device_us"] += e.dur
+            if e.cat == "kernel":
+                row["kernels"] += 1
+                row["new"] += e.name not in steady_kernels
+        row["syncs"] += blocking
+        row["allocs"] += alloc
+    return table
+
+
 def device_label(cat, name):
     if cat == "kernel":
         return short_name(name)
@@ -480,6 +556,57 @@ class Summary:
             })
         return rows
 
+    def operator_rows(self, number, top=6):
+        """Rows of step `number`'s work by operator (work_by_operator), the
+        `top` with the most host time first, then one row for the rest and
+        one for the work outside any operator. Each row: name, calls and
+        host microseconds in the step, its work, and a steady step's calls
+        and kernels of the same operator, for comparison."""
+        events = self.trace.by_step[number]
+        steady_kernels = {e.name for e in self.steady_events("device")
+                          if e.cat == "kernel"}
+        work = work_by_operator(events, steady_kernels)
+        if not work:
+            return []
+        n = len(self.steady)
+        steady_work = {}
+        for s in self.steady:
+            for name, row in work_by_operator(self.trace.by_step[s],
+                                              steady_kernels).items():
+                steady_work[name] = steady_work.get(name, 0) + row["kernels"]
+
+        def host(ops):
+            table = {}
+            for op in ops:
+                if op.cat != "user_annotation":
+                    calls, us = table.get(op.name, (0, 0.0))
+                    table[op.name] = (calls + 1, us + op.dur)
+            return table
+
+        own = host(events["cpu_ops"])
+        usual = host(self.steady_events("cpu_ops"))
+        rows = []
+        for name, row in work.items():
+            calls, us = own.get(name, (0, 0.0))
+            steady_calls = usual.get(name, (0, 0.0))[0] / n
+            rows.append(dict(row, name=name, calls=calls, host_us=us,
+                             steady_calls=steady_calls,
+                             steady_kernels=steady_work.get(name, 0) / n))
+        outside = [r for r in rows if r["name"] == OUTSIDE_OPS]
+        rows = [r for r in rows if r["name"] != OUTSIDE_OPS]
+        rows.sort(key=lambda r: (-r["host_us"], r["name"]))
+        shown, rest = rows[:top], rows[top:]
+        if rest:
+            folded = {"name": f"({plural(len(rest), 'other operator')})",
+                      "calls": None, "host_us": None, "steady_calls": None}
+            for key in ("kernels", "new", "device_us", "syncs", "allocs",
+                        "steady_kernels"):
+                folded[key] = sum(r[key] for r in rest)
+            shown.append(folded)
+        for r in outside:
+            r.update(calls=None, host_us=None, steady_calls=None)
+        return shown + outside
+
     # -- text ----------------------------------------------------------------
 
     def text(self, title=None):
@@ -563,6 +690,32 @@ class Summary:
             lines.append(f"  {row['step']:>4} {row['wall_ms']:>10,.2f} "
                          f"{row['device_ms']:>10,.2f} {row['kernels']:>8,} "
                          f"{row['syncs']:>6}  {notes}")
+        first = numbers[0]
+        rows = self.operator_rows(first) if first not in self.steady else []
+        if rows:
+            lines.append("")
+            lines.append(
+                f"step {first} by operator (each launch, synchronize and "
+                "allocation charged to the innermost operator around its "
+                "call; new: kernels no steady step launched):")
+            lines.append(f"  {'calls':>6} {'host ms':>10} {'kernels':>8} "
+                         f"{'new':>6} {'syncs':>6} {'allocs':>6} "
+                         f"{'device ms':>10}  {'steady calls':>12} "
+                         f"{'kernels':>8}  operator")
+
+            def cell(value, width, text):
+                return f"{'-':>{width}}" if value is None else \
+                    f"{text(value):>{width}}"
+
+            for r in rows:
+                lines.append(
+                    "  " + cell(r["calls"], 6, lambda v: f"{v:,}") + " "
+                    + cell(r["host_us"], 10, lambda v: fmt(v / 1000, 2))
+                    + f" {r['kernels']:>8,} {r['new']:>6,} {r['syncs']:>6,} "
+                    f"{r['allocs']:>6,} {fmt(r['device_us'] / 1000, 2):>10}  "
+                    + cell(r["steady_calls"], 12, lambda v: f"{v:,.3g}")
+                    + f" {r['steady_kernels']:>8,.3g}  "
+                    + short_name(r["name"], 48))
         return "\n".join(lines) + "\n"
 
 

@@ -133,6 +133,61 @@ class CudaTrace(unittest.TestCase):
             "tid": 9}, "cpu_op"))
         self.assertEqual(ts.host_outside_ops(step, ops), 3000.0)
 
+    def test_the_first_step_by_operator(self):
+        # Step 1: the convolution (100-8,100) called the cudaMalloc and
+        # both launches (the search kernel new, the convolution's own as in
+        # the steady steps, where each convolution also launches the GEMM:
+        # 2 a step); the cudaDeviceSynchronize at 9,000 is outside it.
+        rows = self.summary.operator_rows(1)
+        self.assertEqual([r["name"] for r in rows],
+                         ["aten::cudnn_convolution", ts.OUTSIDE_OPS])
+        conv, outside = rows
+        self.assertEqual(
+            {k: conv[k] for k in ("calls", "host_us", "kernels", "new",
+                                  "syncs", "allocs", "device_us",
+                                  "steady_calls", "steady_kernels")},
+            {"calls": 1, "host_us": 8000.0, "kernels": 2, "new": 1,
+             "syncs": 0, "allocs": 1, "device_us": 1200.0,
+             "steady_calls": 1.0, "steady_kernels": 2.0})
+        self.assertEqual((outside["kernels"], outside["syncs"],
+                          outside["calls"], outside["host_us"]),
+                         (0, 1, None, None))
+        # The steady steps' .item() is charged its copy and its sync.
+        work = ts.work_by_operator(self.trace.by_step[3], set())
+        self.assertEqual(work["aten::_local_scalar_dense"]["syncs"], 1)
+        self.assertEqual(work["aten::_local_scalar_dense"]["kernels"], 0)
+        self.assertEqual(work["aten::_local_scalar_dense"]["device_us"], 10.0)
+        self.assertEqual(work["aten::cudnn_convolution"]["new"], 2)
+
+    def test_top_folds_the_other_operators_into_one_row(self):
+        rows = self.summary.operator_rows(3, top=0)
+        self.assertEqual([r["name"] for r in rows], ["(2 other operators)"])
+        self.assertEqual((rows[0]["kernels"], rows[0]["syncs"],
+                          rows[0]["steady_kernels"]), (2, 1, 2.0))
+
+    def test_launches_go_to_the_innermost_operator_of_their_thread(self):
+        def op(name, ts_, dur, tid):
+            return ts.Event({"name": name, "ts": ts_, "dur": dur,
+                             "tid": tid}, "cpu_op")
+
+        def call(ts_, tid):
+            return ts.Event({"name": "cudaLaunchKernel", "ts": ts_,
+                             "dur": 1, "tid": tid}, "cuda_runtime")
+
+        ops = [op("aten::conv2d", 0, 100, 1),
+               op("aten::cudnn_convolution", 10, 50, 1),
+               op("aten::add", 200, 10, 1),
+               # The backward on the engine's thread, at the same time.
+               op("autograd::engine::evaluate_function: "
+                  "ConvolutionBackward0", 0, 300, 2),
+               op("aten::convolution_backward", 0, 300, 2)]
+        calls = [call(205, 1), call(20, 1), call(80, 1), call(20, 2),
+                 call(150, 1), call(400, 2)]
+        owners = ts.innermost_ops(ops, calls)
+        self.assertEqual([o.name if o else None for o in owners], [
+            "aten::add", "aten::cudnn_convolution", "aten::conv2d",
+            "aten::convolution_backward", None, None])
+
     def test_the_text(self):
         text = self.summary.text("gpt2 hotloop")
         lines = text.splitlines()
@@ -146,6 +201,12 @@ class CudaTrace(unittest.TestCase):
                       "(4 B); .item() 1", lines)
         self.assertIn("        3.5       635.0  63.5%  total", lines)
         self.assertIn("     2       2.00       0.60        2      0  -", lines)
+        self.assertIn("       1       8.00        2      1      0      1       "
+                      "1.20             1        2  aten::cudnn_convolution",
+                      lines)
+        self.assertIn("       -          -        0      0      1      0       "
+                      "0.00             -        0  (outside any operator)",
+                      lines)
         self.assertLess(len(text), 4000)
 
     def test_top_folds_the_rest_into_one_row(self):
