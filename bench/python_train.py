@@ -921,8 +921,9 @@ class StepTracer:
     """--trace: torch.profiler over the first `steps` training steps, each
     marked "ProfilerStep#N" from its start to the next step's (as hotloop's
     trainer.profiler=pytorch marks them), written as a Chrome trace for
-    bench/trace_summary.py. CPU operators, and on CUDA the kernels, copies
-    and runtime calls (Kineto)."""
+    bench/trace_summary.py. CPU operators, and on CUDA the kernels, copies,
+    runtime calls and the caching allocator's allocations (Kineto,
+    profile_memory), as hotloop's trace records them."""
 
     def __init__(self, torch, path, steps, device):
         import torch.profiler as profiler
@@ -933,7 +934,8 @@ class StepTracer:
         activities = [profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(profiler.ProfilerActivity.CUDA)
-        self.profiler = profiler.profile(activities=activities)
+        self.profiler = profiler.profile(
+            activities=activities, profile_memory=device.type == "cuda")
         self.profiler.start()
         self.step = None
         self.done = False

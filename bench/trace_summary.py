@@ -62,6 +62,9 @@ ALLOC_CALLS = ("cudaMalloc", "cudaMallocAsync", "cudaHostAlloc",
                "cuMemAlloc")
 FREE_CALLS = ("cudaFree", "cudaFreeHost", "cudaFreeAsync")
 ITEM_OPS = ("aten::_local_scalar_dense",)
+# torch.profiler's profile_memory records: an instant event per allocation
+# (args "Bytes" > 0) and free (< 0), "Device Type" 0 for the CPU.
+MEMORY_EVENT = "[memory]"
 NAME_WIDTH = 72
 
 
@@ -124,7 +127,12 @@ class Trace:
         self.cpu_ops = []
         self.runtime = []     # cuda_runtime and cuda_driver calls
         self.device = []      # kernels, copies, memsets
+        self.memory = []      # the allocator's records (profile_memory)
         for raw in raw_events:
+            if isinstance(raw, dict) and raw.get("ph") == "i" and \
+                    raw.get("name") == MEMORY_EVENT:
+                self.memory.append(Event(raw, "memory"))
+                continue
             if not isinstance(raw, dict) or raw.get("ph") != "X":
                 continue
             cat = raw.get("cat")
@@ -149,7 +157,7 @@ class Trace:
                              "steps were not marked (torch.profiler's "
                              "record_function or hotloop's "
                              "trainer.profiler=pytorch mark them)")
-        for events in (self.cpu_ops, self.runtime, self.device):
+        for events in (self.cpu_ops, self.runtime, self.device, self.memory):
             events.sort(key=lambda e: e.ts)
         self.gpu = None
         for prop in self.meta.get("deviceProperties") or []:
@@ -176,7 +184,8 @@ class Trace:
         events by their launch call's start (correlation), else by their
         own start."""
         self._order = self.numbers()
-        self.by_step = {n: {"cpu_ops": [], "runtime": [], "device": []}
+        self.by_step = {n: {"cpu_ops": [], "runtime": [], "device": [],
+                            "memory": []}
                         for n in self._order}
         launch_step = {}
         for e in self.runtime:
@@ -186,10 +195,11 @@ class Trace:
                 corr = e.correlation()
                 if corr is not None:
                     launch_step[corr] = n
-        for e in self.cpu_ops:
-            n = self._step_of(e.ts)
-            if n is not None:
-                self.by_step[n]["cpu_ops"].append(e)
+        for kind in ("cpu_ops", "memory"):
+            for e in getattr(self, kind):
+                n = self._step_of(e.ts)
+                if n is not None:
+                    self.by_step[n][kind].append(e)
         self.unlaunched = 0
         for e in self.device:
             corr = e.correlation()
@@ -336,10 +346,13 @@ OUTSIDE_OPS = "(outside any operator)"
 
 
 def work_by_operator(events, steady_kernels):
-    """{operator name: {"kernels", "new", "device_us", "syncs", "allocs"}}
-    of one step's events ({"cpu_ops", "runtime", "device"}): each launch,
-    synchronize and allocation charged to the innermost operator around its
-    call; "new" counts the kernels whose names no steady step launched."""
+    """{operator name: {"kernels", "new", "device_us", "syncs", "allocs",
+    "largest_bytes"}} of one step's events ({"cpu_ops", "runtime",
+    "device"} and "memory" where recorded): each launch, synchronize and
+    cudaMalloc charged to the innermost operator around its call; "new"
+    counts the kernels whose names no steady step launched; largest_bytes
+    is the largest device allocation from the caching allocator (a cuDNN
+    search's workspace, which bounds the algorithms it times)."""
     runtime = events["runtime"]
     owners = innermost_ops(events["cpu_ops"], runtime)
     launched = {}
@@ -348,6 +361,19 @@ def work_by_operator(events, steady_kernels):
         if corr is not None:
             launched.setdefault(corr, []).append(e)
     table = {}
+
+    def row_of(owner):
+        return table.setdefault(owner.name if owner else OUTSIDE_OPS, {
+            "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
+            "allocs": 0, "largest_bytes": 0})
+
+    memory = [e for e in events.get("memory", ())
+              if e.args.get("Device Type", 0) != 0 and
+              float(e.args.get("Bytes", 0) or 0) > 0]
+    for e, owner in zip(memory, innermost_ops(events["cpu_ops"], memory)):
+        row = row_of(owner)
+        row["largest_bytes"] = max(row["largest_bytes"],
+                                   float(e.args["Bytes"]))
     for call, owner in zip(runtime, owners):
         kernels = launched.get(call.correlation(), ()) \
             if call.correlation() is not None else ()
@@ -355,9 +381,7 @@ def work_by_operator(events, steady_kernels):
         alloc = call.name in ALLOC_CALLS
         if not (kernels or blocking or alloc):
             continue
-        row = table.setdefault(owner.name if owner else OUTSIDE_OPS, {
-            "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
-            "allocs": 0})
+        row = row_of(owner)
         for e in kernels:
             row["device_us"] += e.dur
             if e.cat == "kernel":
@@ -602,6 +626,7 @@ class Summary:
             for key in ("kernels", "new", "device_us", "syncs", "allocs",
                         "steady_kernels"):
                 folded[key] = sum(r[key] for r in rest)
+            folded["largest_bytes"] = max(r["largest_bytes"] for r in rest)
             shown.append(folded)
         for r in outside:
             r.update(calls=None, host_us=None, steady_calls=None)
@@ -694,13 +719,18 @@ class Summary:
         rows = self.operator_rows(first) if first not in self.steady else []
         if rows:
             lines.append("")
+            memory = any(e.args.get("Device Type", 0) != 0
+                         for e in t.by_step[first]["memory"])
             lines.append(
                 f"step {first} by operator (each launch, synchronize and "
-                "allocation charged to the innermost operator around its "
-                "call; new: kernels no steady step launched):")
+                "cudaMalloc charged to the innermost operator around its "
+                "call; new: kernels no steady step launched"
+                + ("; largest: its largest device allocation, a cuDNN "
+                   "search's workspace" if memory else "") + "):")
             lines.append(f"  {'calls':>6} {'host ms':>10} {'kernels':>8} "
-                         f"{'new':>6} {'syncs':>6} {'allocs':>6} "
-                         f"{'device ms':>10}  {'steady calls':>12} "
+                         f"{'new':>6} {'syncs':>6} {'mallocs':>7} "
+                         + (f"{'largest MB':>10} " if memory else "")
+                         + f"{'device ms':>10}  {'steady calls':>12} "
                          f"{'kernels':>8}  operator")
 
             def cell(value, width, text):
@@ -712,7 +742,10 @@ class Summary:
                     "  " + cell(r["calls"], 6, lambda v: f"{v:,}") + " "
                     + cell(r["host_us"], 10, lambda v: fmt(v / 1000, 2))
                     + f" {r['kernels']:>8,} {r['new']:>6,} {r['syncs']:>6,} "
-                    f"{r['allocs']:>6,} {fmt(r['device_us'] / 1000, 2):>10}  "
+                    f"{r['allocs']:>7,} "
+                    + (f"{fmt(r['largest_bytes'] / 2**20, 1):>10} "
+                       if memory else "")
+                    + f"{fmt(r['device_us'] / 1000, 2):>10}  "
                     + cell(r["steady_calls"], 12, lambda v: f"{v:,.3g}")
                     + f" {r['steady_kernels']:>8,.3g}  "
                     + short_name(r["name"], 48))

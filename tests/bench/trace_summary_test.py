@@ -3,7 +3,9 @@
   cuda_kineto.json  hand-written in the layout of torch.profiler's Kineto
                     export on a GPU (user annotations, cuda_runtime and
                     cuda_driver calls, kernels, copies, a memset, flow and
-                    metadata events), with figures worked out by hand below;
+                    metadata events, profile_memory's allocation records as
+                    torch 2.6 writes them), with figures worked out by hand
+                    below;
   cpu_torch.json    recorded by make_cpu_trace.py with Debian's torch 1.13
                     (no Kineto: the legacy format, a list of events);
   cpu_torch_kineto.json  the same steps recorded with Debian 13's torch 2.6
@@ -142,22 +144,48 @@ class CudaTrace(unittest.TestCase):
         self.assertEqual([r["name"] for r in rows],
                          ["aten::cudnn_convolution", ts.OUTSIDE_OPS])
         conv, outside = rows
+        # Its largest device allocation is the 64 MiB one (the CPU's 128
+        # MiB and the frees are not the device's allocations); the 2 MiB
+        # after it is outside.
         self.assertEqual(
             {k: conv[k] for k in ("calls", "host_us", "kernels", "new",
                                   "syncs", "allocs", "device_us",
-                                  "steady_calls", "steady_kernels")},
+                                  "largest_bytes", "steady_calls",
+                                  "steady_kernels")},
             {"calls": 1, "host_us": 8000.0, "kernels": 2, "new": 1,
              "syncs": 0, "allocs": 1, "device_us": 1200.0,
-             "steady_calls": 1.0, "steady_kernels": 2.0})
+             "largest_bytes": 64 * 2**20, "steady_calls": 1.0,
+             "steady_kernels": 2.0})
         self.assertEqual((outside["kernels"], outside["syncs"],
-                          outside["calls"], outside["host_us"]),
-                         (0, 1, None, None))
+                          outside["largest_bytes"], outside["calls"],
+                          outside["host_us"]),
+                         (0, 1, 2 * 2**20, None, None))
+        self.assertEqual(len(self.trace.memory), 5)
+        self.assertEqual(len(self.trace.by_step[1]["memory"]), 5)
         # The steady steps' .item() is charged its copy and its sync.
         work = ts.work_by_operator(self.trace.by_step[3], set())
         self.assertEqual(work["aten::_local_scalar_dense"]["syncs"], 1)
         self.assertEqual(work["aten::_local_scalar_dense"]["kernels"], 0)
         self.assertEqual(work["aten::_local_scalar_dense"]["device_us"], 10.0)
         self.assertEqual(work["aten::cudnn_convolution"]["new"], 2)
+
+    def test_without_memory_records_no_largest_column(self):
+        with open(CUDA) as f:
+            doc = json.load(f)
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if e.get("name") != "[memory]"]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            text = ts.summarize(path, warmup=2)
+        self.assertIn("step 1 by operator", text)
+        self.assertNotIn("largest", text)
+        self.assertIn("       1       8.00        2      1      0       1 "
+                      "      1.20             1        2  "
+                      "aten::cudnn_convolution", text.splitlines())
+        # A CPU trace has no launches: no table.
+        self.assertNotIn("by operator", ts.summarize(CPU_KINETO, warmup=2))
 
     def test_top_folds_the_other_operators_into_one_row(self):
         rows = self.summary.operator_rows(3, top=0)
@@ -192,7 +220,7 @@ class CudaTrace(unittest.TestCase):
         text = self.summary.text("gpt2 hotloop")
         lines = text.splitlines()
         self.assertEqual(lines[0], "trace: gpt2 hotloop (Kineto trace, "
-                         "7.7 KiB; NVIDIA H200)")
+                         "9.0 KiB; NVIDIA H200)")
         self.assertIn("steps traced: 1-4 (4); steady: 3-4 (2)", lines)
         self.assertIn("device per steady step: busy 0.64 ms (63.5%), idle "
                       "0.36 ms (36.5%)", lines)
@@ -201,12 +229,12 @@ class CudaTrace(unittest.TestCase):
                       "(4 B); .item() 1", lines)
         self.assertIn("        3.5       635.0  63.5%  total", lines)
         self.assertIn("     2       2.00       0.60        2      0  -", lines)
-        self.assertIn("       1       8.00        2      1      0      1       "
-                      "1.20             1        2  aten::cudnn_convolution",
-                      lines)
-        self.assertIn("       -          -        0      0      1      0       "
-                      "0.00             -        0  (outside any operator)",
-                      lines)
+        self.assertIn("       1       8.00        2      1      0       1 "
+                      "      64.0       1.20             1        2  "
+                      "aten::cudnn_convolution", lines)
+        self.assertIn("       -          -        0      0      1       0 "
+                      "       2.0       0.00             -        0  "
+                      "(outside any operator)", lines)
         self.assertLess(len(text), 4000)
 
     def test_top_folds_the_rest_into_one_row(self):

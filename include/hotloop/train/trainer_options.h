@@ -122,7 +122,8 @@ struct TrainerOptions {
   /// a Chrome trace `<run folder>/trace.json` (open in chrome://tracing or
   /// Perfetto; summarise with bench/trace_summary.py). Where LibTorch has
   /// Kineto (the CUDA wheels) the trace holds the CPU operators and, on
-  /// CUDA, the kernels, copies and runtime calls, as torch.profiler's does;
+  /// CUDA, the kernels, copies and runtime calls and the caching
+  /// allocator's allocations and frees (torch.profiler's profile_memory);
   /// elsewhere the CPU operators. Each traced step is marked by a user
   /// annotation "ProfilerStep#N" (N the global step from 1) from its start
   /// to the next step's, as torch.profiler marks steps.

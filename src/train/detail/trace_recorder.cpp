@@ -21,8 +21,14 @@ namespace {
 
 namespace prof = torch::profiler::impl;
 
-prof::ProfilerConfig kineto_config() {
-  return prof::ProfilerConfig(prof::ProfilerState::KINETO);
+// On CUDA the trace also records each allocation and free of the caching
+// allocator (torch.profiler's profile_memory): a cuDNN search's workspace
+// is its largest, and it bounds which algorithms the search times.
+prof::ProfilerConfig kineto_config(bool memory) {
+  return prof::ProfilerConfig(
+      prof::ProfilerState::KINETO,
+      /*report_input_shapes=*/false,
+      /*profile_memory=*/memory);
 }
 
 // The Chrome trace of `result`'s CPU events in torch.profiler's layout,
@@ -64,8 +70,9 @@ TraceRecorder::TraceRecorder(std::string path, c10::Device device)
   if (device_.is_cuda()) {
     activities.insert(prof::ActivityType::CUDA);
   }
-  torch::autograd::profiler::prepareProfiler(kineto_config(), activities);
-  torch::autograd::profiler::enableProfiler(kineto_config(), activities);
+  const prof::ProfilerConfig config = kineto_config(device_.is_cuda());
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
   running_ = true;
 }
 
