@@ -89,7 +89,7 @@
 # the traced runs follow; default every implementation run) and
 # HOTLOOP_GPU_TRACE_IMPLS_CNN, _RESNET18_CIFAR, _GPT2 (for one of them; the
 # measure plan's default is hotloop alone, the tuned loops' traces on the
-# same torch being in docs/measurements/).
+# same torch being in docs/measurements/, and for ResNet-18 both).
 set -euo pipefail
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.."
@@ -209,7 +209,13 @@ case $PLAN in
       # hotloop's runs traced: the tuned loops' traces on torch 2.11 are
       # kept (GPT-2's in docs/measurements/2026-11-27-h200, ResNet-18's
       # and the CNN's in 2026-11-27-h200-b) and change only with torch.
-      export HOTLOOP_GPU_TRACE_IMPLS=${HOTLOOP_GPU_TRACE_IMPLS-hotloop}
+      # ResNet-18's tuned loop is traced too until its first step's
+      # operator table (which the kept tables predate) is kept beside
+      # hotloop's: the two say why hotloop's cuDNN searches take longer.
+      if [[ -z ${HOTLOOP_GPU_TRACE_IMPLS+set} ]]; then
+        export HOTLOOP_GPU_TRACE_IMPLS=hotloop
+        export HOTLOOP_GPU_TRACE_IMPLS_RESNET18_CIFAR=${HOTLOOP_GPU_TRACE_IMPLS_RESNET18_CIFAR-hotloop,python-tuned}
+      fi
       export HOTLOOP_GPU_BENCH_IMPLS=${HOTLOOP_GPU_BENCH_IMPLS:-hotloop,python-tuned}
       export HOTLOOP_GPU_BENCH_CONFIGS_CNN=${HOTLOOP_GPU_BENCH_CONFIGS_CNN:-configs/bench/fast}
       export HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN=${HOTLOOP_GPU_BENCH_HOTLOOP_OPTIONS_CNN:-trainer.cuda_graphs=true}
