@@ -21,10 +21,13 @@ a user annotation "ProfilerStep#N" (N the step, from 1), and prints:
     far longer than in a steady step (autotuning, SDPA plan builds, first
     calls);
   - the first step by operator: each kernel launch, synchronize and
-    allocation charged to the innermost operator around its call (on the
+    cudaMalloc charged to the innermost operator around its call (on the
     call's own thread, so the backward's go to its operators), with the
-    operator's calls and host time, and a steady step's calls and kernels
-    beside them: which operator's search launched how many kernels.
+    operator's calls and host time, its largest device allocation where
+    the trace records the allocator ("[memory]" events, torch.profiler's
+    profile_memory: a cuDNN search's workspace), and a steady step's calls
+    and kernels beside them: which operator's search launched how many
+    kernels.
 
 Both trace formats are read: Kineto's ({"traceEvents": [...]}, events with
 a "cat": cpu_op, user_annotation, cuda_runtime, cuda_driver, kernel,
