@@ -354,8 +354,8 @@ def work_by_operator(events, steady_kernels):
     "device"} and "memory" where recorded): each launch, synchronize and
     cudaMalloc charged to the innermost operator around its call; "new"
     counts the kernels whose names no steady step launched; largest_bytes
-    is the largest device allocation from the caching allocator (a cuDNN
-    search's workspace, which bounds the algorithms it times)."""
+    is the largest device allocation from the caching allocator (in a cuDNN
+    search, the largest workspace among the algorithms it times)."""
     runtime = events["runtime"]
     owners = innermost_ops(events["cpu_ops"], runtime)
     launched = {}

@@ -22,8 +22,9 @@ namespace {
 namespace prof = torch::profiler::impl;
 
 // On CUDA the trace also records each allocation and free of the caching
-// allocator (torch.profiler's profile_memory): a cuDNN search's workspace
-// is its largest, and it bounds which algorithms the search times.
+// allocator (torch.profiler's profile_memory): a cuDNN search allocates
+// the largest workspace among the algorithms it times, so its allocations
+// say which it could time.
 prof::ProfilerConfig kineto_config(bool memory) {
   return prof::ProfilerConfig(
       prof::ProfilerState::KINETO,
