@@ -490,6 +490,21 @@ if cuda:
     major, minor = torch.cuda.get_device_capability(0)
     put("GPU_CAP", f"{major}.{minor}")
     put("GPU_COUNT", torch.cuda.device_count())
+# The cuDNN and cuBLASLt this torch's process loads (cudnn.version() loads
+# cuDNN), for the build stage to set beside the ones hotloop resolves.
+libs = {}
+try:
+    put("PY_CUDNN", torch.backends.cudnn.version() if cuda else "")
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            for name in ("libcudnn.so", "libcublasLt.so"):
+                if os.path.basename(path).startswith(name):
+                    libs.setdefault(name, os.path.realpath(path))
+except Exception:
+    pass
+put("PY_CUDNN_LIB", libs.get("libcudnn.so", ""))
+put("PY_CUBLASLT_LIB", libs.get("libcublasLt.so", ""))
 put("HAS_COMPILE", int(hasattr(torch, "compile")))
 # NCCL's headers come with the nvidia-nccl wheel torch depends on, not with
 # torch: the folder that holds include/nccl.h, for CMAKE_PREFIX_PATH.
@@ -540,7 +555,7 @@ else
   [[ -z $NVCC && -x /usr/local/cuda/bin/nvcc ]] && NVCC=/usr/local/cuda/bin/nvcc
   [[ -n $NVCC ]] || die "nvcc not found (PATH, /usr/local/cuda/bin): LibTorch's CMake config needs CUDA's compiler"
   nvcc_version=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\), V\([0-9.]*\).*/\2/p')
-  found cuda "torch built with $TORCH_CUDA; nvcc ${nvcc_version:-?} ($NVCC)"
+  found cuda "torch built with $TORCH_CUDA, cuDNN ${PY_CUDNN:-?}; nvcc ${nvcc_version:-?} ($NVCC)"
   if [[ ${nvcc_version%%.*} != "${TORCH_CUDA%%.*}" ]]; then
     note "warning: nvcc ${nvcc_version} and torch's CUDA $TORCH_CUDA differ in the major version"
   fi
@@ -743,7 +758,7 @@ stage_configure() {
 
 # Where the built library finds the carried runtime libraries.
 check_runtime() {
-  local lib=$BUILD/libhotloop.so bad=0 name line path real_prefix
+  local lib=$BUILD/libhotloop.so bad=0 name line path real real_prefix
   real_prefix=$(readlink -f "$PREFIX")
   [[ -e $lib ]] || { echo "no $lib"; return 1; }
   echo "runtime libraries of $lib:"
@@ -758,6 +773,26 @@ check_runtime() {
       printf '  %-14s carried: %s\n' "$name" "${path#"$REPO"/}"
     else
       printf '  %-14s system: %s\n' "$name" "$path"
+    fi
+  done
+  # cuDNN and cuBLASLt: hotloop's own against the ones torch's Python
+  # process loads, so that a benchmark's two rows are known to time the
+  # same libraries (a system copy found first would give other kernels).
+  for name in libcudnn.so libcublasLt.so; do
+    line=$(ldd "$lib" | grep -m1 "$name" || true)
+    path=$(awk '{ print $3 }' <<<"$line")
+    [[ -n $path ]] && path=$(readlink -f "$path")
+    case $name in
+      libcudnn.so) real=$PY_CUDNN_LIB ;;
+      *) real=$PY_CUBLASLT_LIB ;;
+    esac
+    if [[ -z $path && -z $real ]]; then
+      continue
+    elif [[ $path == "$real" ]]; then
+      printf '  %-14s %s (the same as torch'"'"'s Python loads)\n' "$name" "$path"
+    else
+      printf '  %-14s hotloop: %s; torch'"'"'s Python: %s: DIFFERENT\n' \
+        "$name" "${path:-not linked}" "${real:-not loaded}"
     fi
   done
   return $bad
