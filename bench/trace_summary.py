@@ -15,11 +15,12 @@ a user annotation "ProfilerStep#N" (N the step, from 1), and prints:
     copies, and .item() (aten::_local_scalar_dense);
   - the first steps one by one: wall time, device time, kernels launched,
     synchronisations, and what happened in each: CUDA module loading
-    (cuModuleLoad*/cuLibraryLoad*), allocator growth (cudaMalloc,
-    cudaHostAlloc), kernels never launched in the steady steps (cuDNN's and
-    cuBLAS's algorithm searches launch many), and the operators that took
-    far longer than in a steady step (autotuning, SDPA plan builds, first
-    calls);
+    (cuModuleLoad*/cuLibraryLoad*, and kernel launch calls over 1 ms, lazy
+    loading's module loads inside the launch), allocator growth
+    (cudaMalloc, cudaHostAlloc), kernels never launched in the steady
+    steps (cuDNN's and cuBLAS's algorithm searches launch many), and the
+    operators that took far longer than in a steady step (autotuning, SDPA
+    plan builds, first calls);
   - the first step by operator: each kernel launch, synchronize and
     cudaMalloc charged to the innermost operator around its call (on the
     call's own thread, so the backward's go to its operators), with the
@@ -65,6 +66,13 @@ ALLOC_CALLS = ("cudaMalloc", "cudaMallocAsync", "cudaHostAlloc",
                "cuMemAlloc")
 FREE_CALLS = ("cudaFree", "cudaFreeHost", "cudaFreeAsync")
 ITEM_OPS = ("aten::_local_scalar_dense",)
+# Kernel launch calls (not cudaGraphLaunch). With CUDA's lazy loading (the
+# default since CUDA 12) a kernel's first launch loads its module inside
+# the launch call, which no cuModuleLoad* record shows: a launch call over
+# SLOW_LAUNCH_US is counted as such.
+LAUNCH_PREFIXES = ("cudaLaunchKernel", "cuLaunchKernel",
+                   "cudaLaunchCooperativeKernel")
+SLOW_LAUNCH_US = 1000.0
 # torch.profiler's profile_memory records: an instant event per allocation
 # (args "Bytes" > 0) and free (< 0), "Device Type" 0 for the CPU.
 MEMORY_EVENT = "[memory]"
@@ -527,6 +535,15 @@ class Summary:
             if loads:
                 notes.append(f"module loading {plural(len(loads), 'call')} "
                              f"{fmt(sum(e.dur for e in loads) / 1000)} ms")
+            slow_launches = [e for e in events["runtime"]
+                             if e.name.startswith(LAUNCH_PREFIXES) and
+                             e.dur > SLOW_LAUNCH_US]
+            if slow_launches:
+                notes.append(
+                    f"{plural(len(slow_launches), 'launch call')} over "
+                    f"{SLOW_LAUNCH_US / 1000:g} ms "
+                    f"{fmt(sum(e.dur for e in slow_launches) / 1000)} ms "
+                    "(lazy module loading)")
             allocs = [e for e in events["runtime"] if e.name in ALLOC_CALLS]
             if allocs:
                 notes.append("allocator growth: " + ", ".join(
