@@ -32,6 +32,7 @@ CUDA_ONLY = (
     "ResolveDevice.CudaFlagsPickTheNamedVisibleDevice",
     "TrainerTest.Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale",
     "TrainerTest.Fp16MixedResumesOnTheGpuBitForBit",
+    "TrainerTest.ANonFiniteLossOnTheGpuStopsAtTheNextReadNamingTheSteps",
     "ProcessGroupNccl.OneProcessReducesOnItsGpuAndDdpKeepsTheGradients",
     "TrainerTest.CudaGraphsTrainAsTheEagerStepOnTheGpu",
     "AddLayerNormCuda.TheKernelsGiveTheAtenOpsValuesAndGradients",

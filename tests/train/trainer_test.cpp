@@ -21,11 +21,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <optional>
 #include <set>
-#include <string>
-#include <limits>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 namespace hotloop::train {
 namespace {
@@ -866,6 +867,43 @@ TEST_F(TrainerTest, Fp16MixedSkipsTheStepOfAnOverflowAndHalvesTheScale) {
   load_checkpoint(result.checkpoint_path, *fresh, &state);
   EXPECT_EQ(scaler.get_scale(), std::ldexp(65536.0, -skipped));
   EXPECT_EQ(scaler.growth_tracker(), since_skip);
+}
+
+TEST_F(TrainerTest, ANonFiniteLossOnTheGpuStopsAtTheNextReadNamingTheSteps) {
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    GTEST_SKIP() << "needs a CUDA build of LibTorch and a GPU";
+  }
+  auto train = train_loader(); // 8 batches
+  const auto gpu = [&] {
+    return options().max_epochs(1).accelerator("cuda").log_every_n_steps(4);
+  };
+  {
+    // Finite losses: read at steps 4 and 8, the fit ends.
+    auto module = make_module(0);
+    EXPECT_EQ(Trainer(gpu()).fit(*module, train, &val_loader_).steps, 8);
+  }
+  // A NaN at step 6, an infinity at step 2 and minus infinity at step 3
+  // each stop the fit at the read that follows them.
+  const std::vector<std::tuple<int64_t, double, std::string>> cases = {
+      {6,
+       std::numeric_limits<double>::quiet_NaN(),
+       "between step 5 and step 8"},
+      {2, INFINITY, "between step 1 and step 4"},
+      {3, -INFINITY, "between step 1 and step 4"},
+  };
+  for (const auto& [step, value, steps] : cases) {
+    OnStepClassifier module(
+        std::move(*make_module(0)),
+        step,
+        [value = value](const at::Tensor& loss) { return loss * value; });
+    Trainer trainer(gpu());
+    EXPECT_THAT(
+        [&] { trainer.fit(module, train, &val_loader_); },
+        ::testing::ThrowsMessage<Error>(HasSubstr(
+            "training diverged: a loss was not finite " + steps +
+            " (read every trainer.log_every_n_steps=4 steps on cuda:0)")))
+        << "a loss of " << value << " at step " << step;
+  }
 }
 
 TEST_F(TrainerTest, Fp16MixedResumesOnTheGpuBitForBit) {

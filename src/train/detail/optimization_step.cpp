@@ -218,18 +218,26 @@ bool OptimizationStep::loss_is_usable(
   if (!loss.device().is_cpu() &&
       trainer_.options().on_nonfinite_loss() == "stop") {
     // Reading the loss every step would make the host wait for the GPU
-    // every step. The flag gathers on the device and is read every
-    // log_every_n_steps steps, when the logged loss is read anyway;
-    // checkpoints still refuse non-finite weights.
-    const at::Tensor bad = at::isfinite(loss).logical_not();
-    nonfinite_ = nonfinite_.defined() ? nonfinite_.logical_or(bad) : bad;
+    // every step. The losses are summed on the device in float64, finite
+    // exactly when each loss was (finite float32 losses cannot overflow
+    // it), and the sum is read every log_every_n_steps steps, when the
+    // logged loss is read anyway; checkpoints still refuse non-finite
+    // weights. One add a step, where isfinite, logical_not and logical_or
+    // launched six kernels (and logical_or's first call, in the second
+    // step, took 17-22 ms on the H200: its module's lazy load).
+    if (loss_sum_.defined()) {
+      loss_sum_.add_(loss.detach());
+    } else {
+      loss_sum_ =
+          loss.detach().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+    }
     const int64_t every =
         std::max<int64_t>(trainer_.options().log_every_n_steps(), 1);
     if (step % every != 0) {
       return true;
     }
-    bool found = nonfinite_.item<bool>();
-    nonfinite_ = at::Tensor();
+    bool found = !std::isfinite(loss_sum_.item<double>());
+    loss_sum_ = at::Tensor();
     if (strategy.world_size() > 1) {
       found = strategy.any(found);
     }

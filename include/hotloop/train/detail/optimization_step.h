@@ -82,8 +82,9 @@ class OptimizationStep {
   // The optimizer step in progress is skipped (trainer.on_nonfinite_loss).
   bool skipping_ = false;
   double last_finite_loss_ = 0;
-  // On a GPU: whether a loss since the last read was not finite.
-  at::Tensor nonfinite_;
+  // On a GPU: the float64 sum of the losses since the last read, not
+  // finite when one of them was not.
+  at::Tensor loss_sum_;
   int64_t last_finite_step_ = -1;
   std::unique_ptr<GraphedStep> graphed_; // trainer.cuda_graphs
   // A pruned model's masked weights, recomputed before each forward (what
