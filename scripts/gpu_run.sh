@@ -102,10 +102,12 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # levers, spaces between one lever's options), each on its own, in order,
 # as long as the deadline leaves a run's time. GPT-2's default list is what
 # is not measured yet (hotloop's kernels: model.fused_layer_norm,
-# model.fused_cross_entropy and model.fused_bias_gradient, each alone, the
-# three together (traced: a lever's `trace` follows its run with a traced
-# one, whose kernel table says what each kernel takes), and with
-# whole-step CUDA graphs; then cuBLASLt's workspace at 128 MiB, where
+# model.fused_cross_entropy and model.fused_bias_gradient, the three
+# together first (traced: a lever's `trace` follows its run with a traced
+# one, whose kernel table says what each kernel takes beside the ATen
+# kernels it replaced, so that a call cut short still settles each
+# default), then with whole-step CUDA graphs, then each alone; then
+# cuBLASLt's workspace at 128 MiB, where
 # LibTorch gives Hopper 32 MiB: a lever env:NAME=VALUE is an environment
 # variable for that run alone); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
 # LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
@@ -116,7 +118,7 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # the graphs; the
 # CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
 LEVERS_KERNELS_GPT2="model.fused_layer_norm=true model.fused_cross_entropy=true model.fused_bias_gradient=true"
-LEVERS_DEFAULT_GPT2="model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;$LEVERS_KERNELS_GPT2 trace;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
+LEVERS_DEFAULT_GPT2="$LEVERS_KERNELS_GPT2 trace;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
 LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false;trainer.benchmark_limit=3;trainer.cuda_graphs=true trainer.benchmark_limit=3"
 LEVERS_DEFAULT_CNN="trainer.benchmark=false"
