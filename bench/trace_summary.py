@@ -68,8 +68,9 @@ FREE_CALLS = ("cudaFree", "cudaFreeHost", "cudaFreeAsync")
 ITEM_OPS = ("aten::_local_scalar_dense",)
 # Kernel launch calls (not cudaGraphLaunch). With CUDA's lazy loading (the
 # default since CUDA 12) a kernel's first launch loads its module inside
-# the launch call, which no cuModuleLoad* record shows: a launch call over
-# SLOW_LAUNCH_US is counted as such.
+# the launch call, which no cuModuleLoad* record shows (a launch also
+# waits when the device's launch queue is full): a launch call over
+# SLOW_LAUNCH_US is counted.
 LAUNCH_PREFIXES = ("cudaLaunchKernel", "cuLaunchKernel",
                    "cudaLaunchCooperativeKernel")
 SLOW_LAUNCH_US = 1000.0
@@ -318,6 +319,11 @@ def host_outside_ops(step, ops):
     return step.dur - busy_union(own, step.ts, step.end)
 
 
+def external_id(event):
+    value = event.args.get("External id")
+    return value if isinstance(value, (int, float)) else 0
+
+
 def innermost_ops(ops, events):
     """[operator or None] for each of events: the innermost CPU operator on
     the event's own thread whose span holds the event's start (a launch or
@@ -328,7 +334,10 @@ def innermost_ops(ops, events):
         if op.cat != "user_annotation":
             by_thread.setdefault((op.pid, op.tid), []).append(op)
     for thread_ops in by_thread.values():
-        thread_ops.sort(key=lambda e: (e.ts, -e.dur))
+        # A parent and a child of one start and length: the parent
+        # started first, so its External id (Kineto's, given in start
+        # order) is the smaller.
+        thread_ops.sort(key=lambda e: (e.ts, -e.dur, external_id(e)))
     order = sorted(range(len(events)), key=lambda i: events[i].ts)
     result = [None] * len(events)
     cursor, stacks = {}, {}
@@ -354,6 +363,7 @@ def innermost_ops(ops, events):
 
 
 OUTSIDE_OPS = "(outside any operator)"
+NO_LAUNCH_CALL = "(no launch call in the step)"
 
 
 def work_by_operator(events, steady_kernels):
@@ -400,6 +410,18 @@ def work_by_operator(events, steady_kernels):
                 row["new"] += e.name not in steady_kernels
         row["syncs"] += blocking
         row["allocs"] += alloc
+    # Device work whose launch call is not among the step's (no
+    # correlation id, or its call outside the step's annotation).
+    calls = {c.correlation() for c in runtime if c.correlation() is not None}
+    for e in events["device"]:
+        if e.correlation() is None or e.correlation() not in calls:
+            row = table.setdefault(NO_LAUNCH_CALL, {
+                "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
+                "allocs": 0, "largest_bytes": 0})
+            row["device_us"] += e.dur
+            if e.cat == "kernel":
+                row["kernels"] += 1
+                row["new"] += e.name not in steady_kernels
     return table
 
 
@@ -543,7 +565,7 @@ class Summary:
                     f"{plural(len(slow_launches), 'launch call')} over "
                     f"{SLOW_LAUNCH_US / 1000:g} ms "
                     f"{fmt(sum(e.dur for e in slow_launches) / 1000)} ms "
-                    "(lazy module loading)")
+                    "(a module loaded lazily, or a full launch queue)")
             allocs = [e for e in events["runtime"] if e.name in ALLOC_CALLS]
             if allocs:
                 notes.append("allocator growth: " + ", ".join(
@@ -636,8 +658,9 @@ class Summary:
             rows.append(dict(row, name=name, calls=calls, host_us=us,
                              steady_calls=steady_calls,
                              steady_kernels=steady_work.get(name, 0) / n))
-        outside = [r for r in rows if r["name"] == OUTSIDE_OPS]
-        rows = [r for r in rows if r["name"] != OUTSIDE_OPS]
+        unnamed = (OUTSIDE_OPS, NO_LAUNCH_CALL)
+        outside = [r for r in rows if r["name"] in unnamed]
+        rows = [r for r in rows if r["name"] not in unnamed]
         rows.sort(key=lambda r: (-r["host_us"], r["name"]))
         shown, rest = rows[:top], rows[top:]
         if rest:
@@ -736,10 +759,12 @@ class Summary:
                          f"{row['device_ms']:>10,.2f} {row['kernels']:>8,} "
                          f"{row['syncs']:>6}  {notes}")
         first = numbers[0]
-        rows = self.operator_rows(first) if first not in self.steady else []
+        rows = self.operator_rows(first) \
+            if self.first > 0 and first not in self.steady else []
         if rows:
             lines.append("")
-            memory = any(e.args.get("Device Type", 0) != 0
+            memory = any(e.args.get("Device Type", 0) != 0 and
+                         float(e.args.get("Bytes", 0) or 0) > 0
                          for e in t.by_step[first]["memory"])
             lines.append(
                 f"step {first} by operator (each launch, synchronize and "

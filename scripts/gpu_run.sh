@@ -780,8 +780,13 @@ check_runtime() {
   # cuDNN and cuBLASLt: hotloop's own against the ones torch's Python
   # process loads, so that a benchmark's two rows are known to time the
   # same libraries (a system copy found first would give other kernels).
+  # Reported, not failed: the rows' kernels will say what it changed.
   for name in libcudnn.so libcublasLt.so; do
     line=$(ldd "$lib" | grep -m1 "$name" || true)
+    if [[ $line == *"not found"* ]]; then
+      printf '  %-14s NOT FOUND\n' "$name"; bad=1
+      continue
+    fi
     path=$(awk '{ print $3 }' <<<"$line")
     [[ -n $path ]] && path=$(readlink -f "$path")
     case $name in

@@ -102,7 +102,8 @@ class CudaTrace(unittest.TestCase):
         # others take 10 us.
         self.assertEqual(first["notes"], [
             "module loading 2 calls 2.0 ms",
-            "1 launch call over 1 ms 1.5 ms (lazy module loading)",
+            "1 launch call over 1 ms 1.5 ms (a module loaded lazily, or a "
+            "full launch queue)",
             "allocator growth: 1 cudaMalloc 0.3 ms",
             "1 launch of 1 kernel not in the steady steps (1.0 ms on the "
             "device; most: cudnn::winograd_search_kernel<float> x1)",
@@ -190,6 +191,37 @@ class CudaTrace(unittest.TestCase):
         # A CPU trace has no launches: no table.
         self.assertNotIn("by operator", ts.summarize(CPU_KINETO, warmup=2))
 
+    def test_device_work_without_its_launch_call_has_a_row(self):
+        # Step 1's two kernels with their calls' correlation ids taken away.
+        events = dict(self.trace.by_step[1])
+        events["runtime"] = [ts.Event({"name": e.name, "ts": e.ts,
+                                       "dur": e.dur, "tid": e.tid,
+                                       "pid": e.pid}, e.cat)
+                             for e in events["runtime"]]
+        work = ts.work_by_operator(events, set())
+        self.assertEqual(work[ts.NO_LAUNCH_CALL]["kernels"], 2)
+        self.assertEqual(work[ts.NO_LAUNCH_CALL]["device_us"], 1200.0)
+        self.assertEqual(work["aten::cudnn_convolution"]["kernels"], 0)
+        self.assertEqual(
+            ts.work_by_operator(self.trace.by_step[1], set()).get(
+                ts.NO_LAUNCH_CALL), None)
+
+    def test_no_table_with_first_zero_and_no_largest_without_bytes(self):
+        self.assertNotIn("by operator", ts.summarize(CUDA, warmup=2,
+                                                     first=0))
+        with open(CUDA) as f:
+            doc = json.load(f)
+        for e in doc["traceEvents"]:
+            if e.get("name") == "[memory]":
+                del e["args"]["Bytes"]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            text = ts.summarize(path, warmup=2)
+        self.assertIn("step 1 by operator", text)
+        self.assertNotIn("largest", text)
+
     def test_top_folds_the_other_operators_into_one_row(self):
         rows = self.summary.operator_rows(3, top=0)
         self.assertEqual([r["name"] for r in rows], ["(2 other operators)"])
@@ -218,6 +250,15 @@ class CudaTrace(unittest.TestCase):
         self.assertEqual([o.name if o else None for o in owners], [
             "aten::add", "aten::cudnn_convolution", "aten::conv2d",
             "aten::convolution_backward", None, None])
+        # The two thread-2 ops start and end together: the parent is the
+        # one Kineto numbered first, whatever the file's order.
+        for first, second in ((3, 4), (4, 3)):
+            tied = ops[:3] + [ops[first], ops[second]]
+            tied[3].args["External id"] = 10 if first == 3 else 11
+            tied[4].args["External id"] = 11 if first == 3 else 10
+            self.assertEqual(
+                ts.innermost_ops(tied, calls)[3].name,
+                "aten::convolution_backward")
 
     def test_the_text(self):
         text = self.summary.text("gpt2 hotloop")
