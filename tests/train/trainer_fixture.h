@@ -12,9 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace hotloop::train {
 
@@ -60,25 +62,34 @@ inline std::shared_ptr<ImageClassifier> make_module(
 }
 
 // A classifier that hands the loss of its `at_step`-th training step (from
-// 1) to `action` and trains on what it returns: a test raises a signal
-// there, throws, or makes the loss infinite.
+// 1), or of each of `at_steps`, to `action` and trains on what it returns
+// (the loss it logs is its own): a test raises a signal there, throws, or
+// makes the loss infinite.
 class OnStepClassifier : public ImageClassifier {
  public:
   using Action = std::function<at::Tensor(const at::Tensor& loss)>;
   OnStepClassifier(ImageClassifier&& base, int64_t at_step, Action action)
+      : OnStepClassifier(
+            std::move(base), std::vector<int64_t>{at_step}, std::move(action)) {
+  }
+  OnStepClassifier(
+      ImageClassifier&& base, std::vector<int64_t> at_steps, Action action)
       : ImageClassifier(std::move(base)),
-        at_step_(at_step),
+        at_steps_(std::move(at_steps)),
         action_(std::move(action)) {}
   at::Tensor training_step(
       const data::Batch& batch,
       int64_t batch_idx,
       MetricCollection& metrics) override {
     at::Tensor loss = ImageClassifier::training_step(batch, batch_idx, metrics);
-    return ++steps_ == at_step_ ? action_(loss) : loss;
+    ++steps_;
+    const bool chosen = std::find(at_steps_.begin(), at_steps_.end(), steps_) !=
+                        at_steps_.end();
+    return chosen ? action_(loss) : loss;
   }
 
  private:
-  int64_t at_step_;
+  std::vector<int64_t> at_steps_;
   int64_t steps_ = 0;
   Action action_;
 };

@@ -223,8 +223,9 @@ bool OptimizationStep::loss_is_usable(
     // it), and the sum is read every log_every_n_steps steps, when the
     // logged loss is read anyway; checkpoints still refuse non-finite
     // weights. One add a step, where isfinite, logical_not and logical_or
-    // launched six kernels (and logical_or's first call, in the second
-    // step, took 17-22 ms on the H200: its module's lazy load).
+    // launched six kernels (logical_or's first call, in the second step,
+    // took 17-22 ms on the H200; the traces' launch calls over 1 ms will
+    // say what the add's first call costs).
     if (loss_sum_.defined()) {
       loss_sum_.add_(loss.detach());
     } else {
