@@ -173,16 +173,23 @@ class CudaTrace(unittest.TestCase):
         self.assertEqual(work["aten::_local_scalar_dense"]["device_us"], 10.0)
         self.assertEqual(work["aten::cudnn_convolution"]["new"], 2)
 
-    def test_without_memory_records_no_largest_column(self):
+    @staticmethod
+    def summarize_edited(edit):
+        """The tables of the CUDA trace after edit(its events)."""
         with open(CUDA) as f:
             doc = json.load(f)
-        doc["traceEvents"] = [e for e in doc["traceEvents"]
-                              if e.get("name") != "[memory]"]
+        edit(doc["traceEvents"])
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trace.json")
             with open(path, "w") as f:
                 json.dump(doc, f)
-            text = ts.summarize(path, warmup=2)
+            return ts.summarize(path, warmup=2)
+
+    def test_without_memory_records_no_largest_column(self):
+        def drop_memory(events):
+            events[:] = [e for e in events if e.get("name") != "[memory]"]
+
+        text = self.summarize_edited(drop_memory)
         self.assertIn("step 1 by operator", text)
         self.assertNotIn("largest", text)
         self.assertIn("       1       8.00        2      1      0       1 "
@@ -209,16 +216,13 @@ class CudaTrace(unittest.TestCase):
     def test_no_table_with_first_zero_and_no_largest_without_bytes(self):
         self.assertNotIn("by operator", ts.summarize(CUDA, warmup=2,
                                                      first=0))
-        with open(CUDA) as f:
-            doc = json.load(f)
-        for e in doc["traceEvents"]:
-            if e.get("name") == "[memory]":
-                del e["args"]["Bytes"]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "trace.json")
-            with open(path, "w") as f:
-                json.dump(doc, f)
-            text = ts.summarize(path, warmup=2)
+
+        def drop_bytes(events):
+            for e in events:
+                if e.get("name") == "[memory]":
+                    del e["args"]["Bytes"]
+
+        text = self.summarize_edited(drop_bytes)
         self.assertIn("step 1 by operator", text)
         self.assertNotIn("largest", text)
 
