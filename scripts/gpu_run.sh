@@ -752,6 +752,16 @@ stage_configure() {
            "-DTORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST" "-DCUDAToolkit_ROOT=$CUDAToolkit_ROOT"
            "-DPython_EXECUTABLE=$PY_REAL" "-DPYTHON_EXECUTABLE=$PY_REAL")
   fi
+  # A folder another command configured (setup.sh's build/) keeps that
+  # configure's cache, whose paths to the system's copies of the carried
+  # packages --cpu hides: CMake would fail on them and leave the folder
+  # broken for its own command. Only a folder this script configured (its
+  # RPATH setting below) is configured again.
+  if [[ -f $BUILD/CMakeCache.txt ]] &&
+     ! grep -qx "CMAKE_INSTALL_RPATH:[A-Z]*=$PREFIX/lib/x86_64-linux-gnu" "$BUILD/CMakeCache.txt"; then
+    echo "$BUILD was configured by another command (its CMakeCache.txt has not this script's settings): give this script a build folder of its own (HOTLOOP_GPU_BUILD; default build-gpu)"
+    return 1
+  fi
   echo "\$ cmake ${args[*]}"
   bounded cmake "${args[@]}" || return
   grep -h '^-- hotloop:' "$LOGS/configure.log" || true
