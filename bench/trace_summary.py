@@ -255,17 +255,31 @@ def plural(count, noun, nouns=None):
     return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
+def external_id(event):
+    value = event.args.get("External id")
+    return value if isinstance(value, (int, float)) else 0
+
+
+def ops_by_thread(ops):
+    """{(pid, tid): [operator]} of the CPU operators (not the user
+    annotations), each thread's in start order, a parent before its
+    children: of a parent and a child of one start and length, the parent
+    started first, so its External id (Kineto's, given in start order) is
+    the smaller."""
+    by_thread = {}
+    for op in ops:
+        if op.cat != "user_annotation":
+            by_thread.setdefault((op.pid, op.tid), []).append(op)
+    for thread_ops in by_thread.values():
+        thread_ops.sort(key=lambda e: (e.ts, -e.dur, external_id(e)))
+    return by_thread
+
+
 def self_times(ops):
     """{name: (calls, self microseconds)} of CPU operators, each op's time
     less that of the ops nested in it on its thread."""
     result = {}
-    by_thread = {}
-    for op in ops:
-        if op.cat == "user_annotation":
-            continue
-        by_thread.setdefault((op.pid, op.tid), []).append(op)
-    for thread_ops in by_thread.values():
-        thread_ops.sort(key=lambda e: (e.ts, -e.dur))
+    for thread_ops in ops_by_thread(ops).values():
         stack = []      # [event, children time]
         done = []
 
@@ -319,25 +333,12 @@ def host_outside_ops(step, ops):
     return step.dur - busy_union(own, step.ts, step.end)
 
 
-def external_id(event):
-    value = event.args.get("External id")
-    return value if isinstance(value, (int, float)) else 0
-
-
 def innermost_ops(ops, events):
     """[operator or None] for each of events: the innermost CPU operator on
     the event's own thread whose span holds the event's start (a launch or
     a synchronize runs inside the operator that called it; the backward's
     run on the autograd engine's thread, inside its functions' ops)."""
-    by_thread = {}
-    for op in ops:
-        if op.cat != "user_annotation":
-            by_thread.setdefault((op.pid, op.tid), []).append(op)
-    for thread_ops in by_thread.values():
-        # A parent and a child of one start and length: the parent
-        # started first, so its External id (Kineto's, given in start
-        # order) is the smaller.
-        thread_ops.sort(key=lambda e: (e.ts, -e.dur, external_id(e)))
+    by_thread = ops_by_thread(ops)
     order = sorted(range(len(events)), key=lambda i: events[i].ts)
     result = [None] * len(events)
     cursor, stacks = {}, {}
@@ -366,6 +367,14 @@ OUTSIDE_OPS = "(outside any operator)"
 NO_LAUNCH_CALL = "(no launch call in the step)"
 
 
+def device_allocations(memory):
+    """The allocations among profile_memory's records that are the
+    device's (not the CPU's, not frees)."""
+    return [e for e in memory
+            if e.args.get("Device Type", 0) != 0 and
+            float(e.args.get("Bytes", 0) or 0) > 0]
+
+
 def work_by_operator(events, steady_kernels):
     """{operator name: {"kernels", "new", "device_us", "syncs", "allocs",
     "largest_bytes"}} of one step's events ({"cpu_ops", "runtime",
@@ -383,16 +392,23 @@ def work_by_operator(events, steady_kernels):
             launched.setdefault(corr, []).append(e)
     table = {}
 
-    def row_of(owner):
-        return table.setdefault(owner.name if owner else OUTSIDE_OPS, {
+    def row_of(name):
+        return table.setdefault(name, {
             "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
             "allocs": 0, "largest_bytes": 0})
 
-    memory = [e for e in events.get("memory", ())
-              if e.args.get("Device Type", 0) != 0 and
-              float(e.args.get("Bytes", 0) or 0) > 0]
+    def charge(row, device_event):
+        row["device_us"] += device_event.dur
+        if device_event.cat == "kernel":
+            row["kernels"] += 1
+            row["new"] += device_event.name not in steady_kernels
+
+    def name_of(owner):
+        return owner.name if owner else OUTSIDE_OPS
+
+    memory = device_allocations(events.get("memory", ()))
     for e, owner in zip(memory, innermost_ops(events["cpu_ops"], memory)):
-        row = row_of(owner)
+        row = row_of(name_of(owner))
         row["largest_bytes"] = max(row["largest_bytes"],
                                    float(e.args["Bytes"]))
     for call, owner in zip(runtime, owners):
@@ -402,12 +418,9 @@ def work_by_operator(events, steady_kernels):
         alloc = call.name in ALLOC_CALLS
         if not (kernels or blocking or alloc):
             continue
-        row = row_of(owner)
+        row = row_of(name_of(owner))
         for e in kernels:
-            row["device_us"] += e.dur
-            if e.cat == "kernel":
-                row["kernels"] += 1
-                row["new"] += e.name not in steady_kernels
+            charge(row, e)
         row["syncs"] += blocking
         row["allocs"] += alloc
     # Device work whose launch call is not among the step's (no
@@ -415,13 +428,7 @@ def work_by_operator(events, steady_kernels):
     calls = {c.correlation() for c in runtime if c.correlation() is not None}
     for e in events["device"]:
         if e.correlation() is None or e.correlation() not in calls:
-            row = table.setdefault(NO_LAUNCH_CALL, {
-                "kernels": 0, "new": 0, "device_us": 0.0, "syncs": 0,
-                "allocs": 0, "largest_bytes": 0})
-            row["device_us"] += e.dur
-            if e.cat == "kernel":
-                row["kernels"] += 1
-                row["new"] += e.name not in steady_kernels
+            charge(row_of(NO_LAUNCH_CALL), e)
     return table
 
 
@@ -495,6 +502,10 @@ class Summary:
     def steady_events(self, kind):
         return [e for n in self.steady for e in self.trace.by_step[n][kind]]
 
+    def steady_kernel_names(self):
+        return {e.name for e in self.steady_events("device")
+                if e.cat == "kernel"}
+
     def wall_per_step(self):
         start, end = self.window()
         return (end - start) / len(self.steady)
@@ -539,8 +550,7 @@ class Summary:
 
     def step_rows(self):
         """One dict per step among the first `first` traced."""
-        steady_kernels = {e.name for e in self.steady_events("device")
-                          if e.cat == "kernel"}
+        steady_kernels = self.steady_kernel_names()
         n = len(self.steady)
         steady_self = {name: (calls / n, us / n) for name, (calls, us) in
                        self_times(self.steady_events("cpu_ops")).items()}
@@ -629,8 +639,7 @@ class Summary:
         host microseconds in the step, its work, and a steady step's calls
         and kernels of the same operator, for comparison."""
         events = self.trace.by_step[number]
-        steady_kernels = {e.name for e in self.steady_events("device")
-                          if e.cat == "kernel"}
+        steady_kernels = self.steady_kernel_names()
         work = work_by_operator(events, steady_kernels)
         if not work:
             return []
@@ -763,9 +772,7 @@ class Summary:
             if self.first > 0 and first not in self.steady else []
         if rows:
             lines.append("")
-            memory = any(e.args.get("Device Type", 0) != 0 and
-                         float(e.args.get("Bytes", 0) or 0) > 0
-                         for e in t.by_step[first]["memory"])
+            memory = bool(device_allocations(t.by_step[first]["memory"]))
             lines.append(
                 f"step {first} by operator (each launch, synchronize and "
                 "cudaMalloc charged to the innermost operator around its "
