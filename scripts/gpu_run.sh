@@ -770,12 +770,13 @@ stage_configure() {
 
 # Where the built library finds the carried runtime libraries.
 check_runtime() {
-  local lib=$BUILD/libhotloop.so bad=0 name line path real real_prefix
+  local lib=$BUILD/libhotloop.so bad=0 name line path real real_prefix libs
   real_prefix=$(readlink -f "$PREFIX")
   [[ -e $lib ]] || { echo "no $lib"; return 1; }
+  libs=$(ldd "$lib")
   echo "runtime libraries of $lib:"
   for name in libyaml-cpp libpng16 libturbojpeg libz.so; do
-    line=$(ldd "$lib" | grep -m1 "$name" || true)
+    line=$(grep -m1 "$name" <<<"$libs" || true)
     path=$(awk '{ print $3 }' <<<"$line")
     if [[ -z $line ]]; then
       printf '  %-14s not linked\n' "$name"
@@ -792,7 +793,7 @@ check_runtime() {
   # same libraries (a system copy found first would give other kernels).
   # Reported, not failed: the rows' kernels will say what it changed.
   for name in libcudnn.so libcublasLt.so; do
-    line=$(ldd "$lib" | grep -m1 "$name" || true)
+    line=$(grep -m1 "$name" <<<"$libs" || true)
     if [[ $line == *"not found"* ]]; then
       printf '  %-14s NOT FOUND\n' "$name"; bad=1
       continue
