@@ -256,6 +256,15 @@ int OpCount::calls() const {
   return counted_calls;
 }
 
+double max_relative_difference(
+    const at::Tensor& actual, const at::Tensor& expected) {
+  const at::Tensor reference = expected.to(at::kDouble);
+  return ((actual.to(at::kDouble) - reference).abs() /
+          reference.abs().clamp_min(1e-30))
+      .max()
+      .item<double>();
+}
+
 std::string shape_string(at::IntArrayRef sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {

@@ -86,29 +86,12 @@ double max_difference(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-// The largest difference relative to the reference's value.
-double max_relative_difference(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor expected = b.to(at::kDouble);
-  return ((a.to(at::kDouble) - expected).abs() /
-          expected.abs().clamp_min(1e-30))
-      .max()
-      .item<double>();
-}
-
-// What the observers saw comes out of four training steps of float convs
-// and matmuls. On Debian's LibTorch 1.13 (and 2.6) on x86-64, where the
-// reference was made, it has the same bits; a LibTorch whose kernels round
-// otherwise (2.11's wheel on AVX-512 Xeons) moves minima, maxima and so
-// scales by an ulp or two. So: a relative 1e-6 (8 float ulps) for values
-// and scales, and zero points exact.
-constexpr double kObservedTolerance = 1e-6;
-
 class Qat : public testing::ReferenceSettingsTest {
  protected:
   // Prepares the case's model, trains it as the reference did, and checks
   // every tensor of the QAT model, its output, the converted model's
-  // qparams (zero points exact, scales to kObservedTolerance) and its
-  // output (within one quantization step).
+  // qparams (zero points exact, scales to hotloop::testing::kObservedTolerance)
+  // and its output (within one quantization step).
   void expect_torch_aos_qat(
       const std::string& c,
       const QatOptions& options,
@@ -134,7 +117,9 @@ class Qat : public testing::ReferenceSettingsTest {
           entry.name.find("_quant") != std::string::npos ||
           entry.name.find("post_process") != std::string::npos;
       if (quantizer_state) {
-        EXPECT_LE(max_relative_difference(*mine, expected), kObservedTolerance)
+        EXPECT_LE(
+            hotloop::testing::max_relative_difference(*mine, expected),
+            hotloop::testing::kObservedTolerance)
             << c << " " << entry.name << ": " << *mine << " vs " << expected;
       } else {
         // Weights after four steps of the same ops, summed in the same
@@ -158,9 +143,9 @@ class Qat : public testing::ReferenceSettingsTest {
     for (size_t i = 0; i < record.activations.size(); ++i) {
       const std::string name = "activation." + std::to_string(i);
       EXPECT_LE(
-          max_relative_difference(
+          hotloop::testing::max_relative_difference(
               record.activations[i].scale, ref(c, "qparams", name + ".scale")),
-          kObservedTolerance)
+          hotloop::testing::kObservedTolerance)
           << c << " " << name << ": " << record.activations[i].scale << " vs "
           << ref(c, "qparams", name + ".scale");
       EXPECT_TRUE(record.activations[i]
@@ -171,9 +156,9 @@ class Qat : public testing::ReferenceSettingsTest {
     for (size_t i = 0; i < record.weights.size(); ++i) {
       const std::string name = "weight." + std::to_string(i);
       EXPECT_LE(
-          max_relative_difference(
+          hotloop::testing::max_relative_difference(
               record.weights[i].scale, ref(c, "qparams", name + ".scale")),
-          kObservedTolerance)
+          hotloop::testing::kObservedTolerance)
           << c << " " << name;
       EXPECT_TRUE(record.weights[i]
                       .zero_point.to(at::kFloat)
