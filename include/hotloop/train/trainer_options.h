@@ -79,9 +79,11 @@ struct TrainerOptions {
   /// With benchmark, the most algorithms cuDNN times for a convolution's
   /// shape: the first of its heuristics' list (PyTorch's
   /// torch.backends.cudnn.benchmark_limit, 10 by default); 0 times them
-  /// all. Fewer make the first step's searches shorter (ResNet-18's took
-  /// 1.9 s of its first step on an H200) at the risk of missing the
-  /// fastest. >= 0.
+  /// all. It bounds the timing runs only: LibTorch 2.x builds a plan for
+  /// every algorithm cuDNN offers for the shape before it times any, and
+  /// that building is most of a search (ResNet-18's first step on an
+  /// H200: 1.9 s of searches while the device was busy 33 ms); fewer
+  /// spare two runs and a synchronisation each. >= 0.
   TORCH_ARG(int64_t, benchmark_limit) = 10;
   /// The kernel of scaled-dot-product attention (the GPT's): "auto" leaves
   /// LibTorch's choice; "flash", "efficient" (memory-efficient), "cudnn" or
