@@ -152,10 +152,10 @@ double max_relative_difference(
 
 /// What a quantization observer saw comes out of float convs and matmuls
 /// whose rounding depends on the CPU's kernels: the same Debian LibTorch
-/// 1.13 that made the torch.ao references on an AVX2 EPYC gives other
-/// bits on an AVX-512 Xeon, as 2.11's wheel does, and the minima, maxima
-/// and scales derived from them move by an ulp or two. So a relative 1e-6
-/// (8 float ulps) for those, with zero points exact.
+/// 1.13 that made the torch.ao references (on the AMD EPYC machines) gives
+/// other bits on an AVX-512 Xeon, as 2.11's wheel does, and the minima,
+/// maxima and scales derived from them move by an ulp or two. So a
+/// relative 1e-6 (8 float ulps) for those, with zero points exact.
 constexpr double kObservedTolerance = 1e-6;
 
 /// "[d0,d1,...]"
