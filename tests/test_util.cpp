@@ -256,6 +256,10 @@ int OpCount::calls() const {
   return counted_calls;
 }
 
+double max_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
 double max_relative_difference(
     const at::Tensor& actual, const at::Tensor& expected) {
   const at::Tensor reference = expected.to(at::kDouble);

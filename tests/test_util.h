@@ -145,6 +145,9 @@ class OpCount {
   uint64_t handle_;
 };
 
+/// The largest |a - b| over the elements, in double.
+double max_difference(const at::Tensor& a, const at::Tensor& b);
+
 /// The largest |actual - expected| / |expected| over the elements, in
 /// double.
 double max_relative_difference(

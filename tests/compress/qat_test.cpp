@@ -82,9 +82,7 @@ void train_as_the_reference(QatNetImpl& net, const std::string& c) {
   }
 }
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
+using hotloop::testing::max_difference;
 
 class Qat : public testing::ReferenceSettingsTest {
  protected:

@@ -4,6 +4,7 @@
 // same bits whatever the order the threads run in.
 
 #include "cuda_emulation/emulator.h"
+#include "test_util.h"
 
 #include "models/add_layer_norm_kernels.cu"
 
@@ -20,9 +21,7 @@ namespace {
 
 namespace emulation = hotloop::testing::cuda_emulation;
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
+using hotloop::testing::max_difference;
 
 struct Case {
   int64_t rows;

@@ -21,9 +21,7 @@
 namespace hotloop::models {
 namespace {
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
+using hotloop::testing::max_difference;
 
 struct Operands {
   at::Tensor x;      // [rows..., width] float32, the residual stream

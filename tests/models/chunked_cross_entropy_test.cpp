@@ -39,9 +39,7 @@ Case make_case(at::ScalarType dtype) {
   return c;
 }
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
+using hotloop::testing::max_difference;
 
 // loss * 1.7 backward (so that the loss's own gradient is not 1), for both
 // the chunked and the plain loss: loss and gradients within `tolerance`.
