@@ -38,13 +38,12 @@
 #   test      configure, build (everything), test
 # The levers stage (not in a plan) runs GPT-2's hotloop row with its
 # defaults and then with each lever of issue 29 on its own (by default
-# hotloop's CUDA kernels: model.fused_layer_norm=true,
-# model.fused_cross_entropy=true and model.fused_bias_gradient=true each
-# alone, the three together, and with trainer.cuda_graphs=true;
-# HOTLOOP_GPU_LEVERS another list, e.g. the
-# sdpa_backend, cuda_graphs, loss_chunk_size and optimizer.fused levers
-# measured on 2026-11-27), in one call on the warm machine an earlier call
-# left; levers.txt is the table.
+# what is not measured yet: cuBLASLt's workspace, the bias-gradient
+# kernel off alone, CUDA graphs with the kernels, and the three kernels
+# off together; HOTLOOP_GPU_LEVERS another list, e.g. the sdpa_backend,
+# cuda_graphs, loss_chunk_size and optimizer.fused levers measured on
+# 2026-11-27), in one call on the warm machine an earlier call left;
+# levers.txt is the table.
 # HOTLOOP_GPU_LEVERS_WORKLOAD=resnet18_cifar does the same for ResNet-18
 # (trainer.cuda_graphs=true, trainer.benchmark=false, both), =cnn for the
 # CNN (trainer.benchmark=false).
@@ -101,26 +100,25 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # default gpt2) once with its defaults, then once per lever (";" between
 # levers, spaces between one lever's options), each on its own, in order,
 # as long as the deadline leaves a run's time. GPT-2's default list is what
-# is not measured yet (hotloop's kernels: model.fused_layer_norm,
-# model.fused_cross_entropy and model.fused_bias_gradient, the three
-# together first (traced: a lever's `trace` follows its run with a traced
-# one, whose kernel table says what each kernel takes beside the ATen
-# kernels it replaced, so that a call cut short still settles each
-# default), then with whole-step CUDA graphs, then each alone; then
-# cuBLASLt's workspace at 128 MiB, where
-# LibTorch gives Hopper 32 MiB: a lever env:NAME=VALUE is an environment
-# variable for that run alone); the six levers of 2026-11-27 (docs/PERFORMANCE.md) are
-# LEVERS_MEASURED_GPT2, HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to
-# measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
+# is not measured yet: cuBLASLt's workspace at 128 MiB, where LibTorch
+# gives Hopper 32 MiB (a lever env:NAME=VALUE is an environment variable
+# for that run alone); the bias-gradient kernel off (2026-11-28 measured
+# the three kernels together, and the other two alone, all with the three
+# off by default); whole-step CUDA graphs with the kernels (1.01x that
+# day, within one run's noise); then the three off together, the
+# defaults of before (1.18x slower that day). A lever's `trace` among its
+# options follows its run with a traced one. The levers measured before
+# (docs/PERFORMANCE.md) are LEVERS_MEASURED_GPT2,
+# HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
 # is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
 # algorithm searches against a 200-batch run), alone and together, then
 # the benchmark timing 3 algorithms a shape instead of 10 (last: LibTorch
 # builds every algorithm's plan before it times the first benchmark_limit,
 # and the 1.9 s were host time, so little is expected of it); the
 # CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
-LEVERS_KERNELS_GPT2="model.fused_layer_norm=true model.fused_cross_entropy=true model.fused_bias_gradient=true"
-LEVERS_DEFAULT_GPT2="$LEVERS_KERNELS_GPT2 trace;$LEVERS_KERNELS_GPT2 trainer.cuda_graphs=true;model.fused_layer_norm=true;model.fused_cross_entropy=true;model.fused_bias_gradient=true;env:CUBLASLT_WORKSPACE_SIZE=131072"
-LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;trainer.cuda_graphs=true;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient"
+LEVERS_KERNELS_OFF_GPT2="model.fused_layer_norm=false model.fused_cross_entropy=false model.fused_bias_gradient=false"
+LEVERS_DEFAULT_GPT2="env:CUBLASLT_WORKSPACE_SIZE=131072;model.fused_bias_gradient=false;trainer.cuda_graphs=true;$LEVERS_KERNELS_OFF_GPT2"
+LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient;model.fused_layer_norm=false;model.fused_cross_entropy=false"
 LEVERS_DEFAULT_RESNET18_CIFAR="trainer.cuda_graphs=true;trainer.benchmark=false;trainer.cuda_graphs=true trainer.benchmark=false;trainer.benchmark_limit=3"
 LEVERS_DEFAULT_CNN="trainer.benchmark=false"
 LEVER_NEEDS=30  # one untraced GPT-2 run of hotloop (the H200: 15-25 s)

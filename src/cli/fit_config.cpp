@@ -561,20 +561,20 @@ ConfigSchema make_schema() {
   s.add(
       opt("model.fused_layer_norm",
           T::kBool,
-          "false",
+          "true",
           "gpt: each residual add and the LayerNorm after it in one CUDA "
           "kernel each way (elsewhere the same ATen ops)"));
   s.add(
       opt("model.fused_cross_entropy",
           T::kBool,
-          "false",
+          "true",
           "gpt: each loss chunk's log-softmax, loss and gradient in one "
           "CUDA kernel (with model.loss_chunk_size > 0; elsewhere the same "
           "ATen ops)"));
   s.add(
       opt("model.fused_bias_gradient",
           T::kBool,
-          "false",
+          "true",
           "gpt: each Linear's bias gradient summed by one CUDA kernel, the "
           "MLP's first with GELU's backward (elsewhere the same ATen ops)"));
   s.add(

@@ -811,8 +811,9 @@ void Tuner::add_candidates() {
   if (cuda_ && graphable().empty()) {
     add("cuda_graphs", {{"trainer.cuda_graphs", "true"}});
   }
-  // hotloop's own CUDA kernels for the GPT (off by default until measured
-  // on a GPU), the ones the config does not use yet, together.
+  // hotloop's own CUDA kernels for the GPT, together: the ones the config
+  // leaves off turned on; where it has all three (the default), all three
+  // off, so that the user's own GPU and shapes say whether they pay.
   if (cuda_ && c.model_name == "gpt") {
     Settings fused;
     if (!c.gpt.fused_layer_norm()) {
@@ -824,9 +825,13 @@ void Tuner::add_candidates() {
     if (!c.gpt.fused_bias_gradient()) {
       fused.emplace_back("model.fused_bias_gradient", "true");
     }
-    if (!fused.empty()) {
-      add("fused_kernels", std::move(fused));
+    if (fused.empty()) {
+      fused = {
+          {"model.fused_layer_norm", "false"},
+          {"model.fused_cross_entropy", "false"},
+          {"model.fused_bias_gradient", "false"}};
     }
+    add("fused_kernels", std::move(fused));
   }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
@@ -1053,9 +1058,7 @@ void Tuner::decide() {
       "fused_kernels",
       "model.fused_* (hotloop's GPT kernels)",
       !cuda_ ? std::string("needs a CUDA device: not tried")
-      : config_.model_name != "gpt"
-          ? "no GPT (model.name=" + config_.model_name + "): not tried"
-          : std::string("already on: not tried"));
+             : "no GPT (model.name=" + config_.model_name + "): not tried");
   // fp16's loss scaling decides on the host whether a step happens, which a
   // replayed graph cannot: both picked, the graph goes.
   const auto picked = [&](const std::string& strategy) {

@@ -58,7 +58,8 @@ class AddLayerNorm : public torch::autograd::Function<AddLayerNorm> {
     TORCH_CHECK(
         !at::GradMode::is_enabled(),
         "add_layer_norm (model.fused_layer_norm) has no double backward "
-        "(backward with create_graph): leave the option off for it");
+        "(backward with create_graph): for one, set "
+        "model.fused_layer_norm=false");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& sum = saved.at(0);
     const auto y_dtype =

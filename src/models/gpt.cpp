@@ -90,8 +90,16 @@ class GptLinear {
       const at::Tensor out = replacement_->forward(x);
       return gelu ? at::gelu(out) : out;
     }
+    // The fused backward only on CUDA, where its kernel runs: elsewhere
+    // linear_gelu's function would give ATen's values through a backward
+    // of its own (which linear_gelu's tests check), with no double
+    // backward, so the layer keeps ATen's ops there.
     return linear_gelu(
-        x, layer_->weight, layer_->bias, gelu, fused_bias_gradient_);
+        x,
+        layer_->weight,
+        layer_->bias,
+        gelu,
+        fused_bias_gradient_ && x.is_cuda());
   }
 
   void replace(
@@ -341,11 +349,6 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
       "model.loss_chunk_size must be >= 0 (0: the whole batch's logits), "
       "got ",
       options_.loss_chunk_size());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !options_.fused_cross_entropy() || options_.loss_chunk_size() > 0,
-      "model.fused_cross_entropy fuses the chunked loss: set "
-      "model.loss_chunk_size > 0 (it is 0: the whole batch's logits)");
 
   // nanoGPT's nn.ModuleDict `transformer`; lm_head has no parameter of its
   // own (it is wte's weight), so it is not a module here.

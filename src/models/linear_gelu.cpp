@@ -75,7 +75,8 @@ class LinearGelu : public torch::autograd::Function<LinearGelu> {
     TORCH_CHECK(
         !at::GradMode::is_enabled(),
         "linear_gelu (model.fused_bias_gradient) has no double backward "
-        "(backward with create_graph): leave the option off for it");
+        "(backward with create_graph): for one, set "
+        "model.fused_bias_gradient=false");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& x = saved.at(0);
     const at::Tensor& weight = saved.at(1);

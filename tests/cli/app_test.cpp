@@ -224,23 +224,24 @@ TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
 }
 
 TEST(Cli, TheGptsKernelChoicesReachItsOptions) {
-  const FitConfig chosen = to_fit_config(
-      parse_args(
-          fit_schema(),
-          {"--model.fused_layer_norm=true",
-           "--model.fused_cross_entropy=true",
-           "--model.fused_bias_gradient=true",
-           "--model.loss_chunk_size=512"},
-          {})
-          .config);
-  EXPECT_TRUE(chosen.gpt.fused_layer_norm());
-  EXPECT_TRUE(chosen.gpt.fused_cross_entropy());
-  EXPECT_TRUE(chosen.gpt.fused_bias_gradient());
+  const FitConfig chosen =
+      to_fit_config(parse_args(
+                        fit_schema(),
+                        {"--model.fused_layer_norm=false",
+                         "--model.fused_cross_entropy=false",
+                         "--model.fused_bias_gradient=false",
+                         "--model.loss_chunk_size=512"},
+                        {})
+                        .config);
+  EXPECT_FALSE(chosen.gpt.fused_layer_norm());
+  EXPECT_FALSE(chosen.gpt.fused_cross_entropy());
+  EXPECT_FALSE(chosen.gpt.fused_bias_gradient());
   EXPECT_EQ(chosen.gpt.loss_chunk_size(), 512);
   const FitConfig defaults = to_fit_config(parse_args(fit_schema(), {}, {}).config);
-  EXPECT_FALSE(defaults.gpt.fused_layer_norm());
-  EXPECT_FALSE(defaults.gpt.fused_cross_entropy());
-  EXPECT_FALSE(defaults.gpt.fused_bias_gradient());
+  // On by default since they were measured (GptOptions' defaults).
+  EXPECT_TRUE(defaults.gpt.fused_layer_norm());
+  EXPECT_TRUE(defaults.gpt.fused_cross_entropy());
+  EXPECT_TRUE(defaults.gpt.fused_bias_gradient());
   EXPECT_EQ(defaults.gpt.loss_chunk_size(), 4096);
 }
 

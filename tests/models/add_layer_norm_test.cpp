@@ -104,7 +104,8 @@ TEST(AddLayerNorm, TheGptWithFusedLayerNormTrainsAsWithoutOnTheCpu) {
   // with the LayerNorm after it); on the CPU the ops are the same, so the
   // loss, every gradient and the evaluation's logits are equal bit for
   // bit (dropout drawn in the same order).
-  const auto options = GptOptions::tiny().dropout(0.1);
+  const auto options =
+      testing::without_fused_kernels(GptOptions::tiny().dropout(0.1));
   const at::Device cpu(at::kCPU);
   testing::expect_same_step(
       testing::tiny_gpt_step(GptOptions(options).fused_layer_norm(true), cpu),
@@ -213,7 +214,8 @@ TEST(AddLayerNormCuda, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
   EXPECT_EQ(
       testing::double_backward_error(loss),
       "add_layer_norm (model.fused_layer_norm) has no double backward "
-      "(backward with create_graph): leave the option off for it");
+      "(backward with create_graph): for one, set "
+      "model.fused_layer_norm=false");
   loss.backward();
   EXPECT_TRUE(o.weight.grad().defined());
 }
@@ -259,7 +261,8 @@ TEST(AddLayerNormCuda, TheGptWithFusedLayerNormTrainsAsWithout) {
     for (const bool bias : {true, false}) {
       const std::string where = std::string(bf16 ? "bf16" : "float32") +
           (bias ? ", bias" : ", no bias");
-      const auto options = GptOptions::tiny().bias(bias);
+      const auto options =
+          testing::without_fused_kernels(GptOptions::tiny().bias(bias));
       testing::expect_close_step(
           testing::tiny_gpt_step(
               GptOptions(options).fused_layer_norm(true), gpu, bf16),

@@ -4,7 +4,6 @@
 #include "hotloop/models/chunked_cross_entropy.h"
 
 #include "hotloop/core/compat.h"
-#include "hotloop/core/error.h"
 #include "hotloop/models/gpt.h"
 #include "models/gpt_step.h"
 #include "test_util.h"
@@ -196,16 +195,17 @@ TEST(ChunkedCrossEntropy, FusedIsTheSameOpsWhereThereIsNoKernel) {
   EXPECT_TRUE(a.weight.grad().equal(b.weight.grad()));
 }
 
-TEST(ChunkedCrossEntropy, TheFusedLossNeedsTheChunkedOne) {
-  try {
-    Gpt(GptOptions::tiny().loss_chunk_size(0).fused_cross_entropy(true));
-    FAIL() << "model.fused_cross_entropy without chunks was accepted";
-  } catch (const ConfigError& error) {
-    EXPECT_STREQ(
-        error.what(),
-        "model.fused_cross_entropy fuses the chunked loss: set "
-        "model.loss_chunk_size > 0 (it is 0: the whole batch's logits)");
-  }
+TEST(ChunkedCrossEntropy, WithoutChunksTheFusedLossOptionLeavesThePlainLoss) {
+  // model.fused_cross_entropy is on by default; with loss_chunk_size=0
+  // there is no chunk to fuse, so the GPT takes the whole batch's logits
+  // (gpt_loss) as with the option off, rather than refusing the setting.
+  const auto whole = GptOptions::tiny().loss_chunk_size(0).dropout(0.1);
+  ASSERT_TRUE(whole.fused_cross_entropy());
+  const at::Device cpu(at::kCPU);
+  testing::expect_same_step(
+      testing::tiny_gpt_step(whole, cpu),
+      testing::tiny_gpt_step(
+          GptOptions(whole).fused_cross_entropy(false), cpu));
 }
 
 // A case on the GPU with `vocab` words: 11 takes the kernel's one-value
@@ -282,7 +282,8 @@ TEST(ChunkedCrossEntropyCuda, TheGptWithFusedCrossEntropyTrainsAsWithout) {
     GTEST_SKIP() << why;
   }
   const at::Device gpu(at::kCUDA, 0);
-  const auto options = GptOptions::tiny().loss_chunk_size(5);
+  const auto options =
+      testing::without_fused_kernels(GptOptions::tiny().loss_chunk_size(5));
   testing::expect_close_step(
       testing::tiny_gpt_step(GptOptions(options).fused_cross_entropy(true), gpu),
       testing::tiny_gpt_step(options, gpu),

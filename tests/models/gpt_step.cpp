@@ -9,6 +9,12 @@
 
 namespace hotloop::testing {
 
+models::GptOptions without_fused_kernels(models::GptOptions options) {
+  return options.fused_layer_norm(false)
+      .fused_cross_entropy(false)
+      .fused_bias_gradient(false);
+}
+
 GptStep tiny_gpt_step(
     const models::GptOptions& options, const at::Device& device, bool bf16) {
   at::manual_seed(1);

@@ -25,6 +25,10 @@ struct GptStep {
 GptStep tiny_gpt_step(
     const models::GptOptions& options, const at::Device& device, bool bf16 = false);
 
+/// `options` with hotloop's three GPT kernels off (they are on by
+/// default): the baseline a test of one kernel compares against.
+models::GptOptions without_fused_kernels(models::GptOptions options);
+
 /// Expects `step` to equal `reference` bit for bit: loss, gradients and
 /// evaluation logits.
 void expect_same_step(const GptStep& step, const GptStep& reference);

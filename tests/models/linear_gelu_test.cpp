@@ -2,7 +2,7 @@
 // at::gelu): on the CPU its fused path gives their values and gradients bit
 // for bit, autocast included; on a GPU its bias-gradient kernel gives
 // theirs to the rounding it skips; a GPT with model.fused_bias_gradient
-// trains as one without.
+// trains as one without (on the CPU its layers keep ATen's ops).
 
 #include "hotloop/models/linear_gelu.h"
 
@@ -170,27 +170,32 @@ TEST(LinearGelu, ABackwardWithCreateGraphIsAnErrorNamingTheOption) {
   EXPECT_EQ(
       testing::double_backward_error(loss),
       "linear_gelu (model.fused_bias_gradient) has no double backward "
-      "(backward with create_graph): leave the option off for it");
+      "(backward with create_graph): for one, set "
+      "model.fused_bias_gradient=false");
   // Without create_graph the same graph runs backward.
   loss.backward();
   EXPECT_TRUE(l.bias.grad().defined());
 }
 
-TEST(LinearGelu, TheGptWithFusedBiasGradientTrainsAsWithoutOnTheCpu) {
-  // On the CPU model.fused_bias_gradient runs the same ATen ops through
-  // hotloop's autograd function: the loss, every gradient and the
-  // evaluation's logits (under inference mode, which records nothing) are
-  // equal bit for bit, float32 and bfloat16 autocast, dropout drawn in the
-  // same order.
-  const auto options = GptOptions::tiny().dropout(0.1);
+TEST(LinearGelu, OnTheCpuTheGptsLayersKeepAtensOpsAndTheirDoubleBackward) {
+  // model.fused_bias_gradient is on by default and fuses only where its
+  // kernel runs: on the CPU the GPT's Linear layers are ATen's ops, not
+  // linear_gelu's function (whose backward there gives the same values,
+  // above, but has no double backward). So a backward with create_graph
+  // runs through the model, and it trains as with the option off.
+  const auto options = GptOptions::tiny().loss_chunk_size(0);
+  ASSERT_TRUE(options.fused_bias_gradient());
+  at::manual_seed(1);
+  Gpt model(options);
+  at::manual_seed(2);
+  const at::Tensor idx = at::randint(0, 64, {3, 16}, at::kLong);
+  const at::Tensor loss = model->forward(idx).pow(2).mean();
+  EXPECT_EQ(testing::double_backward_error(loss), "no error");
   const at::Device cpu(at::kCPU);
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "float32");
-    testing::expect_same_step(
-        testing::tiny_gpt_step(
-            GptOptions(options).fused_bias_gradient(true), cpu, bf16),
-        testing::tiny_gpt_step(options, cpu, bf16));
-  }
+  testing::expect_same_step(
+      testing::tiny_gpt_step(GptOptions::tiny().dropout(0.1), cpu),
+      testing::tiny_gpt_step(
+          GptOptions::tiny().dropout(0.1).fused_bias_gradient(false), cpu));
 }
 
 TEST(LinearGeluCuda, TheKernelGivesTheAtenOpsValuesAndGradients) {
@@ -255,11 +260,12 @@ TEST(LinearGeluCuda, TheGptWithFusedBiasGradientTrainsAsWithout) {
   // float32, and bfloat16 autocast as the Trainer's bf16-mixed. The
   // forward is the same ops (cuBLAS may pick its algorithms by the
   // workspace free at the call).
+  const auto options = testing::without_fused_kernels(GptOptions::tiny());
   for (const bool bf16 : {false, true}) {
     testing::expect_close_step(
         testing::tiny_gpt_step(
-            GptOptions::tiny().fused_bias_gradient(true), gpu, bf16),
-        testing::tiny_gpt_step(GptOptions::tiny(), gpu, bf16),
+            GptOptions(options).fused_bias_gradient(true), gpu, bf16),
+        testing::tiny_gpt_step(options, gpu, bf16),
         1e-6,
         bf16 ? 2e-2 : 1e-5,
         bf16 ? "bf16" : "float32");

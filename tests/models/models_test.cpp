@@ -721,7 +721,8 @@ TEST(Gpt, EveryFusedKernelTogetherTrainsAsWithoutOnTheCpu) {
   // The GPU levers' "the three together": on the CPU each option runs
   // ATen's ops, so together they give the same loss, gradients and
   // evaluation logits bit for bit, float32 and bf16 autocast.
-  const auto options = GptOptions::tiny().dropout(0.1).loss_chunk_size(5);
+  const auto options = testing::without_fused_kernels(
+      GptOptions::tiny().dropout(0.1).loss_chunk_size(5));
   const at::Device cpu(at::kCPU);
   for (const bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "float32");
@@ -741,7 +742,8 @@ TEST(GptCuda, EveryFusedKernelTogetherTrainsAsWithout) {
   // step of 1/32 near the tiny GPT's -4.2) and the fused kernel does not:
   // over its 48 targets the losses differ by about 1.3e-3 (one standard
   // deviation), so 1e-2.
-  const auto options = GptOptions::tiny().loss_chunk_size(5);
+  const auto options =
+      testing::without_fused_kernels(GptOptions::tiny().loss_chunk_size(5));
   const at::Device gpu(at::kCUDA, 0);
   for (const bool bf16 : {false, true}) {
     testing::expect_close_step(

@@ -56,20 +56,28 @@ struct GptOptions {
   /// never exist; 0 computes forward's logits and their cross-entropy
   /// (gpt_loss). >= 0.
   TORCH_ARG(int64_t, loss_chunk_size) = 4096;
+  // hotloop's three CUDA kernels for the GPT, on by default since they
+  // were measured: together GPT-2 124M's steady tokens/s rose 1.18x on an
+  // H200, from 34.5% to 40.8% MFU (docs/PERFORMANCE.md, 2026-11-28). Where
+  // a kernel cannot run (the CPU, a build without hotloop's CUDA kernels,
+  // a shape or dtype it does not take) the same ATen ops run as with the
+  // option off, giving the same values bit for bit. The kernels'
+  // backward has no double backward: a backward with create_graph is an
+  // error naming the option to turn off.
+
   /// Each residual add and the LayerNorm after it in one CUDA kernel each
   /// way (add_layer_norm), in training and evaluation without activation
-  /// checkpointing or a KV cache; elsewhere (the CPU, a build without
-  /// hotloop's CUDA kernels) the same ATen ops as without it.
-  TORCH_ARG(bool, fused_layer_norm) = false;
-  /// Each chunk of the training loss (loss_chunk_size > 0) as one CUDA
-  /// kernel of hotloop's: log-softmax, loss and gradient from one read of
-  /// the logits (chunked_cross_entropy's `fused`); elsewhere the same ATen
-  /// ops as without it.
-  TORCH_ARG(bool, fused_cross_entropy) = false;
+  /// checkpointing or a KV cache.
+  TORCH_ARG(bool, fused_layer_norm) = true;
+  /// Each chunk of the training loss as one CUDA kernel of hotloop's:
+  /// log-softmax, loss and gradient from one read of the logits
+  /// (chunked_cross_entropy's `fused`). Nothing to fuse with
+  /// loss_chunk_size = 0 (the whole batch's logits, gpt_loss).
+  TORCH_ARG(bool, fused_cross_entropy) = true;
   /// Each Linear layer's bias gradient summed by a CUDA kernel of
   /// hotloop's, the MLP's first in the same pass as GELU's backward
-  /// (linear_gelu's `fused`); elsewhere the same ATen ops as without it.
-  TORCH_ARG(bool, fused_bias_gradient) = false;
+  /// (linear_gelu's `fused`).
+  TORCH_ARG(bool, fused_bias_gradient) = true;
 };
 
 /// What takes a Linear layer's place in a Gpt (GptImpl::replace_linears):
