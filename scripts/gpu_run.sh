@@ -109,13 +109,14 @@ STAGES=(configure build test bench-gpt2 bench-resnet18_cifar bench-cnn ablation 
 # defaults of before (1.18x slower that day). A lever's `trace` among its
 # options follows its run with a traced one. The levers measured before
 # (docs/PERFORMANCE.md) are LEVERS_MEASURED_GPT2,
-# HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to measure them again. ResNet-18's: whole-step CUDA graphs (its steady step
-# is host-bound) and cuDNN's benchmark off (its first step's 1.9 s of
+# HOTLOOP_GPU_LEVERS="$LEVERS_MEASURED_GPT2" to measure them again.
+# ResNet-18's (measured 2026-11-28): whole-step CUDA graphs (its steady
+# step is host-bound) and cuDNN's benchmark off (its first step's
 # algorithm searches against a 200-batch run), alone and together, then
-# the benchmark timing 3 algorithms a shape instead of 10 (last: LibTorch
-# builds every algorithm's plan before it times the first benchmark_limit,
-# and the 1.9 s were host time, so little is expected of it); the
-# CNN's (which the measure plan runs with CUDA graphs): the benchmark off.
+# the benchmark timing 3 algorithms a shape instead of 10 (LibTorch
+# builds every algorithm's plan before it times the first
+# benchmark_limit); the CNN's (which the measure plan runs with CUDA
+# graphs): the benchmark off.
 LEVERS_KERNELS_OFF_GPT2="model.fused_layer_norm=false model.fused_cross_entropy=false model.fused_bias_gradient=false"
 LEVERS_DEFAULT_GPT2="env:CUBLASLT_WORKSPACE_SIZE=131072;model.fused_bias_gradient=false;trainer.cuda_graphs=true;$LEVERS_KERNELS_OFF_GPT2"
 LEVERS_MEASURED_GPT2="trainer.sdpa_backend=cudnn;trainer.sdpa_backend=flash;model.loss_chunk_size=0;optimizer.fused=false;trainer.sdpa_backend=efficient;model.fused_layer_norm=false;model.fused_cross_entropy=false"
