@@ -14,6 +14,9 @@
 namespace hotloop::compress {
 namespace {
 
+using hotloop::testing::kObservedTolerance;
+using hotloop::testing::max_difference;
+using hotloop::testing::max_relative_difference;
 using hotloop::testing::Reference;
 using ::testing::HasSubstr;
 
@@ -82,14 +85,12 @@ void train_as_the_reference(QatNetImpl& net, const std::string& c) {
   }
 }
 
-using hotloop::testing::max_difference;
-
 class Qat : public testing::ReferenceSettingsTest {
  protected:
   // Prepares the case's model, trains it as the reference did, and checks
   // every tensor of the QAT model, its output, the converted model's
-  // qparams (zero points exact, scales to hotloop::testing::kObservedTolerance)
-  // and its output (within one quantization step).
+  // qparams (zero points exact, scales to kObservedTolerance) and its
+  // output (within one quantization step).
   void expect_torch_aos_qat(
       const std::string& c,
       const QatOptions& options,
@@ -115,9 +116,7 @@ class Qat : public testing::ReferenceSettingsTest {
           entry.name.find("_quant") != std::string::npos ||
           entry.name.find("post_process") != std::string::npos;
       if (quantizer_state) {
-        EXPECT_LE(
-            hotloop::testing::max_relative_difference(*mine, expected),
-            hotloop::testing::kObservedTolerance)
+        EXPECT_LE(max_relative_difference(*mine, expected), kObservedTolerance)
             << c << " " << entry.name << ": " << *mine << " vs " << expected;
       } else {
         // Weights after four steps of the same ops, summed in the same
@@ -141,9 +140,9 @@ class Qat : public testing::ReferenceSettingsTest {
     for (size_t i = 0; i < record.activations.size(); ++i) {
       const std::string name = "activation." + std::to_string(i);
       EXPECT_LE(
-          hotloop::testing::max_relative_difference(
+          max_relative_difference(
               record.activations[i].scale, ref(c, "qparams", name + ".scale")),
-          hotloop::testing::kObservedTolerance)
+          kObservedTolerance)
           << c << " " << name << ": " << record.activations[i].scale << " vs "
           << ref(c, "qparams", name + ".scale");
       EXPECT_TRUE(record.activations[i]
@@ -154,9 +153,9 @@ class Qat : public testing::ReferenceSettingsTest {
     for (size_t i = 0; i < record.weights.size(); ++i) {
       const std::string name = "weight." + std::to_string(i);
       EXPECT_LE(
-          hotloop::testing::max_relative_difference(
+          max_relative_difference(
               record.weights[i].scale, ref(c, "qparams", name + ".scale")),
-          hotloop::testing::kObservedTolerance)
+          kObservedTolerance)
           << c << " " << name;
       EXPECT_TRUE(record.weights[i]
                       .zero_point.to(at::kFloat)

@@ -19,6 +19,8 @@
 namespace hotloop::compress {
 namespace {
 
+using hotloop::testing::kObservedTolerance;
+using hotloop::testing::max_relative_difference;
 using hotloop::testing::Reference;
 using ::testing::HasSubstr;
 
@@ -71,15 +73,15 @@ models::Mlp reference_mlp(const std::string& c) {
 
 // Zero points and the weights' scales equal torch.ao's, element for
 // element; the activations' scales, which the calibration's float forward
-// passes decide, to hotloop::testing::kObservedTolerance.
+// passes decide, to kObservedTolerance.
 void expect_same_qparams(
     const std::string& c, const CalibrationRecord& record) {
   for (size_t i = 0; i < record.activations.size(); ++i) {
     const std::string name = "activation." + std::to_string(i);
     EXPECT_LE(
-        hotloop::testing::max_relative_difference(
+        max_relative_difference(
             record.activations[i].scale, ref(c, "qparams", name + ".scale")),
-        hotloop::testing::kObservedTolerance)
+        kObservedTolerance)
         << c << " " << name << ": " << record.activations[i].scale << " vs "
         << ref(c, "qparams", name + ".scale");
     EXPECT_TRUE(record.activations[i]
