@@ -7,6 +7,7 @@
 #include "hotloop/cli/session.h"
 #include "hotloop/cli/trained_data.h"
 #include "hotloop/compress/quantized_net.h"
+#include "hotloop/core/blas.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/fashion_mnist.h"
 #include "hotloop/data/subset.h"
@@ -49,6 +50,21 @@ namespace hotloop::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The commands that build a model and compute with it (the rest read or
+// write files).
+bool runs_models(const std::string& command) {
+  static const std::set<std::string> kCommands = {
+      "fit",
+      "validate",
+      "test",
+      "predict",
+      "generate",
+      "tune",
+      "quantize",
+      "shrink"};
+  return kCommands.count(command) > 0;
+}
 
 constexpr const char* kUsage =
     "usage: hotloop <command> [--config FILE.yaml] [--section.key=VALUE ...]\n"
@@ -808,6 +824,17 @@ int run(
       out << "hotloop " << HOTLOOP_VERSION << " (LibTorch "
           << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "."
           << TORCH_VERSION_PATCH << ")\n";
+      const BlasKernels blas = blas_kernels();
+      if (!blas.library.empty()) {
+        out << "CPU matrix products: " << blas.describe();
+        if (!blas.faster_core.empty()) {
+          out << " (this CPU runs the " << blas.faster_core
+              << " ones: the commands that compute restart with "
+                 "OPENBLAS_CORETYPE="
+              << blas.faster_core << ")";
+        }
+        out << "\n";
+      }
       return 0;
     }
     if (command == "report") {
@@ -821,9 +848,7 @@ int run(
     }
     HOTLOOP_CHECK_AS(
         ConfigError,
-        command == "fit" || command == "validate" || command == "test" ||
-            command == "predict" || command == "generate" ||
-            command == "tune" || command == "quantize" || command == "shrink",
+        runs_models(command),
         "unknown command '",
         command,
         "' (expected fit, validate, test, predict, generate, tune, quantize, "
@@ -930,6 +955,11 @@ int run(
 }
 
 int main(int argc, char** argv) {
+  // Not for help, report, checkpoint or export: they would only pay for
+  // the restart.
+  if (argc > 1 && runs_models(argv[1])) {
+    use_fastest_blas_kernels(argv);
+  }
   return run(
       std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }

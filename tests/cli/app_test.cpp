@@ -3,6 +3,7 @@
 #include "hotloop/cli/fit_config.h"
 #include "hotloop/cli/registry.h"
 #include "hotloop/cli/trained_data.h"
+#include "hotloop/core/blas.h"
 #include "hotloop/log/confusion.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -34,6 +35,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 namespace hotloop::cli {
@@ -122,6 +124,99 @@ TEST(Cli, VersionNamesHotloopAndLibTorch) {
   EXPECT_THAT(
       r.out,
       HasSubstr(std::string("hotloop ") + HOTLOOP_VERSION + " (LibTorch "));
+}
+
+// OpenBLAS's kernels as `hotloop --version` names them in a process
+// without OPENBLAS_CORETYPE: {picked, faster}; nullopt where LibTorch's
+// BLAS is not OpenBLAS.
+std::optional<std::pair<std::string, std::string>> openblas_cores(
+    const TempDir& dir) {
+  const std::string log = dir.file("version.log");
+  EXPECT_EQ(run_process({"--version"}, log, "-u OPENBLAS_CORETYPE"), 0);
+  std::smatch match;
+  const std::string text = read_text(log);
+  if (!std::regex_search(
+          text,
+          match,
+          std::regex("CPU matrix products: OpenBLAS [^,]+, (\\w+) kernels"
+                     "( \\(this CPU runs the (\\w+) ones: the commands that "
+                     "compute restart with OPENBLAS_CORETYPE=(\\w+)\\))?\n"))) {
+    EXPECT_THAT(text, Not(HasSubstr("OpenBLAS")));
+    return std::nullopt;
+  }
+  EXPECT_EQ(match[3].str(), match[4].str());
+  EXPECT_EQ(match[3].str(), blas_kernels().faster_core)
+      << "this process and the program see different CPUs";
+  return std::make_pair(match[1].str(), match[3].str());
+}
+
+TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
+  TempDir dir;
+  const auto cores = openblas_cores(dir);
+  if (!cores) {
+    GTEST_SKIP() << "LibTorch's BLAS here is not OpenBLAS";
+  }
+  const auto& [picked, faster] = *cores;
+  const std::vector<std::string> fit =
+      ::hotloop::cli::testing::small_gpt_on_text(
+          dir.path(),
+          {"--trainer.max_epochs=1",
+           "--trainer.limit_train_batches=2",
+           "--trainer.limit_val_batches=1"});
+  std::vector<std::string> args = {"fit"};
+  args.insert(args.end(), fit.begin(), fit.end());
+  // Where OpenBLAS picked older kernels than the CPU runs (a CPU model it
+  // does not know), fit restarts with them, and says nothing more.
+  ASSERT_EQ(run_process(args, dir.file("fit.log"), "-u OPENBLAS_CORETYPE"), 0)
+      << read_text(dir.file("fit.log"));
+  const std::string runs = read_text(dir.file("fit.log"));
+  EXPECT_THAT(
+      runs,
+      HasSubstr(
+          ", " + (faster.empty() ? picked : faster) + " kernels, run folder "));
+  EXPECT_THAT(runs, Not(HasSubstr("warning: OpenBLAS")));
+  // OPENBLAS_CORETYPE set is the user's choice: it stands, unremarked.
+  ASSERT_EQ(
+      run_process(args, dir.file("chosen.log"), "OPENBLAS_CORETYPE=Prescott"),
+      0)
+      << read_text(dir.file("chosen.log"));
+  const std::string chosen = read_text(dir.file("chosen.log"));
+  EXPECT_THAT(chosen, HasSubstr(", Prescott kernels, run folder "));
+  EXPECT_THAT(chosen, Not(HasSubstr("warning: OpenBLAS")));
+}
+
+TEST(Cli, AProgramOnOlderOpenBlasKernelsThanItsCpuRunsIsToldHowToGetThem) {
+  // This test program does not restart itself: a Trainer in it says what
+  // it would gain, where there is something to gain.
+  TempDir dir;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE is set for the tests";
+  }
+  const BlasKernels blas = blas_kernels();
+  std::vector<std::string> args = {"fit"};
+  const std::vector<std::string> fit =
+      ::hotloop::cli::testing::small_gpt_on_text(
+          dir.path(),
+          {"--trainer.max_epochs=1",
+           "--trainer.limit_train_batches=1",
+           "--trainer.limit_val_batches=1"});
+  args.insert(args.end(), fit.begin(), fit.end());
+  const Result r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  if (blas.faster_core.empty()) {
+    EXPECT_THAT(r.out, Not(HasSubstr("warning: OpenBLAS")));
+    return;
+  }
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "warning: OpenBLAS runs its " + blas.core +
+          " kernels on a CPU that runs its " + blas.faster_core +
+          " ones, several times faster: set OPENBLAS_CORETYPE=" +
+          blas.faster_core +
+          " before the program starts (the hotloop program does; in your "
+          "own, call hotloop::use_fastest_blas_kernels(argv) first in "
+          "main)\n"));
 }
 
 TEST(Cli, NoCommandPrintsUsageAndFails) {

@@ -30,10 +30,15 @@ inline Result run_cli(std::vector<std::string> args) {
 }
 
 /// The hotloop program in a fresh process, stdout and stderr to `log`;
-/// its exit code (-1 when it did not exit).
+/// its exit code (-1 when it did not exit). `environment`: `env`'s
+/// arguments before the program's ("-u NAME", "NAME=VALUE"), if any.
 inline int run_process(
-    const std::vector<std::string>& args, const std::string& log) {
-  std::string command = HOTLOOP_CLI_PATH;
+    const std::vector<std::string>& args,
+    const std::string& log,
+    const std::string& environment = "") {
+  std::string command =
+      (environment.empty() ? "" : "env " + environment + " ") +
+      HOTLOOP_CLI_PATH;
   for (const std::string& arg : args) {
     command += " '" + arg + "'";
   }

@@ -1,5 +1,6 @@
 #include "hotloop/train/detail/fit_loop.h"
 
+#include "hotloop/core/blas.h"
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <set>
@@ -311,8 +313,25 @@ void FitLoop::prepare(const std::string& ckpt_path) {
     }
     trainer.out_ << ", on " << trainer.device() << ", " << threads
                  << " intra-op threads, " << train_->options().num_workers()
-                 << " loader threads"
-                 << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
+                 << " loader threads";
+    const BlasKernels blas =
+        trainer.device().is_cpu() ? blas_kernels() : BlasKernels{};
+    if (!blas.library.empty()) {
+      trainer.out_ << ", " << blas.describe();
+    }
+    trainer.out_ << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
+    // Unless OPENBLAS_CORETYPE is set: the user's choice stands.
+    if (!blas.faster_core.empty() &&
+        std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+      trainer.out_
+          << "warning: OpenBLAS runs its " << blas.core
+          << " kernels on a CPU that runs its " << blas.faster_core
+          << " ones, several times faster: set OPENBLAS_CORETYPE="
+          << blas.faster_core
+          << " before the program starts (the hotloop program does; "
+             "in your own, call hotloop::use_fastest_blas_kernels(argv) "
+             "first in main)\n";
+    }
     bar_.emplace(
         trainer.out_,
         log::ProgressBar::is_terminal(trainer.out_),
