@@ -44,6 +44,7 @@
 #include "hotloop/compress/quantized_engine.h"
 #include "hotloop/compress/quantized_net.h"
 #include "hotloop/compress/shrink.h"
+#include "hotloop/core/blas.h"
 #include "hotloop/core/memory.h"
 #include "hotloop/core/threads.h"
 #include "hotloop/data/dataloader.h"
@@ -236,6 +237,8 @@ void write_tensors(
 } // namespace
 
 int main(int argc, char** argv) {
+  // The kernels the hotloop program runs (core/blas.h).
+  hotloop::use_fastest_blas_kernels(argv);
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

@@ -15,6 +15,7 @@
 
 #include "bench_util.h"
 
+#include <hotloop/core/blas.h>
 #include <hotloop/core/compat.h>
 #include <hotloop/core/memory.h>
 #include <hotloop/core/threads.h>
@@ -194,6 +195,8 @@ void print_table(const Paired& p, int64_t batches) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // The kernels the hotloop program runs (core/blas.h).
+  hotloop::use_fastest_blas_kernels(argv);
   int64_t batches = 100;
   int64_t repeats = 5;
   int64_t small_steps = 1000;

@@ -13,6 +13,8 @@
 
 int main(int argc, char** argv) {
   using namespace hotloop;
+  // Restarts once where OpenBLAS runs older kernels than this CPU has.
+  use_fastest_blas_kernels(argv);
   const std::string root =
       argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   const int64_t epochs = argc > 2 ? std::stoll(argv[2]) : 15;

@@ -2,6 +2,7 @@
 
 // Every public header of hotloop::core.
 
+#include "hotloop/core/blas.h"
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/core/memory.h"
