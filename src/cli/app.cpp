@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -827,7 +828,14 @@ int run(
       const BlasKernels blas = blas_kernels();
       if (!blas.library.empty()) {
         out << "CPU matrix products: " << blas.describe();
-        if (!blas.faster_core.empty()) {
+        const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+        if (chosen != nullptr) {
+          out << " (OPENBLAS_CORETYPE=" << chosen << ", as set"
+              << (blas.faster_core.empty()
+                      ? ""
+                      : "; this CPU runs the " + blas.faster_core + " ones")
+              << ")";
+        } else if (!blas.faster_core.empty()) {
           out << " (this CPU runs the " << blas.faster_core
               << " ones: the commands that compute restart with "
                  "OPENBLAS_CORETYPE="

@@ -183,6 +183,20 @@ TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
   const std::string chosen = read_text(dir.file("chosen.log"));
   EXPECT_THAT(chosen, HasSubstr(", Prescott kernels, run folder "));
   EXPECT_THAT(chosen, Not(HasSubstr("warning: OpenBLAS")));
+  ASSERT_EQ(
+      run_process(
+          {"--version"},
+          dir.file("chosen-version.log"),
+          "OPENBLAS_CORETYPE=Prescott"),
+      0);
+  const std::string newer =
+      faster_openblas_core("Prescott", cpu_vector_units());
+  EXPECT_THAT(
+      read_text(dir.file("chosen-version.log")),
+      HasSubstr(
+          ", Prescott kernels (OPENBLAS_CORETYPE=Prescott, as set" +
+          (newer.empty() ? "" : "; this CPU runs the " + newer + " ones") +
+          ")\n"));
 }
 
 TEST(Cli, AProgramOnOlderOpenBlasKernelsThanItsCpuRunsIsToldHowToGetThem) {
