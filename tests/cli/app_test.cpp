@@ -150,6 +150,17 @@ std::optional<std::pair<std::string, std::string>> openblas_cores(
   return std::make_pair(match[1].str(), match[3].str());
 }
 
+// `fit` of the shared small GPT for one batch and one validation batch.
+std::vector<std::string> one_batch_gpt_fit(const TempDir& dir) {
+  std::vector<std::string> args = ::hotloop::cli::testing::small_gpt_on_text(
+      dir.path(),
+      {"--trainer.max_epochs=1",
+       "--trainer.limit_train_batches=1",
+       "--trainer.limit_val_batches=1"});
+  args.insert(args.begin(), "fit");
+  return args;
+}
+
 TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
   TempDir dir;
   const auto cores = openblas_cores(dir);
@@ -157,14 +168,7 @@ TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
     GTEST_SKIP() << "LibTorch's BLAS here is not OpenBLAS";
   }
   const auto& [picked, faster] = *cores;
-  const std::vector<std::string> fit =
-      ::hotloop::cli::testing::small_gpt_on_text(
-          dir.path(),
-          {"--trainer.max_epochs=1",
-           "--trainer.limit_train_batches=2",
-           "--trainer.limit_val_batches=1"});
-  std::vector<std::string> args = {"fit"};
-  args.insert(args.end(), fit.begin(), fit.end());
+  const std::vector<std::string> args = one_batch_gpt_fit(dir);
   // Where OpenBLAS picked older kernels than the CPU runs (a CPU model it
   // does not know), fit restarts with them, and says nothing more.
   ASSERT_EQ(run_process(args, dir.file("fit.log"), "-u OPENBLAS_CORETYPE"), 0)
@@ -207,15 +211,7 @@ TEST(Cli, AProgramOnOlderOpenBlasKernelsThanItsCpuRunsIsToldHowToGetThem) {
     GTEST_SKIP() << "OPENBLAS_CORETYPE is set for the tests";
   }
   const BlasKernels blas = blas_kernels();
-  std::vector<std::string> args = {"fit"};
-  const std::vector<std::string> fit =
-      ::hotloop::cli::testing::small_gpt_on_text(
-          dir.path(),
-          {"--trainer.max_epochs=1",
-           "--trainer.limit_train_batches=1",
-           "--trainer.limit_val_batches=1"});
-  args.insert(args.end(), fit.begin(), fit.end());
-  const Result r = run_cli(args);
+  const Result r = run_cli(one_batch_gpt_fit(dir));
   ASSERT_EQ(r.code, 0) << r.err;
   if (blas.faster_core.empty()) {
     EXPECT_THAT(r.out, Not(HasSubstr("warning: OpenBLAS")));
