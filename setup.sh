@@ -40,6 +40,7 @@ if ((TESTS)); then
     python3-torch           # torchrun, which the data-parallel tests launch with
     python3-torchvision     # resnet18, the Python side of the weight-exchange tests
     valgrind                # the CUDA kernels' emulated tests under memcheck
+    libopenblas0-openmp     # loaded by one test only; the pthreads build stays the system's BLAS
   )
 fi
 

@@ -82,9 +82,17 @@ int configure_intra_op_threads(
 bool set_blas_threads(int threads) {
   // Looked up, not linked: LibTorch may sit on another BLAS (or MKL).
   using SetThreads = void (*)(int);
+  using GetParallel = int (*)();
   const auto set = reinterpret_cast<SetThreads>(
       ::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (set == nullptr) {
+  const auto parallel = reinterpret_cast<GetParallel>(
+      ::dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  // OpenBLAS built with OpenMP (Debian's libopenblas0-openmp: parallel 2)
+  // has no pool of its own: its calls run on the OpenMP threads LibTorch
+  // runs on, and its set_num_threads is omp_set_num_threads, which would
+  // set LibTorch's intra-op threads too.
+  constexpr int kOpenMp = 2;
+  if (set == nullptr || (parallel != nullptr && parallel() == kOpenMp)) {
     return false;
   }
   set(threads);

@@ -380,7 +380,7 @@ int apply_host_settings(
     const TrainerOptions& options,
     int64_t num_workers,
     int64_t local_processes) {
-  const int threads = configure_intra_op_threads(
+  configure_intra_op_threads(
       static_cast<int>(options.num_threads()),
       static_cast<int>(num_workers),
       static_cast<int>(local_processes));
@@ -390,7 +390,9 @@ int apply_host_settings(
   if (options.retain_host_memory()) {
     retain_freed_host_memory();
   }
-  return threads;
+  // The count LibTorch runs with after every call above (the fit line
+  // prints it), not the one asked for.
+  return at::get_num_threads();
 }
 
 void Trainer::flush_logs() {

@@ -203,6 +203,29 @@ TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
           ")\n"));
 }
 
+TEST(Cli, AnOpenMpOpenBlasKeepsTheIntraOpThreads) {
+  // Debian's libopenblas0-openmp (setup.sh --tests installs it beside the
+  // pthreads build, which stays the system's BLAS): its set_num_threads is
+  // omp_set_num_threads, which trainer.blas_threads=1 must not call.
+  const std::string openmp = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+  if (!fs::exists(openmp + "/libblas.so.3")) {
+    GTEST_SKIP() << "no " << openmp << " (apt-get install libopenblas0-openmp)";
+  }
+  // Fashion-MNIST's loading runs ATen's threads before the fit sets them,
+  // so a count set by OpenBLAS would stick (the GPT's text would not show
+  // it).
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 20);
+  const std::vector<std::string> args =
+      small_fit(dir, {"--trainer.num_threads=2", "--trainer.blas_threads=1"});
+  ASSERT_EQ(
+      run_process(args, dir.file("fit.log"), "LD_LIBRARY_PATH=" + openmp), 0)
+      << read_text(dir.file("fit.log"));
+  EXPECT_THAT(
+      read_text(dir.file("fit.log")),
+      HasSubstr(", on cpu, 2 intra-op threads, "));
+}
+
 TEST(Cli, AProgramOnOlderOpenBlasKernelsThanItsCpuRunsIsToldHowToGetThem) {
   // This test program does not restart itself: a Trainer in it says what
   // it would gain, where there is something to gain.

@@ -106,12 +106,28 @@ TEST(BlasThreads, SetsOpenBlassOwnThreadCountWhereItIsTheBlas) {
     EXPECT_FALSE(set_blas_threads(1)); // nothing to set: no error either
     GTEST_SKIP() << "LibTorch's BLAS here is not OpenBLAS";
   }
+  const auto parallel = reinterpret_cast<GetThreads>(
+      ::dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  if (parallel != nullptr && parallel() == 2) {
+    EXPECT_FALSE(set_blas_threads(1)); // OpenMP: no pool of its own
+    GTEST_SKIP() << "this OpenBLAS runs on LibTorch's OpenMP threads";
+  }
   const int before = get();
   ASSERT_TRUE(set_blas_threads(1));
   EXPECT_EQ(get(), 1);
   ASSERT_TRUE(set_blas_threads(2));
   EXPECT_EQ(get(), 2);
   set_blas_threads(before);
+}
+
+TEST(BlasThreads, LeaveLibTorchsIntraOpThreadsAsTheyAre) {
+  // An OpenMP OpenBLAS's set_num_threads is omp_set_num_threads; the
+  // Cli test AnOpenMpOpenBlasKeepsTheIntraOpThreads loads one.
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  set_blas_threads(1);
+  EXPECT_EQ(at::get_num_threads(), 2);
+  at::set_num_threads(before);
 }
 
 } // namespace

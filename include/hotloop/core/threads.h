@@ -35,8 +35,11 @@ int configure_intra_op_threads(
     int requested, int loader_workers, int processes = 1);
 
 /// Sets the BLAS library's own worker-thread count, where the library has
-/// one (OpenBLAS: `openblas_set_num_threads`, found at run time). Returns
-/// false, changing nothing, when the loaded BLAS has no such call.
+/// one (OpenBLAS built with pthreads: `openblas_set_num_threads`, found at
+/// run time). Returns false, changing nothing, when the loaded BLAS has no
+/// such call or no pool of its own: OpenBLAS built with OpenMP (Debian's
+/// libopenblas0-openmp) runs on LibTorch's OpenMP threads, and its call
+/// would set LibTorch's intra-op thread count as well.
 ///
 /// LibTorch already runs ops on its OpenMP intra-op threads; an OpenBLAS
 /// built with pthreads (Debian's libopenblas0-pthread) adds a pool of its

@@ -270,7 +270,7 @@ class Trainer {
 /// `num_workers` loader workers), BLAS threads, freed host memory kept. For
 /// code that runs models outside a Trainer and should time them as it
 /// would (hotloop quantize, shrink, generate). Returns the intra-op
-/// threads.
+/// threads LibTorch runs with afterwards (`at::get_num_threads`).
 int apply_host_settings(
     const TrainerOptions& options,
     int64_t num_workers,
