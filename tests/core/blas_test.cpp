@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 
 namespace hotloop {
 namespace {
@@ -12,40 +13,61 @@ constexpr CpuVectorUnits kAvx{/*avx=*/true, /*avx2=*/false, /*avx512=*/false};
 constexpr CpuVectorUnits kAvx2{true, true, false};
 constexpr CpuVectorUnits kAvx512{true, true, true};
 
+// {OpenBLAS's pick, the CPU, the kernels to ask for ("" for none)}.
+struct Case {
+  const char* picked;
+  CpuVectorUnits cpu;
+  const char* expected;
+};
+
+void expect_faster_cores(std::initializer_list<Case> cases) {
+  for (const Case& c : cases) {
+    EXPECT_EQ(faster_openblas_core(c.picked, c.cpu), c.expected) << c.picked;
+  }
+}
+
 TEST(FasterOpenblasCore, AnAvx512CpuOnOlderKernelsGetsSkylakeX) {
-  // Debian 12's OpenBLAS on a Xeon whose model it does not know.
-  EXPECT_EQ(faster_openblas_core("Prescott", kAvx512), "SkylakeX");
-  EXPECT_EQ(faster_openblas_core("Sandybridge", kAvx512), "SkylakeX");
-  EXPECT_EQ(faster_openblas_core("Haswell", kAvx512), "SkylakeX");
-  // An AVX-512 Zen (OpenBLAS 0.3.21 runs Zen 4 on its Zen kernels).
-  EXPECT_EQ(faster_openblas_core("Zen", kAvx512), "SkylakeX");
-  // The names as OpenBLAS spells them, or in any case.
-  EXPECT_EQ(faster_openblas_core("PRESCOTT", kAvx512), "SkylakeX");
+  expect_faster_cores({
+      // Debian 12's OpenBLAS on a Xeon whose model it does not know.
+      {"Prescott", kAvx512, "SkylakeX"},
+      {"Sandybridge", kAvx512, "SkylakeX"},
+      {"Haswell", kAvx512, "SkylakeX"},
+      // An AVX-512 Zen (OpenBLAS 0.3.21 runs Zen 4 on its Zen kernels).
+      {"Zen", kAvx512, "SkylakeX"},
+      // The names as OpenBLAS spells them, or in any case.
+      {"PRESCOTT", kAvx512, "SkylakeX"},
+  });
 }
 
 TEST(FasterOpenblasCore, KernelsOfTheCpusNewestInstructionSetStand) {
-  EXPECT_EQ(faster_openblas_core("SkylakeX", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("Cooperlake", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("SapphireRapids", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("Haswell", kAvx2), "");
-  EXPECT_EQ(faster_openblas_core("Zen", kAvx2), "");
-  EXPECT_EQ(faster_openblas_core("Sandybridge", kAvx), "");
-  EXPECT_EQ(faster_openblas_core("Prescott", kNone), "");
-  // Newer kernels than the CPU reports are OpenBLAS's business.
-  EXPECT_EQ(faster_openblas_core("SkylakeX", kAvx2), "");
+  expect_faster_cores({
+      {"SkylakeX", kAvx512, ""},
+      {"Cooperlake", kAvx512, ""},
+      {"SapphireRapids", kAvx512, ""},
+      {"Haswell", kAvx2, ""},
+      {"Zen", kAvx2, ""},
+      {"Sandybridge", kAvx, ""},
+      {"Prescott", kNone, ""},
+      // Newer kernels than the CPU reports are OpenBLAS's business.
+      {"SkylakeX", kAvx2, ""},
+  });
 }
 
 TEST(FasterOpenblasCore, EachInstructionSetGetsItsOwnKernels) {
-  EXPECT_EQ(faster_openblas_core("Nehalem", kAvx2), "Haswell");
-  EXPECT_EQ(faster_openblas_core("Bulldozer", kAvx2), "Haswell");
-  EXPECT_EQ(faster_openblas_core("Core2", kAvx), "Sandybridge");
+  expect_faster_cores({
+      {"Nehalem", kAvx2, "Haswell"},
+      {"Bulldozer", kAvx2, "Haswell"},
+      {"Core2", kAvx, "Sandybridge"},
+  });
 }
 
 TEST(FasterOpenblasCore, ANameItDoesNotKnowLeavesOpenBlasChoice) {
-  EXPECT_EQ(faster_openblas_core("", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("Unknown", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("Zen5", kAvx512), "");
-  EXPECT_EQ(faster_openblas_core("armv8", kAvx512), "");
+  expect_faster_cores({
+      {"", kAvx512, ""},
+      {"Unknown", kAvx512, ""},
+      {"Zen5", kAvx512, ""},
+      {"armv8", kAvx512, ""},
+  });
 }
 
 TEST(BlasKernels, NameTheLoadedOpenBlasItsKernelsAndWhatIsFaster) {
