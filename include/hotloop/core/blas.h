@@ -26,9 +26,9 @@ CpuVectorUnits cpu_vector_units();
 ///
 /// OpenBLAS chooses its kernels by the CPU's family and model numbers; one it
 /// does not know, as a cloud VM's CPU often is, gets the oldest (Debian 12's
-/// 0.3.21 takes model 207's AVX-512 Xeon for a Prescott, SSE3): at::mm then
-/// runs 5-7x below what the CPU does with the SkylakeX kernels (measured,
-/// docs/PERFORMANCE.md).
+/// 0.3.21 takes model 207's AVX-512 Xeon for a Prescott, SSE3): torch.mm
+/// then ran at a quarter of the SkylakeX kernels' speed there (64 against
+/// 274 GFLOP/s, bench/blas_kernels, docs/PERFORMANCE.md).
 std::string faster_openblas_core(std::string_view picked, CpuVectorUnits cpu);
 
 /// The BLAS under LibTorch's CPU matrix products, where it tells: OpenBLAS,
@@ -48,6 +48,8 @@ struct BlasKernels {
   std::string describe() const;
 };
 
+/// What the loaded BLAS says of itself now (cheap: two calls found by
+/// name).
 BlasKernels blas_kernels();
 
 /// For a program's `main`, before anything else: where OpenBLAS runs older
@@ -60,7 +62,7 @@ BlasKernels blas_kernels();
 /// old kernels); returns with a line on stderr where the restart fails.
 /// Child processes inherit the setting. The `hotloop` program calls it for
 /// the commands that compute; it costs one more start of the program
-/// (about 0.45 s on a 2-core machine), on such machines only.
+/// (about 0.4 s on a 2-core machine), on such machines only.
 ///
 /// `argv`: main's, null-terminated.
 void use_fastest_blas_kernels(char** argv);
