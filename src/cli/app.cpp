@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -828,14 +827,13 @@ int run(
       const BlasKernels blas = blas_kernels();
       if (!blas.library.empty()) {
         out << "CPU matrix products: " << blas.describe();
-        const char* chosen = std::getenv("OPENBLAS_CORETYPE");
-        if (chosen != nullptr) {
-          out << " (OPENBLAS_CORETYPE=" << chosen << ", as set"
+        if (!blas.requested.empty()) {
+          out << " (OPENBLAS_CORETYPE=" << blas.requested << ", as set"
               << (blas.faster_core.empty()
                       ? ""
                       : "; this CPU runs the " + blas.faster_core + " ones")
               << ")";
-        } else if (!blas.faster_core.empty()) {
+        } else if (blas.would_restart()) {
           out << " (this CPU runs the " << blas.faster_core
               << " ones: the commands that compute restart with "
                  "OPENBLAS_CORETYPE="

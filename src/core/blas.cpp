@@ -98,6 +98,8 @@ std::string BlasKernels::describe() const {
 
 BlasKernels blas_kernels() {
   BlasKernels kernels;
+  const char* requested = std::getenv("OPENBLAS_CORETYPE");
+  kernels.requested = requested == nullptr ? "" : requested;
   const std::string core = openblas_string("openblas_get_corename");
   if (core.empty()) {
     return kernels;
@@ -114,11 +116,8 @@ BlasKernels blas_kernels() {
 }
 
 void use_fastest_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
-    return;
-  }
   const BlasKernels kernels = blas_kernels();
-  if (kernels.faster_core.empty()) {
+  if (!kernels.would_restart()) {
     return;
   }
   // Set even should the restart fail: the program's child processes (a

@@ -84,6 +84,8 @@ TEST(BlasKernels, NameTheLoadedOpenBlasItsKernelsAndWhatIsFaster) {
   EXPECT_EQ(blas.describe(), blas.library + ", " + blas.core + " kernels");
   EXPECT_EQ(
       blas.faster_core, faster_openblas_core(blas.core, cpu_vector_units()));
+  const char* requested = std::getenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(blas.requested, requested == nullptr ? "" : requested);
 }
 
 TEST(UseFastestBlasKernels, ReturnsWhereOpenBlasCoreTypeIsAlreadySet) {
@@ -95,6 +97,8 @@ TEST(UseFastestBlasKernels, ReturnsWhereOpenBlasCoreTypeIsAlreadySet) {
   // Returning at all is the check: a restart would replace this process.
   use_fastest_blas_kernels(argv);
   EXPECT_STREQ(std::getenv("OPENBLAS_CORETYPE"), "Prescott");
+  EXPECT_EQ(blas_kernels().requested, "Prescott");
+  EXPECT_FALSE(blas_kernels().would_restart());
   if (before == nullptr) {
     ::unsetenv("OPENBLAS_CORETYPE");
   } else {

@@ -43,6 +43,15 @@ struct BlasKernels {
   /// `faster_openblas_core(core, cpu_vector_units())`: the kernels to ask for
   /// with OPENBLAS_CORETYPE, empty when none are faster.
   std::string faster_core;
+  /// OPENBLAS_CORETYPE as the environment sets it, empty where unset: the
+  /// user's choice, which stands.
+  std::string requested;
+
+  /// Faster kernels exist and nobody chose these: what
+  /// use_fastest_blas_kernels restarts for, and what a Trainer warns of.
+  bool would_restart() const {
+    return !faster_core.empty() && requested.empty();
+  }
 
   /// "OpenBLAS 0.3.21, SkylakeX kernels", or "" without a library.
   std::string describe() const;

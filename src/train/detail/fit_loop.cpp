@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <set>
@@ -320,9 +319,8 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       trainer.out_ << ", " << blas.describe();
     }
     trainer.out_ << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
-    // Unless OPENBLAS_CORETYPE is set: the user's choice stands.
-    if (!blas.faster_core.empty() &&
-        std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    // A program that did not restart, as the hotloop program does.
+    if (blas.would_restart()) {
       trainer.out_
           << "warning: OpenBLAS runs its " << blas.core
           << " kernels on a CPU that runs its " << blas.faster_core
