@@ -7,12 +7,40 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/native/quantized/cpu/QuantUtils.h>
 #include <torch/utils.h>
 
+#include <initializer_list>
+
 namespace hotloop::compress {
+namespace {
+
+// A call runs in float (the class comment) where the weight has at most
+// 2^20 values and the call at most 2^24 multiply-adds: there the float
+// product takes less time than onednn's kernel set-up for a new input range
+// (bench/int8_linear_calls).
+constexpr int64_t kFloatPathWeights = int64_t{1} << 20;
+constexpr int64_t kFloatPathMacs = int64_t{1} << 24;
+
+using Sources = std::vector<std::pair<const void*, int64_t>>;
+
+// Each defined tensor's storage and version: what a cache made from them
+// is checked against.
+Sources sources_of(std::initializer_list<const at::Tensor*> tensors) {
+  Sources from;
+  for (const at::Tensor* t : tensors) {
+    if (t->defined()) {
+      from.emplace_back(t->data_ptr(), static_cast<int64_t>(t->_version()));
+    }
+  }
+  return from;
+}
+
+} // namespace
 
 DynamicLinearImpl::DynamicLinearImpl(
-    int64_t in_features, int64_t out_features, bool bias) {
+    int64_t in_features, int64_t out_features, bool bias)
+    : in_features_(in_features), out_features_(out_features) {
   weight_ = register_buffer(
       "weight", at::zeros({out_features, in_features}, at::kChar));
   scale_ = register_buffer("scale", at::ones({1}, at::kDouble));
@@ -55,38 +83,74 @@ at::Tensor DynamicLinearImpl::quantized_weight() const {
       weight_, scale_.item<double>(), zero_point_.item<int64_t>());
 }
 
+bool DynamicLinearImpl::runs_in_float(int64_t rows) const {
+  const at::QEngine engine = at::globalContext().qEngine();
+  const int64_t weights = in_features_ * out_features_;
+  return (engine == at::QEngine::ONEDNN || engine == at::QEngine::QNNPACK) &&
+         rows > 0 && weights <= kFloatPathWeights &&
+         rows * weights <= kFloatPathMacs;
+}
+
+int64_t DynamicLinearImpl::float_copy_bytes() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return float_weight_.defined() ? float_weight_.nbytes() : 0;
+}
+
 at::Tensor DynamicLinearImpl::forward(const at::Tensor& x) {
   HOTLOOP_CHECK(
       x.device().is_cpu(),
       "an int8 (dynamically quantized) Linear layer runs on the CPU only, "
       "its input is on ",
       x.device());
+  const at::Tensor input = x.to(at::kFloat).contiguous();
+  const at::QEngine engine = at::globalContext().qEngine();
+  const bool in_float = runs_in_float(input.numel() / in_features_);
   c10::IValue packed;
+  at::Tensor float_weight;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto engine =
-        static_cast<int64_t>(at::globalContext().qEngine());
-    std::vector<std::pair<const void*, int64_t>> from;
-    for (const at::Tensor* t : {&weight_, &scale_, &zero_point_, &bias_}) {
-      if (t->defined()) {
-        from.emplace_back(t->data_ptr(), static_cast<int64_t>(t->_version()));
+    Sources from = sources_of({&weight_, &scale_, &zero_point_, &bias_});
+    if (in_float) {
+      if (!float_weight_.defined() || from != float_from_) {
+        float_weight_ = quantized_weight().dequantize();
+        float_from_ = std::move(from);
       }
+      float_weight = float_weight_;
+    } else {
+      if (packed_.isNone() || from != packed_from_ ||
+          packed_engine_ != static_cast<int64_t>(engine)) {
+        const c10::optional<at::Tensor> bias =
+            bias_.defined() ? c10::optional<at::Tensor>(bias_) : c10::nullopt;
+        packed_ = detail::call_quantized(
+            "quantized::linear_prepack", "", {quantized_weight(), bias});
+        packed_from_ = std::move(from);
+        packed_engine_ = static_cast<int64_t>(engine);
+      }
+      packed = packed_;
     }
-    if (packed_.isNone() || from != packed_from_ || packed_engine_ != engine) {
-      const c10::optional<at::Tensor> bias =
-          bias_.defined() ? c10::optional<at::Tensor>(bias_) : c10::nullopt;
-      packed_ = detail::call_quantized(
-          "quantized::linear_prepack", "", {quantized_weight(), bias});
-      packed_from_ = std::move(from);
-      packed_engine_ = engine;
-    }
-    packed = packed_;
   }
-  return detail::call_quantized(
-             "quantized::linear_dynamic",
-             "",
-             {x.to(at::kFloat).contiguous(), packed, /*reduce_range=*/true})
-      .toTensor();
+  // torch.ao's dynamic Linear asks for the input's range reduced to
+  // 0..127; qnnpack ignores that (warning at each call) and uses 0..255.
+  const bool reduce_range = engine != at::QEngine::QNNPACK;
+  if (!in_float) {
+    return detail::call_quantized(
+               "quantized::linear_dynamic", "", {input, packed, reduce_range})
+        .toTensor();
+  }
+  // The input quantized as quantized::linear_dynamic quantizes it: quint8
+  // from its own range.
+  const auto [low, high] = at::aminmax(input);
+  const auto q = quant_utils::ChooseQuantizationParams(
+      low.item<float>(),
+      high.item<float>(),
+      /*qmin=*/0,
+      /*qmax=*/255,
+      /*preserve_sparsity=*/false,
+      /*force_scale_power_of_two=*/false,
+      reduce_range);
+  const at::Tensor quantized = at::fake_quantize_per_tensor_affine(
+      input, q.scale, q.zero_point, 0, reduce_range ? 127 : 255);
+  return at::linear(quantized, float_weight, bias_);
 }
 
 } // namespace hotloop::compress

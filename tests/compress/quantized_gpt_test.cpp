@@ -15,11 +15,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace hotloop::compress {
 namespace {
@@ -189,6 +192,87 @@ TEST_F(QuantizedGpt, ACopyFromPrunedWeightsAndAModelWithoutBiases) {
   back->eval();
   load_quantized(dir.file("plain.ckpt"), *back);
   EXPECT_TRUE(at::equal(back->forward(idx), plain->forward(idx)));
+}
+
+// quantized::linear_dynamic itself on a weight packed for the current
+// engine, with reduce_range as torch.ao's dynamic Linear calls it (qnnpack
+// ignores it).
+at::Tensor kernel_output(
+    const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& bias) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::vector<c10::IValue> stack{qweight, bias};
+  dispatcher.findSchemaOrThrow("quantized::linear_prepack", "")
+      .callBoxed(&stack);
+  stack = {x, stack[0], quantized_engine() != "qnnpack"};
+  dispatcher.findSchemaOrThrow("quantized::linear_dynamic", "")
+      .callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// The most a small call's output moves off the kernel's, over inputs of
+// several ranges (all positive, all negative, mixed, one value), relative
+// to the kernel's largest output.
+double worst_small_call_difference(DynamicLinearImpl& layer) {
+  const at::Tensor qweight = layer.quantized_weight();
+  const at::Tensor bias = layer.named_buffers()["bias"];
+  double worst = 0;
+  for (int i = 0; i < 40; ++i) {
+    at::Tensor x = at::randn({1, 128}) * (0.1 + i % 5) + (i % 3 - 1) * 2.0;
+    if (i == 0) {
+      x = at::full({1, 128}, 0.5);
+    }
+    const at::Tensor expected = kernel_output(x, qweight, bias);
+    const at::Tensor got = layer.forward(x);
+    worst = std::max(
+        worst,
+        ((got - expected).abs().max() / expected.abs().max()).item<double>());
+  }
+  return worst;
+}
+
+// One token of a generation is one row: on onednn and qnnpack the layer
+// runs that in float, as each engine's kernel would quantize the input,
+// and larger calls on the kernel itself.
+using DynamicLinear = testing::ReferenceSettingsTest;
+
+TEST_F(DynamicLinear, ASmallCallRunsTheKernelsArithmeticInFloat) {
+  const at::NoGradGuard no_grad;
+  at::manual_seed(0);
+  const at::Tensor weight = at::randn({384, 128}) * 0.05;
+  const at::Tensor bias = at::randn({384}) * 0.1;
+  const std::vector<std::string> engines = supported_quantized_engines();
+  for (const char* engine : {"onednn", "qnnpack"}) {
+    if (std::find(engines.begin(), engines.end(), engine) == engines.end()) {
+      continue;
+    }
+    SCOPED_TRACE(engine);
+    select_quantized_engine(engine);
+    auto layer = DynamicLinearImpl::quantize(weight, bias);
+    EXPECT_TRUE(layer->runs_in_float(1));
+    EXPECT_TRUE(layer->runs_in_float(341)); // 341 x 128 x 384 <= 2^24
+    EXPECT_FALSE(layer->runs_in_float(342));
+    EXPECT_FALSE(layer->runs_in_float(0));
+    EXPECT_EQ(layer->float_copy_bytes(), 0);
+    EXPECT_LT(worst_small_call_difference(*layer), 2e-6);
+    EXPECT_EQ(layer->float_copy_bytes(), 384 * 128 * 4);
+
+    // A larger call is the kernel's own, as is any call of a layer with
+    // more than 2^20 weights.
+    const at::Tensor rows = at::randn({2, 200, 128});
+    EXPECT_TRUE(at::equal(
+        layer->forward(rows),
+        kernel_output(rows, layer->quantized_weight(), bias)));
+
+    EXPECT_FALSE(
+        DynamicLinearImpl(1024, 1025, false).runs_in_float(/*rows=*/1));
+    EXPECT_TRUE(DynamicLinearImpl(1024, 1024, false).runs_in_float(1));
+
+    // New int8 values (a checkpoint loaded into the layer) replace the
+    // float copy at the next call.
+    at::Tensor values = layer->named_buffers()["weight"];
+    values.copy_(values.flip(0));
+    EXPECT_LT(worst_small_call_difference(*layer), 2e-6);
+  }
 }
 
 } // namespace
