@@ -27,6 +27,8 @@ PACKAGES=(
   libtorch-dev            # LibTorch 1.13 (CPU)
   libgloo-dev             # c10d's Gloo backend, used by LibTorch's CMake config
   libopenblas0-pthread    # without it BLAS falls back to the reference one (~12x slower)
+  libopenblas0-openmp     # the build hotloop restarts on: products on LibTorch's OpenMP threads
+                          # (1.3-1.5x on Linear layers); the pthreads build stays the system's BLAS
   libyaml-cpp-dev         # config files
   nlohmann-json3-dev      # summary.json
   zlib1g-dev              # gzipped IDX files
@@ -40,7 +42,6 @@ if ((TESTS)); then
     python3-torch           # torchrun, which the data-parallel tests launch with
     python3-torchvision     # resnet18, the Python side of the weight-exchange tests
     valgrind                # the CUDA kernels' emulated tests under memcheck
-    libopenblas0-openmp     # loaded by one test only; the pthreads build stays the system's BLAS
   )
 fi
 

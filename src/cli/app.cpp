@@ -45,6 +45,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace hotloop::cli {
 namespace {
@@ -833,11 +834,22 @@ int run(
                       ? ""
                       : "; this CPU runs the " + blas.faster_core + " ones")
               << ")";
-        } else if (blas.would_restart()) {
-          out << " (this CPU runs the " << blas.faster_core
-              << " ones: the commands that compute restart with "
-                 "OPENBLAS_CORETYPE="
-              << blas.faster_core << ")";
+        }
+        // What the commands that compute restart with, and why.
+        std::vector<std::string> reasons, settings;
+        if (blas.wants_faster_core()) {
+          reasons.push_back("this CPU runs the " + blas.faster_core + " ones");
+          settings.push_back("OPENBLAS_CORETYPE=" + blas.faster_core);
+        }
+        if (!blas.openmp_build.empty()) {
+          reasons.push_back("the OpenMP build is installed");
+          settings.push_back("LD_LIBRARY_PATH=" + blas.openmp_build);
+        }
+        if (!reasons.empty()) {
+          out << " (" << reasons.front()
+              << (reasons.size() > 1 ? " and " + reasons.back() : "")
+              << ": the commands that compute restart with " << settings.front()
+              << (settings.size() > 1 ? " and " + settings.back() : "") << ")";
         }
         out << "\n";
       }

@@ -133,22 +133,29 @@ std::optional<std::pair<std::string, std::string>> openblas_cores(
     const TempDir& dir) {
   const std::string log = dir.file("version.log");
   EXPECT_EQ(run_process({"--version"}, log, "-u OPENBLAS_CORETYPE"), 0);
-  std::smatch match;
+  std::smatch picked;
   const std::string text = read_text(log);
   if (!std::regex_search(
           text,
-          match,
-          std::regex("CPU matrix products: OpenBLAS [^,]+, (\\w+) kernels"
-                     "( \\(this CPU runs the (\\w+) ones: the commands that "
-                     "compute restart with OPENBLAS_CORETYPE=(\\w+)\\))?\n"))) {
+          picked,
+          std::regex("CPU matrix products: OpenBLAS [^,]+, (\\w+) kernels"))) {
     EXPECT_THAT(text, Not(HasSubstr("OpenBLAS")));
     return std::nullopt;
   }
-  EXPECT_EQ(match[3].str(), match[4].str());
+  // "(this CPU runs the SkylakeX ones[ and ...]: the commands that compute
+  // restart with OPENBLAS_CORETYPE=SkylakeX[ and ...])".
+  std::smatch faster;
+  std::regex_search(
+      text,
+      faster,
+      std::regex("this CPU runs the (\\w+) ones[^:]*: the commands that "
+                 "compute restart with OPENBLAS_CORETYPE=(\\w+)"));
+  EXPECT_EQ(faster[1].str(), faster[2].str());
   EXPECT_EQ(
-      match[3].str(), faster_openblas_core(match[1].str(), cpu_vector_units()))
+      faster[1].str(),
+      faster_openblas_core(picked[1].str(), cpu_vector_units()))
       << "this process and the program see different CPUs";
-  return std::make_pair(match[1].str(), match[3].str());
+  return std::make_pair(picked[1].str(), faster[1].str());
 }
 
 // `fit` of the shared small GPT for one batch and one validation batch.
@@ -201,7 +208,10 @@ TEST(Cli, ACommandThatComputesRunsTheFastestOpenBlasKernelsTheCpuHas) {
       HasSubstr(
           ", Prescott kernels (OPENBLAS_CORETYPE=Prescott, as set" +
           (newer.empty() ? "" : "; this CPU runs the " + newer + " ones") +
-          ")\n"));
+          ")"));
+  EXPECT_THAT(
+      read_text(dir.file("chosen-version.log")),
+      Not(HasSubstr("OPENBLAS_CORETYPE=" + newer)));
 }
 
 TEST(Cli, AnOpenMpOpenBlasKeepsTheIntraOpThreads) {
@@ -237,20 +247,71 @@ TEST(Cli, AProgramOnOlderOpenBlasKernelsThanItsCpuRunsIsToldHowToGetThem) {
   const BlasKernels blas = blas_kernels();
   const Result r = run_cli(one_batch_gpt_fit(dir));
   ASSERT_EQ(r.code, 0) << r.err;
+  const std::string how =
+      " before the program starts (the hotloop program does; in your own, "
+      "call hotloop::use_fastest_blas_kernels(argv) first in main)\n";
   if (blas.faster_core.empty()) {
-    EXPECT_THAT(r.out, Not(HasSubstr("warning: OpenBLAS")));
-    return;
+    EXPECT_THAT(r.out, Not(HasSubstr("kernels on a CPU that runs its")));
+  } else {
+    EXPECT_THAT(
+        r.out,
+        HasSubstr(
+            "warning: OpenBLAS runs its " + blas.core +
+            " kernels on a CPU that runs its " + blas.faster_core +
+            " ones, several times faster: set OPENBLAS_CORETYPE=" +
+            blas.faster_core + how));
   }
+  if (blas.openmp_build.empty()) {
+    EXPECT_THAT(r.out, Not(HasSubstr("its OpenMP build")));
+  } else {
+    EXPECT_THAT(
+        r.out,
+        HasSubstr(
+            "warning: OpenBLAS runs on its pthreads build, a thread "
+            "pool beside LibTorch's, while its OpenMP build, which "
+            "runs on LibTorch's threads (faster for models of Linear "
+            "layers), is installed: start the program with "
+            "LD_LIBRARY_PATH=" +
+            blas.openmp_build +
+            " (the hotloop program does; in "
+            "your own, call hotloop::use_fastest_blas_kernels(argv) "
+            "first in main)\n"));
+  }
+}
+
+TEST(Cli, ACommandThatComputesRunsOnTheOpenMpOpenBlasWhereItIsInstalled) {
+  const std::string pthreads = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
+  const std::string openmp = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+  if (blas_kernels().threading != "pthreads" ||
+      !fs::exists(openmp + "/libblas.so.3")) {
+    GTEST_SKIP() << "needs Debian's libopenblas0-pthread as the BLAS and "
+                    "libopenblas0-openmp beside it";
+  }
+  TempDir dir;
+  const std::vector<std::string> args = one_batch_gpt_fit(dir);
+  ASSERT_EQ(run_process(args, dir.file("fit.log"), "-u LD_LIBRARY_PATH"), 0)
+      << read_text(dir.file("fit.log"));
+  const std::string restarted = read_text(dir.file("fit.log"));
+  EXPECT_THAT(restarted, HasSubstr(" (OpenMP), "));
+  EXPECT_THAT(restarted, Not(HasSubstr("warning: OpenBLAS")));
+  // LD_LIBRARY_PATH naming the pthreads build is the user's choice: it
+  // stands, unremarked.
+  ASSERT_EQ(
+      run_process(args, dir.file("chosen.log"), "LD_LIBRARY_PATH=" + pthreads),
+      0)
+      << read_text(dir.file("chosen.log"));
+  const std::string chosen = read_text(dir.file("chosen.log"));
+  EXPECT_THAT(chosen, HasSubstr(" (pthreads), "));
+  EXPECT_THAT(chosen, Not(HasSubstr("warning: OpenBLAS")));
+  ASSERT_EQ(
+      run_process({"--version"}, dir.file("version.log"), "-u LD_LIBRARY_PATH"),
+      0);
   EXPECT_THAT(
-      r.out,
-      HasSubstr(
-          "warning: OpenBLAS runs its " + blas.core +
-          " kernels on a CPU that runs its " + blas.faster_core +
-          " ones, several times faster: set OPENBLAS_CORETYPE=" +
-          blas.faster_core +
-          " before the program starts (the hotloop program does; in your "
-          "own, call hotloop::use_fastest_blas_kernels(argv) first in "
-          "main)\n"));
+      read_text(dir.file("version.log")),
+      HasSubstr("the commands that compute restart with "));
+  EXPECT_THAT(
+      read_text(dir.file("version.log")),
+      HasSubstr("LD_LIBRARY_PATH=" + openmp + ")\n"));
 }
 
 TEST(Cli, NoCommandPrintsUsageAndFails) {

@@ -320,7 +320,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
     }
     trainer.out_ << (run_dir.empty() ? "" : ", run folder ") << run_dir << "\n";
     // A program that did not restart, as the hotloop program does.
-    if (blas.would_restart()) {
+    if (blas.wants_faster_core()) {
       trainer.out_
           << "warning: OpenBLAS runs its " << blas.core
           << " kernels on a CPU that runs its " << blas.faster_core
@@ -329,6 +329,16 @@ void FitLoop::prepare(const std::string& ckpt_path) {
           << " before the program starts (the hotloop program does; "
              "in your own, call hotloop::use_fastest_blas_kernels(argv) "
              "first in main)\n";
+    }
+    if (!blas.openmp_build.empty()) {
+      trainer.out_
+          << "warning: OpenBLAS runs on its pthreads build, a thread pool "
+             "beside LibTorch's, while its OpenMP build, which runs on "
+             "LibTorch's threads (faster for models of Linear layers), is "
+             "installed: start the program with LD_LIBRARY_PATH="
+          << blas.openmp_build
+          << " (the hotloop program does; in your own, call "
+             "hotloop::use_fastest_blas_kernels(argv) first in main)\n";
     }
     bar_.emplace(
         trainer.out_,
