@@ -84,7 +84,10 @@ at::Tensor DynamicLinearImpl::quantized_weight() const {
 }
 
 bool DynamicLinearImpl::runs_in_float(int64_t rows) const {
-  const at::QEngine engine = at::globalContext().qEngine();
+  return runs_in_float(rows, at::globalContext().qEngine());
+}
+
+bool DynamicLinearImpl::runs_in_float(int64_t rows, at::QEngine engine) const {
   const int64_t weights = in_features_ * out_features_;
   return (engine == at::QEngine::ONEDNN || engine == at::QEngine::QNNPACK) &&
          rows > 0 && weights <= kFloatPathWeights &&
@@ -104,7 +107,7 @@ at::Tensor DynamicLinearImpl::forward(const at::Tensor& x) {
       x.device());
   const at::Tensor input = x.to(at::kFloat).contiguous();
   const at::QEngine engine = at::globalContext().qEngine();
-  const bool in_float = runs_in_float(input.numel() / in_features_);
+  const bool in_float = runs_in_float(input.numel() / in_features_, engine);
   c10::IValue packed;
   at::Tensor float_weight;
   {

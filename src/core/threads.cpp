@@ -1,5 +1,7 @@
 #include "hotloop/core/threads.h"
 
+#include "hotloop/core/blas.h"
+
 #include <ATen/Parallel.h>
 
 #include <dlfcn.h>
@@ -82,17 +84,13 @@ int configure_intra_op_threads(
 bool set_blas_threads(int threads) {
   // Looked up, not linked: LibTorch may sit on another BLAS (or MKL).
   using SetThreads = void (*)(int);
-  using GetParallel = int (*)();
   const auto set = reinterpret_cast<SetThreads>(
       ::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  const auto parallel = reinterpret_cast<GetParallel>(
-      ::dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-  // OpenBLAS built with OpenMP (Debian's libopenblas0-openmp: parallel 2)
-  // has no pool of its own: its calls run on the OpenMP threads LibTorch
-  // runs on, and its set_num_threads is omp_set_num_threads, which would
-  // set LibTorch's intra-op threads too.
-  constexpr int kOpenMp = 2;
-  if (set == nullptr || (parallel != nullptr && parallel() == kOpenMp)) {
+  // OpenBLAS built with OpenMP (Debian's libopenblas0-openmp) has no pool
+  // of its own: its calls run on the OpenMP threads LibTorch runs on, and
+  // its set_num_threads is omp_set_num_threads, which would set LibTorch's
+  // intra-op threads too.
+  if (set == nullptr || blas_kernels().threading == "OpenMP") {
     return false;
   }
   set(threads);

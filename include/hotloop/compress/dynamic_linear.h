@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/QEngine.h>
 
 #include <cstdint>
 #include <memory>
@@ -81,6 +82,9 @@ class DynamicLinearImpl : public models::GptLinearReplacement {
   int64_t packed_engine_ = -1;
   at::Tensor float_weight_;
   std::vector<std::pair<const void*, int64_t>> float_from_;
+
+  // runs_in_float on `engine`, read once by forward.
+  bool runs_in_float(int64_t rows, at::QEngine engine) const;
 };
 
 } // namespace hotloop::compress
