@@ -234,14 +234,11 @@ void report_bad_samples(std::ostream& out, const Session& session) {
   out << "\n";
 }
 
-// The image model's confusion matrix over `loader` (the session's
-// validation split, in order).
-at::Tensor confusion_of(
-    train::Trainer& trainer, Session& session, data::DataLoader& loader) {
-  const std::vector<at::Tensor> scores =
-      trainer.predict(*session.module, loader);
-  const int64_t classes = scores.empty() ? 0 : scores.front().size(1);
-  return log::confusion_matrix(scores, session.val_labels, classes);
+// What the latest validation or test counted under `name` (an
+// ImageClassifier's confusion); undefined when it counted none.
+at::Tensor counted(const train::Trainer& trainer, const std::string& name) {
+  const auto it = trainer.callback_counts().find(name);
+  return it == trainer.callback_counts().end() ? at::Tensor() : it->second;
 }
 
 int run_fit(
@@ -463,11 +460,13 @@ int fit_in_process(
     out << "; best checkpoint " << result.best_model_path;
   }
   out << std::defaultfloat << "\n";
-  if (!run_dir.empty() && group == nullptr && session.val_labels.defined()) {
-    // The validation split's confusion, for the report.
+  const at::Tensor confusion = counted(trainer, "val_confusion");
+  if (!run_dir.empty() && confusion.defined()) {
+    // The last validation's confusion, for the report: counted in that
+    // pass, over every process, so it agrees with its val_acc.
     log::write_confusion_csv(
         (fs::path(run_dir) / "confusion.csv").string(),
-        confusion_of(trainer, session, val_loader),
+        confusion,
         session.data.class_names);
   }
   if (!run_dir.empty()) {
@@ -555,11 +554,9 @@ int run_evaluate(const ParsedArgs& args, bool test, std::ostream& out) {
       << (ckpt_path.empty() ? config.init_from.path : ckpt_path) << "\n";
   print_metrics(out, metrics);
   report_bad_samples(out, session);
-  if (test && session.val_labels.defined()) {
-    // The module holds the checkpoint's weights now: one more pass for
-    // the predictions, no second load.
-    log::print_confusion(
-        out, confusion_of(trainer, session, loader), session.data.class_names);
+  const at::Tensor confusion = counted(trainer, "test_confusion");
+  if (test && confusion.defined()) {
+    log::print_confusion(out, confusion, session.data.class_names);
   }
   return 0;
 }

@@ -21,43 +21,12 @@ std::string name_of(const std::vector<std::string>& names, int64_t k) {
 
 } // namespace
 
-at::Tensor confusion_matrix(
-    const std::vector<at::Tensor>& scores,
-    const at::Tensor& targets,
-    int64_t classes) {
-  std::vector<at::Tensor> predicted;
-  for (const at::Tensor& batch : scores) {
-    predicted.push_back(batch.to(at::kCPU).argmax(1));
-  }
-  const at::Tensor predictions =
-      predicted.empty() ? at::empty({0}, at::kLong) : at::cat(predicted);
-  HOTLOOP_CHECK(
-      predictions.size(0) <= targets.size(0),
-      "confusion_matrix: ",
-      predictions.size(0),
-      " predictions for ",
-      targets.size(0),
-      " targets");
-  const at::Tensor truth =
-      targets.to(at::kCPU).to(at::kLong).narrow(0, 0, predictions.size(0));
-  HOTLOOP_CHECK(
-      predictions.numel() == 0 ||
-          (truth.max().item<int64_t>() < classes &&
-           truth.min().item<int64_t>() >= 0 &&
-           predictions.max().item<int64_t>() < classes),
-      "confusion_matrix: a class outside [0, ",
-      classes,
-      ")");
-  return at::bincount(truth * classes + predictions, {}, classes * classes)
-      .view({classes, classes});
-}
-
 void print_confusion(
     std::ostream& out,
     const at::Tensor& confusion,
     const std::vector<std::string>& names) {
   const int64_t classes = confusion.size(0);
-  const at::Tensor counts = confusion.to(at::kLong).contiguous();
+  const at::Tensor counts = confusion.to(at::kCPU, at::kLong).contiguous();
   const int64_t* c = counts.data_ptr<int64_t>();
   size_t width = 5;
   for (int64_t k = 0; k < classes; ++k) {
@@ -108,7 +77,7 @@ void write_confusion_csv(
     const at::Tensor& confusion,
     const std::vector<std::string>& names) {
   const int64_t classes = confusion.size(0);
-  const at::Tensor counts = confusion.to(at::kLong).contiguous();
+  const at::Tensor counts = confusion.to(at::kCPU, at::kLong).contiguous();
   const int64_t* c = counts.data_ptr<int64_t>();
   train::write_file_atomically(path, [&](std::ostream& csv) {
     csv << "true\\predicted";

@@ -514,9 +514,10 @@ std::string metrics_table(const Run& run) {
   return table("Metrics (metrics.csv)", rows);
 }
 
-// The validation split's confusion matrix (confusion.csv, written at the
-// end of a fit on images) as a heat map: each cell shaded by its share of
-// the true class's samples, the count written where the cells are large.
+// The fit's last validation's confusion matrix (confusion.csv, written at
+// the end of a fit of a classifier) as a heat map: each cell shaded by its
+// share of the true class's samples, the count written where the cells are
+// large.
 std::string confusion_card(const std::string& run_dir) {
   const fs::path path = fs::path(run_dir) / "confusion.csv";
   std::error_code ec;
@@ -575,8 +576,9 @@ std::string confusion_card(const std::string& run_dir) {
   svg << "</svg>\n";
   return "<section class=\"card\">\n<h2>Confusion matrix (validation)</h2>\n"
          "<p class=\"note\">Rows: the true class; columns: the prediction; "
-         "shade: the share of the row. From confusion.csv.</p>\n" +
-      svg.str() + "</section>\n";
+         "shade: the share of the row. The fit's last validation, as its "
+         "val_acc (confusion.csv).</p>\n" +
+         svg.str() + "</section>\n";
 }
 
 // The learning-rate range test of `tuner.lr_find` (lr_find.csv: step, lr,

@@ -44,6 +44,10 @@ void ImageClassifier::evaluate(
         correct_count(logits, batch.target, top_k_).to(at::kDouble) / n,
         n);
   }
+  if (logits.size(1) <= kConfusionClasses) {
+    metrics.count(
+        prefix + "_confusion", confusion_counts(logits, batch.target));
+  }
 }
 
 at::Tensor ImageClassifier::predict_step(

@@ -1,6 +1,9 @@
 #include "hotloop/train/metrics.h"
 
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cmath>
 #include <limits>
@@ -46,6 +49,29 @@ void MetricCollection::log(
     const std::string& name, const at::Tensor& value, double weight) {
   metrics_[name].update(value, weight);
   last_[name] = {value.detach(), weight};
+}
+
+void MetricCollection::count(
+    const std::string& name, const at::Tensor& counts) {
+  const at::Tensor added = counts.detach();
+  auto it = counts_.find(name);
+  if (it == counts_.end()) {
+    // A normal tensor even in an evaluation's InferenceMode, so that the
+    // total can be summed over processes (in place) after it.
+    const c10::InferenceMode normal(/*enabled=*/false);
+    counts_.emplace(name, added.clone());
+    return;
+  }
+  HOTLOOP_CHECK(
+      it->second.sizes() == added.sizes(),
+      "the count '",
+      name,
+      "' was ",
+      it->second.sizes(),
+      " and is now added ",
+      added.sizes(),
+      ": every batch must count the same shape");
+  it->second.add_(added);
 }
 
 void MetricCollection::log_last(const MetricCollection& step) {
@@ -95,7 +121,8 @@ std::map<std::string, std::pair<double, double>> MetricCollection::state()
 
 void MetricCollection::load_state(
     const std::map<std::string, std::pair<double, double>>& state) {
-  reset();
+  metrics_.clear();
+  last_.clear();
   for (const auto& [name, sum_weight] : state) {
     metrics_[name].load(sum_weight.first, sum_weight.second);
   }
@@ -118,6 +145,28 @@ at::Tensor correct_count(
       k);
   const at::Tensor top = std::get<1>(logits.detach().topk(k, /*dim=*/1));
   return top.eq(target.view({-1, 1})).any(/*dim=*/1).sum();
+}
+
+at::Tensor confusion_counts(
+    const at::Tensor& logits, const at::Tensor& target) {
+  HOTLOOP_CHECK(
+      logits.dim() == 2,
+      "confusion counts need logits [N, C], got ",
+      logits.sizes());
+  HOTLOOP_CHECK(
+      target.dim() == 1 && target.size(0) == logits.size(0),
+      "confusion counts need a target [",
+      logits.size(0),
+      "], got ",
+      target.sizes());
+  const int64_t classes = logits.size(1);
+  const at::Tensor cell =
+      target.to(at::kLong) * classes + logits.detach().argmax(/*dim=*/1);
+  at::Tensor counts = at::zeros({classes * classes}, cell.options());
+  // Accumulating index_put_: deterministic on CUDA too (sorted), and no
+  // read of the cells' range, unlike bincount.
+  counts.index_put_({cell}, at::ones_like(cell), /*accumulate=*/true);
+  return counts.view({classes, classes});
 }
 
 int64_t count_correct(

@@ -451,14 +451,16 @@ std::map<std::string, double> Trainer::validate(
   for (const auto& callback : callbacks_) {
     callback->on_validation_start(*this, module);
   }
-  callback_metrics_ = detail::EvaluationLoop(*this, module, precision)
-                          .run(
-                              shared,
-                              detail::Stage::kValidate,
-                              detail::resolve_limit(
-                                  options_.limit_val_batches(),
-                                  shared.num_batches(),
-                                  "limit_val_batches"));
+  const MetricCollection pass = detail::EvaluationLoop(*this, module, precision)
+                                    .run(
+                                        shared,
+                                        detail::Stage::kValidate,
+                                        detail::resolve_limit(
+                                            options_.limit_val_batches(),
+                                            shared.num_batches(),
+                                            "limit_val_batches"));
+  callback_metrics_ = pass.compute();
+  callback_counts_ = pass.counts();
   for (const auto& callback : callbacks_) {
     callback->on_validation_end(*this, module);
   }
@@ -474,14 +476,16 @@ std::map<std::string, double> Trainer::test(
   for (const auto& callback : callbacks_) {
     callback->on_test_start(*this, module);
   }
-  callback_metrics_ = detail::EvaluationLoop(*this, module, precision)
-                          .run(
-                              shared,
-                              detail::Stage::kTest,
-                              detail::resolve_limit(
-                                  options_.limit_test_batches(),
-                                  shared.num_batches(),
-                                  "limit_test_batches"));
+  const MetricCollection pass = detail::EvaluationLoop(*this, module, precision)
+                                    .run(
+                                        shared,
+                                        detail::Stage::kTest,
+                                        detail::resolve_limit(
+                                            options_.limit_test_batches(),
+                                            shared.num_batches(),
+                                            "limit_test_batches"));
+  callback_metrics_ = pass.compute();
+  callback_counts_ = pass.counts();
   for (const auto& callback : callbacks_) {
     callback->on_test_end(*this, module);
   }

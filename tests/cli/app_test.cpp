@@ -1077,17 +1077,21 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
     EXPECT_THAT(line, HasSubstr(dir.file("new") + "/"));
   }
 
-  // The fit left the validation split's confusion for the report, and
-  // test prints each class's accuracy and the matrix.
+  // The fit left its last validation's confusion for the report (counted
+  // in that pass: it agrees with its val_acc), and test prints each
+  // class's accuracy and the matrix.
   const auto table = log::read_confusion_csv((run / "confusion.csv").string());
   EXPECT_EQ(table.names, names);
   int64_t counted = 0;
-  for (const auto& row : table.counts) {
-    for (const int64_t count : row) {
-      counted += count;
+  int64_t diagonal = 0;
+  for (size_t t = 0; t < table.counts.size(); ++t) {
+    for (size_t p = 0; p < table.counts[t].size(); ++p) {
+      counted += table.counts[t][p];
+      diagonal += t == p ? table.counts[t][p] : 0;
     }
   }
   EXPECT_EQ(counted, 20);
+  EXPECT_DOUBLE_EQ(diagonal / 20.0, summary_value(run, "val_acc"));
   r = run_cli(
       {"test",
        "--config=" + (run / "config.yaml").string(),
@@ -1102,6 +1106,20 @@ TEST(Cli, AnImageFolderTrainsWithItsClassesAndPredictionsNameThem) {
   EXPECT_THAT(
       r.out,
       HasSubstr("confusion matrix (rows: true class, columns: predicted)"));
+
+  // Validation off: no last validation, so no confusion, and no pass of
+  // the fit's own to make one.
+  r = run_cli(folder_fit(
+      dir,
+      {"--trainer.limit_val_batches=0",
+       "--trainer.max_epochs=1",
+       "--model_checkpoint.monitor=",
+       "--trainer.name=unvalidated"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path unvalidated =
+      fs::path(dir.file("runs")) / "unvalidated" / "version_0";
+  EXPECT_TRUE(fs::exists(unvalidated / "summary.json"));
+  EXPECT_FALSE(fs::exists(unvalidated / "confusion.csv"));
 }
 
 TEST(Cli, AnImageFolderWithAValidationFolderAndItsMistakes) {

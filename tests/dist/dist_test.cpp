@@ -10,6 +10,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/tensor_dataset.h"
+#include "hotloop/log/confusion.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
@@ -1088,6 +1089,20 @@ TEST(Launcher, TrainsOnTwoRanksAndRankZeroAloneWritesTheRun) {
       read_text(dir.file("runs/ddp/version_0/summary.json")));
   EXPECT_EQ(summary.at("world_size"), 2);
   EXPECT_EQ(summary.at("steps"), 8);
+  // The last validation's confusion, summed over both processes: each of
+  // the 51 validation samples counted once, as val_acc counts them.
+  const auto table = hotloop::log::read_confusion_csv(
+      dir.file("runs/ddp/version_0/confusion.csv"));
+  int64_t counted = 0;
+  int64_t diagonal = 0;
+  for (size_t t = 0; t < table.counts.size(); ++t) {
+    for (size_t p = 0; p < table.counts[t].size(); ++p) {
+      counted += table.counts[t][p];
+      diagonal += t == p ? table.counts[t][p] : 0;
+    }
+  }
+  EXPECT_EQ(counted, 51);
+  EXPECT_DOUBLE_EQ(diagonal / 51.0, summary.at("val_acc").get<double>());
 }
 
 // The run's own config.yaml says strategy=ddp and devices=2; the commands

@@ -811,16 +811,10 @@ TEST(RunReportInChromium, TheScreenshotShowsTheChartsNotABlankPage) {
 namespace hotloop::log {
 namespace {
 
-TEST(Confusion, CountsEachTrueClassAgainstItsPrediction) {
-  // Three classes; scores pick 0, 2, 2, 1, 0 for targets 0, 2, 1, 1, 0.
-  const std::vector<at::Tensor> scores = {
-      at::tensor({0.7, 0.2, 0.1, 0.1, 0.1, 0.8}).view({2, 3}),
-      at::tensor({0.2, 0.3, 0.5, 0.1, 0.6, 0.3, 0.9, 0.05, 0.05})
-          .view({3, 3})};
-  const at::Tensor targets = at::tensor({0, 2, 1, 1, 0}, at::kLong);
-  const at::Tensor confusion = confusion_matrix(scores, targets, 3);
-  EXPECT_TRUE(confusion.equal(
-      at::tensor({2, 0, 0, 0, 1, 1, 0, 0, 1}, at::kLong).view({3, 3})));
+TEST(Confusion, PrintsWritesAndDrawsEachTrueClassAgainstItsPrediction) {
+  // Three classes: rows true, columns predicted.
+  const at::Tensor confusion =
+      at::tensor({2, 0, 0, 0, 1, 1, 0, 0, 1}, at::kLong).view({3, 3});
 
   std::ostringstream text;
   print_confusion(text, confusion, {"cat", "dog", "bird"});

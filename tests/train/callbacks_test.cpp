@@ -1477,7 +1477,8 @@ TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
   EXPECT_EQ(result.world_size, 2);
   EXPECT_EQ(strategy->calls, "setup b B W b B W barrier teardown");
   // The data compared once, then the sanity check's and the epoch's
-  // validation metrics, one collective each.
+  // validation metrics (their means and confusion counts), one collective
+  // each.
   EXPECT_EQ(strategy->ops, "max sum sum ");
   // Its partner's sums were its own (doubled), so the means are those of
   // rank 1's share of the validation split.

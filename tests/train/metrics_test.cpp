@@ -1,7 +1,9 @@
 #include "hotloop/train/metrics.h"
+#include "hotloop/core/error.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +34,76 @@ TEST(MetricCollection, LogsDetachedTensorsAsPlainNumbers) {
   EXPECT_DOUBLE_EQ(metrics.last().at("loss"), 6.0);
   metrics.log("loss", w * 5, 1);
   EXPECT_DOUBLE_EQ(metrics.last().at("loss"), 5.0);
+}
+
+TEST(MetricCollection, CountsAddUpOverBatchesAndStayOutOfTheMeans) {
+  MetricCollection metrics;
+  metrics.count("hits", at::tensor({1, 0, 2}, at::kLong));
+  metrics.count("hits", at::tensor({0, 3, 1}, at::kLong));
+  metrics.log("val_acc", 0.5, 2);
+  EXPECT_TRUE(
+      metrics.counts().at("hits").equal(at::tensor({1, 3, 3}, at::kLong)));
+  EXPECT_EQ(metrics.compute().size(), 1u);
+  EXPECT_EQ(metrics.state().count("hits"), 0u);
+  try {
+    metrics.count("hits", at::tensor({1, 1}, at::kLong));
+    FAIL() << "a count of another shape was added";
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "the count 'hits' was [3] and is now added [2]: every batch must "
+        "count the same shape");
+  }
+  // A checkpoint's means replace the means only.
+  metrics.load_state({{"val_acc", {1.0, 4.0}}});
+  EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 0.25);
+  EXPECT_TRUE(
+      metrics.counts().at("hits").equal(at::tensor({1, 3, 3}, at::kLong)));
+  metrics.reset();
+  EXPECT_TRUE(metrics.counts().empty());
+  // Counted under an evaluation's InferenceMode, the total is a normal
+  // tensor, which the sum over processes can update afterwards.
+  {
+    const c10::InferenceMode evaluation;
+    metrics.count("hits", at::ones({2}, at::kLong));
+    metrics.count("hits", at::ones({2}, at::kLong));
+  }
+  metrics.counts().at("hits").mul_(2);
+  EXPECT_TRUE(metrics.counts().at("hits").equal(at::full({2}, 4, at::kLong)));
+}
+
+TEST(ConfusionCounts, CountEachTrueClassAgainstItsHighestScore) {
+  // Three classes; the scores pick 0, 2, 2, 1, 0 for targets 0, 2, 1, 1, 0;
+  // the last row ties classes 0 and 2 and counts as 0, argmax's pick.
+  const at::Tensor logits = at::tensor({0.7,
+                                        0.2,
+                                        0.1,
+                                        0.1,
+                                        0.1,
+                                        0.8,
+                                        0.2,
+                                        0.3,
+                                        0.5,
+                                        0.1,
+                                        0.6,
+                                        0.3,
+                                        0.4,
+                                        0.2,
+                                        0.4})
+                                .view({5, 3});
+  const at::Tensor target = at::tensor({0, 2, 1, 1, 0}, at::kLong);
+  const at::Tensor counts = confusion_counts(logits, target);
+  EXPECT_EQ(counts.scalar_type(), at::kLong);
+  EXPECT_TRUE(counts.equal(
+      at::tensor({2, 0, 0, 0, 1, 1, 0, 0, 1}, at::kLong).view({3, 3})))
+      << counts;
+  try {
+    confusion_counts(logits, target.narrow(0, 0, 4));
+    FAIL() << "four targets for five rows were counted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "confusion counts need a target [5], got [4]");
+  }
+  EXPECT_THROW(confusion_counts(logits.view({-1}), target), Error);
 }
 
 TEST(MetricCollection, LogLastLogsEachMetricsLatestValueWithItsWeight) {

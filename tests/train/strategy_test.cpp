@@ -31,7 +31,7 @@ class PartnerSawOneZero : public Strategy {
   void all_reduce(at::Tensor& values, Reduction op) override {
     ops.push_back(op);
     shapes.push_back(values.sizes().vec());
-    values.select(1, 1).add_(1);
+    values.view({-1, 2}).select(1, 1).add_(1);
   }
   int64_t world_size() const override {
     return 2;
@@ -49,7 +49,7 @@ TEST(Strategy, MetricSumsAndWeightsAreReducedInOneCollective) {
   detail::all_reduce_metrics(metrics, partner);
   ASSERT_EQ(partner.ops.size(), 1u);
   EXPECT_EQ(partner.ops[0], Reduction::kSum);
-  EXPECT_EQ(partner.shapes[0], (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(partner.shapes[0], (std::vector<int64_t>{4}));
   EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 3.0 / 4.0);
   EXPECT_DOUBLE_EQ(metrics.get("val_loss"), 1.25 / 5.0);
 
@@ -58,6 +58,33 @@ TEST(Strategy, MetricSumsAndWeightsAreReducedInOneCollective) {
   alone.log("val_acc", 1.0, 3);
   detail::all_reduce_metrics(alone, single);
   EXPECT_DOUBLE_EQ(alone.get("val_acc"), 1.0);
+}
+
+// A partner process that logged and counted the same as this one.
+class PartnerDidTheSame : public Strategy {
+ public:
+  void all_reduce(at::Tensor& values, Reduction op) override {
+    values.mul_(2);
+    ++collectives;
+  }
+  int64_t world_size() const override {
+    return 2;
+  }
+  int collectives = 0;
+};
+
+TEST(Strategy, CountsAreSummedInTheMeansCollectiveInPlace) {
+  MetricCollection metrics;
+  metrics.log("val_acc", 1.0, 3);
+  metrics.count(
+      "val_confusion", at::tensor({3, 0, 1, 2}, at::kLong).view({2, 2}));
+  const at::Tensor counted = metrics.counts().at("val_confusion");
+  PartnerDidTheSame partner;
+  detail::all_reduce_metrics(metrics, partner);
+  EXPECT_EQ(partner.collectives, 1);
+  EXPECT_TRUE(counted.equal(at::tensor({6, 0, 2, 4}, at::kLong).view({2, 2})));
+  EXPECT_EQ(counted.scalar_type(), at::kLong);
+  EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 1.0);
 }
 
 } // namespace

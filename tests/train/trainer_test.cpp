@@ -290,6 +290,41 @@ TEST_F(TrainerTest, ValidateFromTheCheckpointReproducesTheFitMetrics) {
   EXPECT_TRUE(fresh->is_training());
 }
 
+TEST_F(TrainerTest, AnEvaluationCountsItsConfusionInItsOwnPass) {
+  // The sanity check's counts are not kept: a fit stopped by Ctrl-C at its
+  // second step has validated nothing after it.
+  OnStepClassifier stopped(std::move(*make_module(0)), 2, raise_signal(SIGINT));
+  auto train = train_loader();
+  Trainer unvalidated(options().max_epochs(1));
+  ASSERT_TRUE(unvalidated.fit(stopped, train, &val_loader_).interrupted);
+  EXPECT_TRUE(unvalidated.callback_counts().empty());
+
+  auto module = make_module(0);
+
+  Trainer trainer(options().max_epochs(1).default_root_dir(""));
+  const FitResult result = trainer.fit(*module, train, &val_loader_);
+  ASSERT_EQ(trainer.callback_counts().size(), 1u);
+  const at::Tensor confusion = trainer.callback_counts().at("val_confusion");
+  // The same counts as the trained model's predictions against the labels.
+  const at::Tensor predicted =
+      at::cat(trainer.predict(*module, val_loader_)).argmax(1);
+  const at::Tensor expected =
+      at::zeros({4 * 4}, at::kLong)
+          .index_put_(
+              {val_set_->labels().to(at::kLong) * 4 + predicted},
+              at::ones({64}, at::kLong),
+              /*accumulate=*/true)
+          .view({4, 4});
+  EXPECT_TRUE(confusion.equal(expected)) << confusion << expected;
+  EXPECT_DOUBLE_EQ(
+      confusion.diagonal().sum().item<double>() / 64,
+      result.metrics.at("val_acc"));
+  // A test pass counts under its own name, in place of the validation's.
+  trainer.test(*module, val_loader_);
+  ASSERT_EQ(trainer.callback_counts().size(), 1u);
+  EXPECT_TRUE(trainer.callback_counts().at("test_confusion").equal(expected));
+}
+
 TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   auto train = train_loader();
   auto module = make_module(0);

@@ -9,17 +9,10 @@
 
 namespace hotloop::log {
 
-/// counts[t][p]: how many samples of true class t were predicted as class
-/// p (the most probable), from per-batch scores [B, classes] in order and
-/// `targets` [N]. Throws Error when the rows and targets disagree.
-at::Tensor confusion_matrix(
-    const std::vector<at::Tensor>& scores,
-    const at::Tensor& targets,
-    int64_t classes);
-
 /// Each class's accuracy (recall) and count, then the matrix (rows: true
-/// class, columns: prediction), as aligned text. `names`: class k's name,
-/// or empty for the numbers.
+/// class, columns: prediction; counts[t][p] samples of class t predicted as
+/// p: train::confusion_counts, on any device), as aligned text. `names`: class
+/// k's name, or empty for the numbers.
 void print_confusion(
     std::ostream& out,
     const at::Tensor& confusion,

@@ -7,10 +7,18 @@ namespace hotloop::train {
 /// A Module for classification: any network mapping input to logits,
 /// trained with cross-entropy. Logs train_loss; val_loss/val_acc in
 /// validation (plus val_acc_top<k> for top_k > 1 when there are more than k
-/// classes); test_loss/test_acc (/test_acc_top<k>) in test. predict_step
-/// returns class probabilities [B, num_classes].
+/// classes); test_loss/test_acc (/test_acc_top<k>) in test; and, for up to
+/// kConfusionClasses classes, counts val_confusion / test_confusion (the
+/// [C, C] confusion_counts of the pass: Trainer::callback_counts), so that
+/// a confusion matrix costs no pass of its own. predict_step returns class
+/// probabilities [B, num_classes].
 class ImageClassifier : public NetworkModule {
  public:
+  /// The most classes whose confusion an evaluation counts: ImageNet's
+  /// thousand (an 8 MB matrix); past it the [C, C] counts would cost more
+  /// than the pass.
+  static constexpr int64_t kConfusionClasses = 1000;
+
   /// `network`: input -> logits [B, num_classes]. The optimizer and schedule
   /// are built from the given options in configure_optimizers. `top_k`:
   /// the k of the extra top-k accuracy (1: none); throws ConfigError < 1.

@@ -48,8 +48,9 @@ class MeanMetric {
   at::Tensor device_sum_;
 };
 
-/// Named running means that steps log into. A logged tensor is detached, so
-/// no autograd graph is ever kept alive by a logged value.
+/// Named running means that steps log into, and named counts they add to.
+/// A logged tensor is detached, so no autograd graph is ever kept alive by a
+/// logged value.
 class MetricCollection {
  public:
   /// Adds `value` (a batch mean) with `weight` (its sample count) to `name`.
@@ -65,6 +66,18 @@ class MetricCollection {
   /// (a captured CUDA graph's, whose values a replay overwrites in place)
   /// logged again.
   void log_last(const MetricCollection& step);
+  /// Adds `counts` (an integer tensor of any shape: per-class counts, a
+  /// confusion matrix) to the total kept under `name`, on the device the
+  /// counts are on, without reading them: an evaluation's histogram at no
+  /// wait per batch. The first call fixes the shape; another shape throws
+  /// Error naming the metric. Summed over processes as the means are
+  /// (all_reduce_metrics); not part of compute() or state() (a checkpoint
+  /// keeps the means only).
+  void count(const std::string& name, const at::Tensor& counts);
+  /// Every count's total so far, by name.
+  const std::map<std::string, at::Tensor>& counts() const {
+    return counts_;
+  }
   /// Every metric's mean.
   std::map<std::string, double> compute() const;
   /// Every metric's most recent logged value (what a per-step log shows).
@@ -74,15 +87,17 @@ class MetricCollection {
   void reset() {
     metrics_.clear();
     last_.clear();
+    counts_.clear();
   }
   /// Every metric's weighted sum and weight, for a checkpoint.
   std::map<std::string, std::pair<double, double>> state() const;
-  /// Replaces the metrics by those of `state()`.
+  /// Replaces the means by those of `state()`; the counts stay.
   void load_state(
       const std::map<std::string, std::pair<double, double>>& state);
 
  private:
   std::map<std::string, MeanMetric> metrics_;
+  std::map<std::string, at::Tensor> counts_;
   struct Logged {
     at::Tensor value; // as logged (on its device)
     double weight = 0;
@@ -101,5 +116,13 @@ int64_t count_correct(
 /// for the device at every batch.
 at::Tensor correct_count(
     const at::Tensor& logits, const at::Tensor& target, int64_t k = 1);
+
+/// The confusion counts of one batch as an int64 [C, C] tensor on the
+/// logits' device (C = logits.size(1)): counts[t][p] samples of true class
+/// t whose highest score is class p (the first of equal highest scores, as
+/// argmax), for MetricCollection::count. Throws Error for logits that are
+/// not [N, C] or a target that is not [N]; the targets' range is not read
+/// (no wait for the device), the loss beside it checks that.
+at::Tensor confusion_counts(const at::Tensor& logits, const at::Tensor& target);
 
 } // namespace hotloop::train

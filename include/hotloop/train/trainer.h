@@ -134,6 +134,13 @@ class Trainer {
   const std::map<std::string, double>& callback_metrics() const {
     return callback_metrics_;
   }
+  /// What the latest validation or test counted (MetricCollection::count:
+  /// an ImageClassifier's val_confusion or test_confusion), summed over
+  /// every process, on the device it was counted on. The sanity check's
+  /// counts are not kept, nor does a checkpoint keep any.
+  const std::map<std::string, at::Tensor>& callback_counts() const {
+    return callback_counts_;
+  }
   /// The last value of everything sent to the loggers.
   const std::map<std::string, double>& logged_metrics() const {
     return logged_metrics_;
@@ -255,6 +262,7 @@ class Trainer {
   TrainingProgress progress_;
   int64_t current_epoch_ = 0;
   std::map<std::string, double> callback_metrics_;
+  std::map<std::string, at::Tensor> callback_counts_;
   std::map<std::string, double> logged_metrics_;
   bool sanity_checking_ = false;
   bool has_validation_ = false;

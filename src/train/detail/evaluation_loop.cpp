@@ -61,7 +61,7 @@ void EvaluationLoop::for_each_batch(
   module_.train(was_training);
 }
 
-std::map<std::string, double> EvaluationLoop::run(
+MetricCollection EvaluationLoop::run(
     data::DataLoader& loader, Stage stage, int64_t limit) {
   MetricCollection metrics;
   for_each_batch(loader, limit, [&](const data::Batch& batch, int64_t idx) {
@@ -72,7 +72,7 @@ std::map<std::string, double> EvaluationLoop::run(
     }
   });
   all_reduce_metrics(metrics, trainer_.strategy());
-  return metrics.compute();
+  return metrics;
 }
 
 std::vector<at::Tensor> EvaluationLoop::predict(
@@ -91,13 +91,22 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
     return;
   }
   auto state = metrics.state();
-  // One collective for all of them: [sum, weight] per metric, by name.
-  at::Tensor values = at::empty(
-      {static_cast<int64_t>(state.size()), 2}, at::TensorOptions(at::kDouble));
+  // One collective for all of them: [sum, weight] per metric by name, then
+  // every count's cells (as doubles: exact to 2^53).
+  int64_t size = 2 * static_cast<int64_t>(state.size());
+  for (const auto& [name, total] : metrics.counts()) {
+    size += total.numel();
+  }
+  at::Tensor values = at::empty({size}, at::TensorOptions(at::kDouble));
   auto* value = values.data_ptr<double>();
   for (const auto& [name, sum_weight] : state) {
     *value++ = sum_weight.first;
     *value++ = sum_weight.second;
+  }
+  int64_t at = 2 * static_cast<int64_t>(state.size());
+  for (const auto& [name, total] : metrics.counts()) {
+    values.narrow(0, at, total.numel()).copy_(total.reshape({-1}));
+    at += total.numel();
   }
   strategy.all_reduce(values, Reduction::kSum);
   values = values.cpu();
@@ -107,6 +116,13 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
     sum_weight.second = *value++;
   }
   metrics.load_state(state);
+  at = 2 * static_cast<int64_t>(state.size());
+  for (const auto& [name, total] : metrics.counts()) {
+    // The same storage as the collection's: summed in place.
+    at::Tensor summed = total;
+    summed.copy_(values.narrow(0, at, total.numel()).view(total.sizes()));
+    at += total.numel();
+  }
 }
 
 } // namespace hotloop::train::detail

@@ -284,6 +284,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   trainer.progress_ = TrainingProgress{};
   trainer.current_epoch_ = 0;
   trainer.callback_metrics_.clear();
+  trainer.callback_counts_.clear();
   trainer.should_stop_ = false;
   trainer.min_epochs_noted_ = false;
   trainer.pending_logs_.clear();
@@ -364,7 +365,8 @@ void FitLoop::prepare(const std::string& ckpt_path) {
                    *val_,
                    Stage::kValidate,
                    sanity < 0 ? limit_val_batches_
-                              : limited(sanity, limit_val_batches_))) {
+                              : limited(sanity, limit_val_batches_))
+               .compute()) {
         validation_names_.insert(name);
       }
       validation_names_known_ = true;
@@ -734,8 +736,11 @@ void FitLoop::validate(bool epoch_end) {
   const auto timed = clock_->time(Phase::kValidation);
   trainer.each_callback(
       [&](Callback& c) { c.on_validation_start(trainer, module_); });
-  const auto metrics = EvaluationLoop(trainer, module_, *precision_)
-                           .run(*val_, Stage::kValidate, limit_val_batches_);
+  const MetricCollection pass =
+      EvaluationLoop(trainer, module_, *precision_)
+          .run(*val_, Stage::kValidate, limit_val_batches_);
+  const std::map<std::string, double> metrics = pass.compute();
+  trainer.callback_counts_ = pass.counts();
   for (const auto& [name, value] : metrics) {
     trainer.callback_metrics_[name] = value;
   }

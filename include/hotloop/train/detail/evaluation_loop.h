@@ -32,9 +32,8 @@ class EvaluationLoop {
   EvaluationLoop(Trainer& trainer, Module& module, const Precision& precision);
 
   /// Runs `stage`'s step over the first `limit` batches of `loader` (-1:
-  /// all) and returns the means of what it logged, over every process.
-  std::map<std::string, double> run(
-      data::DataLoader& loader, Stage stage, int64_t limit);
+  /// all) and returns what it logged, summed over every process.
+  MetricCollection run(data::DataLoader& loader, Stage stage, int64_t limit);
 
   /// Runs predict_step over the first `limit` batches and returns its
   /// outputs, one per batch, in order.
@@ -49,9 +48,10 @@ class EvaluationLoop {
   const Precision& precision_;
 };
 
-/// Sums every metric's weighted sum and weight over the processes of
-/// `strategy`, so that the means are those of the whole split (a no-op for
-/// one process). Every process must hold the same metric names.
+/// Sums every metric's weighted sum and weight, and every count, over the
+/// processes of `strategy`, so that the means and counts are those of the
+/// whole split (a no-op for one process). Every process must hold the same
+/// metric names and count shapes.
 void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy);
 
 } // namespace hotloop::train::detail
