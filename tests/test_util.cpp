@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "hotloop/log/confusion.h"
+
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <png.h>
@@ -254,6 +256,18 @@ OpCount::~OpCount() {
 
 int OpCount::calls() const {
   return counted_calls;
+}
+
+at::Tensor read_confusion_counts(const std::string& path) {
+  const log::ConfusionTable table = log::read_confusion_csv(path);
+  const auto classes = static_cast<int64_t>(table.counts.size());
+  at::Tensor counts = at::empty({classes, classes}, at::kLong);
+  for (int64_t t = 0; t < classes; ++t) {
+    for (int64_t p = 0; p < classes; ++p) {
+      counts[t][p] = table.counts[t][p];
+    }
+  }
+  return counts;
 }
 
 double max_difference(const at::Tensor& a, const at::Tensor& b) {

@@ -161,6 +161,10 @@ double max_relative_difference(
 /// relative 1e-6 (8 float ulps) for those, with zero points exact.
 constexpr double kObservedTolerance = 1e-6;
 
+/// The counts of a confusion.csv (log::write_confusion_csv) as an int64
+/// [C, C] tensor: rows true classes, columns predictions.
+at::Tensor read_confusion_counts(const std::string& path);
+
 /// "[d0,d1,...]"
 std::string shape_string(at::IntArrayRef sizes);
 std::vector<int64_t> parse_shape(const std::string& shape);

@@ -10,7 +10,6 @@
 #include "hotloop/core/error.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/tensor_dataset.h"
-#include "hotloop/log/confusion.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
@@ -1091,18 +1090,12 @@ TEST(Launcher, TrainsOnTwoRanksAndRankZeroAloneWritesTheRun) {
   EXPECT_EQ(summary.at("steps"), 8);
   // The last validation's confusion, summed over both processes: each of
   // the 51 validation samples counted once, as val_acc counts them.
-  const auto table = hotloop::log::read_confusion_csv(
+  const at::Tensor counted = hotloop::testing::read_confusion_counts(
       dir.file("runs/ddp/version_0/confusion.csv"));
-  int64_t counted = 0;
-  int64_t diagonal = 0;
-  for (size_t t = 0; t < table.counts.size(); ++t) {
-    for (size_t p = 0; p < table.counts[t].size(); ++p) {
-      counted += table.counts[t][p];
-      diagonal += t == p ? table.counts[t][p] : 0;
-    }
-  }
-  EXPECT_EQ(counted, 51);
-  EXPECT_DOUBLE_EQ(diagonal / 51.0, summary.at("val_acc").get<double>());
+  EXPECT_EQ(counted.sum().item<int64_t>(), 51);
+  EXPECT_DOUBLE_EQ(
+      counted.trace().item<int64_t>() / 51.0,
+      summary.at("val_acc").get<double>());
 }
 
 // The run's own config.yaml says strategy=ddp and devices=2; the commands
