@@ -55,7 +55,7 @@ MIRROR=http://deb.debian.org/debian
 # Chromium (its tests skip without it) and the Fashion-MNIST files (bound
 # in from this machine when it has them).
 PACKAGES=(
-  g++ cmake ninja-build pkg-config ccache libopenblas0-pthread
+  g++ cmake ninja-build pkg-config ccache libopenblas0-pthread libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   libgtest-dev libgmock-dev
 )
