@@ -15,8 +15,8 @@ namespace hotloop::train {
 class ImageClassifier : public NetworkModule {
  public:
   /// The most classes whose confusion an evaluation counts: ImageNet's
-  /// thousand (an 8 MB matrix); past it the [C, C] counts would cost more
-  /// than the pass.
+  /// thousand, an 8 MB matrix made and added at every batch (it grows with
+  /// the square of the classes).
   static constexpr int64_t kConfusionClasses = 1000;
 
   /// `network`: input -> logits [B, num_classes]. The optimizer and schedule

@@ -103,10 +103,10 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
     *value++ = sum_weight.first;
     *value++ = sum_weight.second;
   }
-  int64_t at = 2 * static_cast<int64_t>(state.size());
+  int64_t offset = 2 * static_cast<int64_t>(state.size());
   for (const auto& [name, total] : metrics.counts()) {
-    values.narrow(0, at, total.numel()).copy_(total.reshape({-1}));
-    at += total.numel();
+    values.narrow(0, offset, total.numel()).copy_(total.reshape({-1}));
+    offset += total.numel();
   }
   strategy.all_reduce(values, Reduction::kSum);
   values = values.cpu();
@@ -116,12 +116,12 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
     sum_weight.second = *value++;
   }
   metrics.load_state(state);
-  at = 2 * static_cast<int64_t>(state.size());
+  offset = 2 * static_cast<int64_t>(state.size());
   for (const auto& [name, total] : metrics.counts()) {
     // The same storage as the collection's: summed in place.
     at::Tensor summed = total;
-    summed.copy_(values.narrow(0, at, total.numel()).view(total.sizes()));
-    at += total.numel();
+    summed.copy_(values.narrow(0, offset, total.numel()).view(total.sizes()));
+    offset += total.numel();
   }
 }
 
