@@ -444,50 +444,48 @@ Precision Trainer::prepare_evaluation(
 
 std::map<std::string, double> Trainer::validate(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  const StreamState keep(out_);
-  const Precision precision = prepare_evaluation(module, loader, ckpt_path);
-  std::unique_ptr<data::DataLoader> share;
-  data::DataLoader& shared = share_of(loader, share);
-  for (const auto& callback : callbacks_) {
-    callback->on_validation_start(*this, module);
-  }
-  const MetricCollection pass = detail::EvaluationLoop(*this, module, precision)
-                                    .run(
-                                        shared,
-                                        detail::Stage::kValidate,
-                                        detail::resolve_limit(
-                                            options_.limit_val_batches(),
-                                            shared.num_batches(),
-                                            "limit_val_batches"));
-  callback_metrics_ = pass.compute();
-  callback_counts_ = pass.counts();
-  for (const auto& callback : callbacks_) {
-    callback->on_validation_end(*this, module);
-  }
-  return callback_metrics_;
+  return evaluate(module, loader, ckpt_path, /*test=*/false);
 }
 
 std::map<std::string, double> Trainer::test(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  return evaluate(module, loader, ckpt_path, /*test=*/true);
+}
+
+std::map<std::string, double> Trainer::evaluate(
+    Module& module,
+    data::DataLoader& loader,
+    const std::string& ckpt_path,
+    bool test) {
   const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   std::unique_ptr<data::DataLoader> share;
   data::DataLoader& shared = share_of(loader, share);
   for (const auto& callback : callbacks_) {
-    callback->on_test_start(*this, module);
+    if (test) {
+      callback->on_test_start(*this, module);
+    } else {
+      callback->on_validation_start(*this, module);
+    }
   }
-  const MetricCollection pass = detail::EvaluationLoop(*this, module, precision)
-                                    .run(
-                                        shared,
-                                        detail::Stage::kTest,
-                                        detail::resolve_limit(
-                                            options_.limit_test_batches(),
-                                            shared.num_batches(),
-                                            "limit_test_batches"));
+  const int64_t limit = detail::resolve_limit(
+      test ? options_.limit_test_batches() : options_.limit_val_batches(),
+      shared.num_batches(),
+      test ? "limit_test_batches" : "limit_val_batches");
+  const MetricCollection pass =
+      detail::EvaluationLoop(*this, module, precision)
+          .run(
+              shared,
+              test ? detail::Stage::kTest : detail::Stage::kValidate,
+              limit);
   callback_metrics_ = pass.compute();
   callback_counts_ = pass.counts();
   for (const auto& callback : callbacks_) {
-    callback->on_test_end(*this, module);
+    if (test) {
+      callback->on_test_end(*this, module);
+    } else {
+      callback->on_validation_end(*this, module);
+    }
   }
   return callback_metrics_;
 }

@@ -2,6 +2,7 @@
 #include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "hotloop/data/image_dataset.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/models/fashion_cnn.h"
 #include "hotloop/models/mlp.h"
@@ -14,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/nn/modules/linear.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -323,6 +325,29 @@ TEST_F(TrainerTest, AnEvaluationCountsItsConfusionInItsOwnPass) {
   trainer.test(*module, val_loader_);
   ASSERT_EQ(trainer.callback_counts().size(), 1u);
   EXPECT_TRUE(trainer.callback_counts().at("test_confusion").equal(expected));
+}
+
+TEST_F(TrainerTest, AClassifierCountsTheConfusionOfAtMostAThousandClasses) {
+  const auto set = std::make_shared<data::TensorDataset>(
+      at::randn({8, 4}), at::arange(8, at::kLong));
+  data::DataLoader loader(set, data::DataLoaderOptions(4));
+  Trainer trainer(options().default_root_dir(""));
+  for (const int64_t classes : {ImageClassifier::kConfusionClasses,
+                                ImageClassifier::kConfusionClasses + 1}) {
+    ImageClassifier module(
+        torch::nn::AnyModule(torch::nn::Linear(4, classes)), {}, {});
+    trainer.validate(module, loader);
+    const auto& counts = trainer.callback_counts();
+    if (classes <= ImageClassifier::kConfusionClasses) {
+      ASSERT_EQ(counts.count("val_confusion"), 1u);
+      EXPECT_EQ(
+          counts.at("val_confusion").sizes(),
+          (std::vector<int64_t>{classes, classes}));
+      EXPECT_EQ(counts.at("val_confusion").sum().item<int64_t>(), 8);
+    } else {
+      EXPECT_TRUE(counts.empty()) << classes << " classes";
+    }
+  }
 }
 
 TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {

@@ -224,6 +224,12 @@ class Trainer {
       Module& module,
       const data::DataLoader& loader,
       const std::string& ckpt_path);
+  // validate (test false) or test: the stage's hooks, limit and step.
+  std::map<std::string, double> evaluate(
+      Module& module,
+      data::DataLoader& loader,
+      const std::string& ckpt_path,
+      bool test);
   // The batch on the device (non_blocking from pinned memory), in the
   // memory format and dtype the module trains in.
   data::Batch prepare_batch(
