@@ -3,6 +3,7 @@
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
 
+#include "hotloop/core/compat.h"
 #include "hotloop/core/error.h"
 #include "models/gpt_step.h"
 #include "test_util.h"
@@ -10,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -536,6 +538,49 @@ TEST(Gpt, LmHeadIsTheTokenEmbeddingWeight) {
   const at::Tensor grad = params["transformer.wte.weight"].grad();
   ASSERT_TRUE(grad.defined());
   EXPECT_GT(grad[5].abs().sum().item<double>(), 0.0);
+}
+
+TEST(CausalAttention, IsEachPositionsSoftmaxOverItsPastInValueAndGradient) {
+  // The definition, one query position at a time in float64, against the
+  // one call (SDPA on LibTorch 2.x, baddbmm with a -inf bias on 1.13), on
+  // q, k, v as the GPT passes them: views of one [B, T, 3 * H * D] tensor.
+  torch::manual_seed(0);
+  const int64_t b = 2;
+  const int64_t h = 3;
+  const int64_t t = 7;
+  const int64_t d = 4;
+  const at::Tensor qkv =
+      at::randn({b, t, 3 * h * d}, at::kDouble).set_requires_grad(true);
+  const auto heads = [&](int64_t i) {
+    return qkv.narrow(2, i * h * d, h * d).view({b, t, h, d}).transpose(1, 2);
+  };
+  const at::Tensor weights = at::randn({b, h, t, d}, at::kDouble);
+
+  const at::Tensor y =
+      compat::causal_attention(heads(0), heads(1), heads(2), 0);
+  ASSERT_EQ(y.sizes(), at::IntArrayRef({b, h, t, d}));
+  const at::Tensor grad =
+      torch::autograd::grad({(y * weights).sum()}, {qkv})[0];
+
+  std::vector<at::Tensor> rows;
+  for (int64_t i = 0; i < t; ++i) {
+    const at::Tensor past_k = heads(1).narrow(2, 0, i + 1);
+    const at::Tensor past_v = heads(2).narrow(2, 0, i + 1);
+    const at::Tensor scores =
+        heads(0).narrow(2, i, 1).matmul(past_k.transpose(-2, -1)) /
+        std::sqrt(static_cast<double>(d));
+    rows.push_back(scores.softmax(-1).matmul(past_v));
+  }
+  const at::Tensor expected = at::cat(rows, 2);
+  const at::Tensor expected_grad =
+      torch::autograd::grad({(expected * weights).sum()}, {qkv})[0];
+
+  EXPECT_TRUE(y.allclose(expected, /*rtol=*/0, /*atol=*/1e-12))
+      << (y - expected).abs().max().item<double>();
+  EXPECT_TRUE(grad.allclose(expected_grad, /*rtol=*/0, /*atol=*/1e-12))
+      << (grad - expected_grad).abs().max().item<double>();
+  // The first position sees itself alone: its output is its own value.
+  EXPECT_TRUE(y.narrow(2, 0, 1).allclose(heads(2).narrow(2, 0, 1), 0, 1e-15));
 }
 
 TEST(Gpt, LogitsAtAPositionIgnoreLaterTokens) {

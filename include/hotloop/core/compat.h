@@ -38,8 +38,9 @@
 #include <ATen/ops/_foreach_mul.h>
 #endif
 #if HOTLOOP_TORCH_VERSION < 200
+#include <ATen/ops/baddbmm.h>
 #include <ATen/ops/dropout.h>
-#include <ATen/ops/ones.h>
+#include <ATen/ops/full.h>
 #endif
 
 namespace hotloop::compat {
@@ -277,7 +278,11 @@ inline void set_sdpa_backend(const std::string& backend) {
 /// `at::scaled_dot_product_attention` (fused flash / memory-efficient
 /// kernels that never build the [T, T] matrix); 1.13 has only the private
 /// `_scaled_dot_product_attention`, so there the masked softmax is written
-/// out as nanoGPT's non-flash path does.
+/// out. Where nanoGPT's non-flash path scales the scores and fills the
+/// future with -inf in two passes over [B, H, T, T] (and two more in the
+/// backward), the product here starts from a [T, T] bias of 0s and -infs
+/// and takes the scale as its alpha: one `baddbmm`, which the backward
+/// needs no pass of its own for.
 inline at::Tensor causal_attention(
     const at::Tensor& q,
     const at::Tensor& k,
@@ -288,15 +293,23 @@ inline at::Tensor causal_attention(
       q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
 #else
   const int64_t t = q.size(-2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(k.size(-1)));
-  at::Tensor att = q.matmul(k.transpose(-2, -1)).mul(scale);
+  const int64_t d = q.size(-1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor future =
-      at::ones({t, t}, q.options().dtype(at::kBool)).triu(/*diagonal=*/1);
-  att = att.masked_fill(future, -INFINITY).softmax(-1);
+      at::full({t, t}, -INFINITY, q.options()).triu(/*diagonal=*/1);
+  at::Tensor att = at::baddbmm(
+                       future,
+                       q.reshape({-1, t, d}),
+                       k.reshape({-1, t, d}).transpose(1, 2),
+                       /*beta=*/1,
+                       /*alpha=*/scale)
+                       .softmax(-1);
   if (dropout_p > 0) {
     att = at::dropout(att, dropout_p, /*train=*/true);
   }
-  return att.matmul(v);
+  std::vector<int64_t> sizes = q.sizes().vec();
+  sizes.back() = v.size(-1);
+  return att.bmm(v.reshape({-1, t, v.size(-1)})).view(sizes);
 #endif
 }
 
