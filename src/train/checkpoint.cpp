@@ -45,10 +45,10 @@ namespace fs = std::filesystem;
 // parameter names and shapes recorded; 1 loads as before, unverified.
 constexpr int64_t kFormatVersion = 2;
 
-void write_all(int fd, const std::string& bytes, const std::string& path) {
+void write_all(int fd, const char* data, size_t size, const std::string& path) {
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -56,6 +56,57 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
     done += static_cast<size_t>(n);
   }
 }
+
+// An ostream's buffer that writes to a file descriptor as it fills, so that
+// a file as large as a checkpoint is never held whole in memory. A failed
+// write throws Error naming `path` (the ostream rethrows it: badbit is in
+// its exceptions).
+class FileDescriptorBuffer : public std::streambuf {
+ public:
+  FileDescriptorBuffer(int fd, std::string path)
+      : fd_(fd), path_(std::move(path)), buffer_(size_t{1} << 20) {
+    setp(buffer_.data(), buffer_.data() + buffer_.size());
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    drain();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+
+  std::streamsize xsputn(const char* data, std::streamsize n) override {
+    const auto size = static_cast<size_t>(n);
+    if (size > static_cast<size_t>(epptr() - pptr())) {
+      drain();
+      if (size >= buffer_.size()) {
+        write_all(fd_, data, size, path_);
+        return n;
+      }
+    }
+    std::memcpy(pptr(), data, size);
+    pbump(static_cast<int>(n));
+    return n;
+  }
+
+  int sync() override {
+    drain();
+    return 0;
+  }
+
+ private:
+  void drain() {
+    write_all(fd_, pbase(), static_cast<size_t>(pptr() - pbase()), path_);
+    setp(buffer_.data(), buffer_.data() + buffer_.size());
+  }
+
+  int fd_;
+  std::string path_;
+  std::vector<char> buffer_;
+};
 
 void fsync_dir(const fs::path& dir) {
   const int fd =
@@ -169,29 +220,82 @@ std::string torch_version() {
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
 }
 
-// Appends the seal to a zip that has no comment (as LibTorch writes it).
-void seal(std::string& zip) {
-  constexpr uint64_t kEnd = detail::kZipEndRecordSize;
-  HOTLOOP_CHECK(
-      zip.size() >= kEnd && zip.compare(zip.size() - kEnd, 4, "PK\5\6") == 0 &&
-          zip[zip.size() - 2] == 0 && zip[zip.size() - 1] == 0,
-      "save_checkpoint: the archive does not end in a zip end record");
-  const auto crc = static_cast<uint32_t>(
-      ::crc32_z(0, reinterpret_cast<const Bytef*>(zip.data()), zip.size() - 2));
-  const std::string comment = hotloop::detail::str_cat(
-      kSealTag,
-      "format=",
-      kFormatVersion,
-      " crc32=",
-      detail::hex32(crc),
-      " hotloop=",
-      HOTLOOP_VERSION,
-      " libtorch=",
-      torch_version());
-  zip[zip.size() - 2] = static_cast<char>(comment.size() & 0xFF);
-  zip[zip.size() - 1] = static_cast<char>(comment.size() >> 8);
-  zip += comment;
-}
+// Passes a zip through to `out` as LibTorch writes it (with no comment),
+// computing its CRC-32 on the way, and at `finish` gives its end record the
+// seal as its comment: the last 22 bytes seen, the end record, are held
+// back until then.
+class SealingBuffer : public std::streambuf {
+ public:
+  explicit SealingBuffer(std::streambuf& out) : out_(out) {}
+
+  void finish() {
+    constexpr size_t kEnd = detail::kZipEndRecordSize;
+    HOTLOOP_CHECK(
+        tail_.size() == kEnd && tail_.compare(0, 4, "PK\5\6") == 0 &&
+            tail_[kEnd - 2] == 0 && tail_[kEnd - 1] == 0,
+        "save_checkpoint: the archive does not end in a zip end record");
+    pass(tail_.data(), kEnd - 2);
+    const std::string comment = hotloop::detail::str_cat(
+        kSealTag,
+        "format=",
+        kFormatVersion,
+        " crc32=",
+        detail::hex32(static_cast<uint32_t>(crc_)),
+        " hotloop=",
+        HOTLOOP_VERSION,
+        " libtorch=",
+        torch_version());
+    const char length[2] = {
+        static_cast<char>(comment.size() & 0xFF),
+        static_cast<char>(comment.size() >> 8)};
+    write(length, 2);
+    write(comment.data(), comment.size());
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      const char byte = traits_type::to_char_type(c);
+      xsputn(&byte, 1);
+    }
+    return traits_type::not_eof(c);
+  }
+
+  std::streamsize xsputn(const char* data, std::streamsize n) override {
+    constexpr size_t kEnd = detail::kZipEndRecordSize;
+    const auto size = static_cast<size_t>(n);
+    if (size >= kEnd) {
+      pass(tail_.data(), tail_.size());
+      pass(data, size - kEnd);
+      tail_.assign(data + size - kEnd, kEnd);
+    } else {
+      tail_.append(data, size);
+      if (tail_.size() > kEnd) {
+        const size_t extra = tail_.size() - kEnd;
+        pass(tail_.data(), extra);
+        tail_.erase(0, extra);
+      }
+    }
+    return n;
+  }
+
+ private:
+  void pass(const char* data, size_t size) {
+    crc_ = ::crc32_z(crc_, reinterpret_cast<const Bytef*>(data), size);
+    write(data, size);
+  }
+
+  void write(const char* data, size_t size) {
+    HOTLOOP_CHECK(
+        out_.sputn(data, static_cast<std::streamsize>(size)) ==
+            static_cast<std::streamsize>(size),
+        "save_checkpoint: the file took fewer bytes than written");
+  }
+
+  std::streambuf& out_;
+  uLong crc_ = ::crc32_z(0, nullptr, 0);
+  std::string tail_;
+};
 
 // "name [shape]" per line, parameters then buffers, in the module's order:
 // what a checkpoint's model must match.
@@ -392,11 +496,7 @@ void write_file_atomically(
       folder.string(),
       fs::exists(folder, folder_ec) ? "' is not a folder" : "' does not exist");
   remove_stale_temporaries(folder);
-  std::ostringstream buffer;
-  write(buffer);
-  const std::string bytes = std::move(buffer).str();
 
-  const fs::path target(path);
   std::string temp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp.data());
   HOTLOOP_CHECK(
@@ -410,7 +510,11 @@ void write_file_atomically(
     const mode_t mask = ::umask(0);
     ::umask(mask);
     ::fchmod(fd, 0666 & ~mask);
-    write_all(fd, bytes, temp);
+    FileDescriptorBuffer buffer(fd, temp);
+    std::ostream out(&buffer);
+    out.exceptions(std::ios::badbit | std::ios::failbit);
+    write(out);
+    out.flush();
     HOTLOOP_CHECK(
         ::fsync(fd) == 0, temp, ": fsync failed: ", std::strerror(errno));
     HOTLOOP_CHECK(
@@ -503,11 +607,11 @@ void save_checkpoint(
             at::kLong));
   }
   write_file_atomically(path, [&](std::ostream& out) {
-    std::ostringstream zip;
+    SealingBuffer sealing(*out.rdbuf());
+    std::ostream zip(&sealing);
+    zip.exceptions(std::ios::badbit | std::ios::failbit);
     archive.save_to(zip);
-    std::string bytes = std::move(zip).str();
-    seal(bytes);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    sealing.finish();
   });
 }
 

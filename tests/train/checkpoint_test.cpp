@@ -11,6 +11,7 @@
 #include <torch/optim/adam.h>
 #include <torch/serialize/output-archive.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,11 @@ TEST(Checkpoint, LoadsOntoTheModelsDeviceEitherWay) {
   }
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 TEST(Checkpoint, AtomicWriteReplacesTheFileAndLeavesNoTemporaries) {
   TempDir dir;
   const std::string path = dir.file("f.txt");
@@ -246,6 +252,61 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousFile) {
   EXPECT_THAT(
       [&] { write_file_atomically(dir.file("f.txt/g"), [](std::ostream&) {}); },
       ::testing::ThrowsMessage<Error>(HasSubstr("' is not a folder")));
+}
+
+TEST(Checkpoint, AnAtomicWriteStreamsPiecesOfAnySizeInOrder) {
+  // The content goes to the file as it is written (a checkpoint is never
+  // held whole in memory): pieces smaller and larger than the write buffer
+  // arrive in order.
+  TempDir dir;
+  const std::string path = dir.file("f.bin");
+  std::string expected;
+  write_file_atomically(path, [&](std::ostream& out) {
+    for (size_t size : {size_t{1}, size_t{1000}, size_t{3} << 20, size_t{7}}) {
+      const std::string piece(size, static_cast<char>('a' + size % 26));
+      out.write(piece.data(), static_cast<std::streamsize>(size));
+      expected += piece;
+      out.put('|');
+      expected += '|';
+    }
+  });
+  EXPECT_EQ(read_bytes(path), expected);
+}
+
+TEST(Checkpoint, AWriteTheDiskRefusesNamesTheFileAndKeepsThePreviousOne) {
+  // A child process may write 1 MB per file (RLIMIT_FSIZE, as a full disk
+  // refuses a write): the 4 MB write fails, naming the file, and leaves the
+  // previous file and no temporary.
+  TempDir dir;
+  const std::string path = dir.file("f.bin");
+  write_file_atomically(path, [](std::ostream& out) { out << "good"; });
+  const std::string message = dir.file("message.txt");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      write_file_atomically(path, [](std::ostream& out) {
+        out << std::string(size_t{4} << 20, 'x');
+      });
+    } catch (const Error& e) {
+      std::ofstream(message) << e.what();
+      ::_exit(0);
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string what = read_bytes(message);
+  EXPECT_THAT(what, HasSubstr(path + ".tmp."));
+  EXPECT_THAT(what, HasSubstr(": write failed: File too large"));
+  EXPECT_EQ(read_bytes(path), "good");
+  EXPECT_EQ(
+      files_in(dir.path()), (std::vector<std::string>{"f.bin", "message.txt"}));
 }
 
 TEST(Checkpoint, AFileNameWithoutAFolderIsWrittenInTheWorkingDirectory) {
@@ -332,11 +393,6 @@ TEST(Checkpoint, LoadErrorsNameTheFile) {
       [&] { load_checkpoint(dir.file("plain.pt"), net); },
       ::testing::ThrowsMessage<Error>(
           HasSubstr(dir.file("plain.pt") + ": not a hotloop checkpoint")));
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void write_string(const std::string& path, const std::string& bytes) {
