@@ -1,12 +1,17 @@
 #include "test_util.h"
 
+#include "hotloop/core/error.h"
 #include "hotloop/log/confusion.h"
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <png.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -326,6 +331,39 @@ std::string double_backward_error(const at::Tensor& loss) {
     return e.what_without_backtrace();
   }
   return "no error";
+}
+
+std::string error_when_files_stop_at_1mb(const std::function<void()>& write) {
+  char folder[] = "/tmp/hotloop-test-XXXXXX";
+  if (::mkdtemp(folder) == nullptr) {
+    return "(no scratch folder)";
+  }
+  const std::string message = std::string(folder) + "/message.txt";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string what = "(no Error)";
+    try {
+      write();
+    } catch (const hotloop::Error& e) {
+      what = e.what();
+    } catch (...) {
+      what = "(another exception)";
+    }
+    std::ofstream(message) << what;
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::string what = "(the child ended abnormally)";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::ifstream in(message);
+    what.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::filesystem::remove_all(folder);
+  return what;
 }
 
 } // namespace hotloop::testing

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,6 +161,12 @@ double max_relative_difference(
 /// maxima and scales derived from them move by an ulp or two. So a
 /// relative 1e-6 (8 float ulps) for those, with zero points exact.
 constexpr double kObservedTolerance = 1e-6;
+
+/// Runs `write` in a child process that may write 1 MB per file
+/// (RLIMIT_FSIZE: a write past it fails as on a full disk) and returns the
+/// message of the hotloop::Error it throws; "(no Error)", "(another
+/// exception)" or "(the child ended abnormally)" otherwise.
+std::string error_when_files_stop_at_1mb(const std::function<void()>& write);
 
 /// The counts of a confusion.csv (log::write_confusion_csv) as an int64
 /// [C, C] tensor: rows true classes, columns predictions.

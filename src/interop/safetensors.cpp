@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -439,7 +440,13 @@ NamedTensors SafetensorsFile::read_all() const {
   return all;
 }
 
-std::string safetensors_bytes(const NamedTensors& tensors) {
+namespace {
+
+// Hands the bytes of safetensors_bytes(tensors) to `write` in order: the
+// header, then each tensor's bytes from its own memory.
+void write_safetensors(
+    const NamedTensors& tensors,
+    const std::function<void(const char*, size_t)>& write) {
   std::vector<at::Tensor> cpu;
   std::set<std::string> names;
   for (const auto& [name, tensor] : tensors.tensors) {
@@ -479,26 +486,36 @@ std::string safetensors_bytes(const NamedTensors& tensors) {
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  const uint64_t length = text.size();
-  std::memcpy(out.data(), &length, 8);
-  out.reserve(8 + text.size() + offset);
-  out += text;
+  char length[8];
+  const uint64_t text_size = text.size();
+  std::memcpy(length, &text_size, 8);
+  write(length, 8);
+  write(text.data(), text.size());
   for (const size_t i : order) {
     const at::Tensor& t = cpu[i];
     if (t.numel() > 0) {
-      out.append(
+      write(
           static_cast<const char*>(t.data_ptr()),
           static_cast<size_t>(t.numel() * t.element_size()));
     }
   }
-  return out;
+}
+
+} // namespace
+
+std::string safetensors_bytes(const NamedTensors& tensors) {
+  std::string bytes;
+  write_safetensors(tensors, [&](const char* data, size_t size) {
+    bytes.append(data, size);
+  });
+  return bytes;
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors) {
-  const std::string bytes = safetensors_bytes(tensors);
   train::write_file_atomically(path, [&](std::ostream& out) {
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    write_safetensors(tensors, [&](const char* data, size_t size) {
+      out.write(data, static_cast<std::streamsize>(size));
+    });
   });
 }
 

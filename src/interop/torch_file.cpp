@@ -12,7 +12,9 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -312,7 +314,17 @@ NamedTensors load_torch_state_dict(const std::string& path) {
   return out;
 }
 
-std::string torch_state_dict_bytes(const NamedTensors& tensors) {
+namespace {
+
+// Hands the bytes of torch_state_dict_bytes(tensors) to `write` in order,
+// each storage's from its own memory. LibTorch's zip writer calls `write`
+// from C (miniz), which an exception must not cross, and 1.13's writer
+// ends the process when told of a short write: so the first exception
+// `write` throws is kept, the rest of the file is dropped, and it is
+// rethrown once the writer is done.
+void write_torch_state_dict(
+    const NamedTensors& tensors,
+    const std::function<void(const char*, size_t)>& write) {
   struct Storage {
     std::string key;
     at::Tensor flat; // the whole storage, 1-D, on the CPU
@@ -364,10 +376,16 @@ std::string torch_state_dict_bytes(const NamedTensors& tensors) {
         t.strides());
   }
   const std::string pickle = pickler.finish();
-  std::string out;
+  std::exception_ptr failure;
   caffe2::serialize::PyTorchStreamWriter writer(
-      [&out](const void* data, size_t size) {
-        out.append(static_cast<const char*>(data), size);
+      [&](const void* data, size_t size) {
+        if (!failure) {
+          try {
+            write(static_cast<const char*>(data), size);
+          } catch (...) {
+            failure = std::current_exception();
+          }
+        }
         return size;
       });
   static const char kNothing = 0;
@@ -380,14 +398,27 @@ std::string torch_state_dict_bytes(const NamedTensors& tensors) {
         "data/" + s.key, bytes > 0 ? s.flat.data_ptr() : &kNothing, bytes);
   }
   writer.writeEndOfFile();
-  return out;
+  if (failure) {
+    std::rethrow_exception(failure);
+  }
+}
+
+} // namespace
+
+std::string torch_state_dict_bytes(const NamedTensors& tensors) {
+  std::string bytes;
+  write_torch_state_dict(tensors, [&](const char* data, size_t size) {
+    bytes.append(data, size);
+  });
+  return bytes;
 }
 
 void save_torch_state_dict(
     const std::string& path, const NamedTensors& tensors) {
-  const std::string bytes = torch_state_dict_bytes(tensors);
   train::write_file_atomically(path, [&](std::ostream& out) {
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    write_torch_state_dict(tensors, [&](const char* data, size_t size) {
+      out.write(data, static_cast<std::streamsize>(size));
+    });
   });
 }
 

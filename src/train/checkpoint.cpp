@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -223,12 +224,19 @@ std::string torch_version() {
 // Passes a zip through to `out` as LibTorch writes it (with no comment),
 // computing its CRC-32 on the way, and at `finish` gives its end record the
 // seal as its comment: the last 22 bytes seen, the end record, are held
-// back until then.
+// back until then. LibTorch's zip writer calls it from C (miniz), which an
+// exception must not cross, and 1.13's writer ends the process (an error
+// thrown from its destructor) when told of a short write: so a failed write
+// is kept, the rest of the zip is taken and dropped, and `finish` rethrows
+// the failure.
 class SealingBuffer : public std::streambuf {
  public:
   explicit SealingBuffer(std::streambuf& out) : out_(out) {}
 
   void finish() {
+    if (failure_) {
+      std::rethrow_exception(failure_);
+    }
     constexpr size_t kEnd = detail::kZipEndRecordSize;
     HOTLOOP_CHECK(
         tail_.size() == kEnd && tail_.compare(0, 4, "PK\5\6") == 0 &&
@@ -256,14 +264,27 @@ class SealingBuffer : public std::streambuf {
   int_type overflow(int_type c) override {
     if (!traits_type::eq_int_type(c, traits_type::eof())) {
       const char byte = traits_type::to_char_type(c);
-      xsputn(&byte, 1);
+      if (xsputn(&byte, 1) != 1) {
+        return traits_type::eof();
+      }
     }
     return traits_type::not_eof(c);
   }
 
   std::streamsize xsputn(const char* data, std::streamsize n) override {
+    if (!failure_) {
+      try {
+        take(data, static_cast<size_t>(n));
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+    }
+    return n;
+  }
+
+ private:
+  void take(const char* data, size_t size) {
     constexpr size_t kEnd = detail::kZipEndRecordSize;
-    const auto size = static_cast<size_t>(n);
     if (size >= kEnd) {
       pass(tail_.data(), tail_.size());
       pass(data, size - kEnd);
@@ -276,10 +297,8 @@ class SealingBuffer : public std::streambuf {
         tail_.erase(0, extra);
       }
     }
-    return n;
   }
 
- private:
   void pass(const char* data, size_t size) {
     crc_ = ::crc32_z(crc_, reinterpret_cast<const Bytef*>(data), size);
     write(data, size);
@@ -295,6 +314,7 @@ class SealingBuffer : public std::streambuf {
   std::streambuf& out_;
   uLong crc_ = ::crc32_z(0, nullptr, 0);
   std::string tail_;
+  std::exception_ptr failure_;
 };
 
 // "name [shape]" per line, parameters then buffers, in the module's order:
@@ -609,7 +629,6 @@ void save_checkpoint(
   write_file_atomically(path, [&](std::ostream& out) {
     SealingBuffer sealing(*out.rdbuf());
     std::ostream zip(&sealing);
-    zip.exceptions(std::ios::badbit | std::ios::failbit);
     archive.save_to(zip);
     sealing.finish();
   });

@@ -11,7 +11,9 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -175,6 +177,44 @@ TEST(TorchFile, WhatHotloopWritesReadsBackWithStoragesShared) {
         "archive/version"}) {
     EXPECT_NE(bytes.find(record), std::string::npos) << record;
   }
+}
+
+TEST(TorchFile, EitherFormatStreamsToItsFileAndARefusedWriteNamesIt) {
+  // The files hold the bytes the *_bytes functions give, though written
+  // from each tensor's memory as they go; a write the disk refuses (files
+  // stopped at 1 MB, as a full disk stops them) names the file and keeps
+  // the previous one.
+  TempDir dir;
+  NamedTensors tensors;
+  tensors.add("big", at::arange(1 << 20, at::kFloat)); // 4 MB
+  tensors.add("small", at::tensor({1.5, -2.0}).to(at::kBFloat16));
+  const std::string pt = dir.file("model.pt");
+  const std::string st = dir.file("model.safetensors");
+  save_torch_state_dict(pt, tensors);
+  save_safetensors(st, tensors);
+  EXPECT_TRUE(read_file(pt) == torch_state_dict_bytes(tensors));
+  EXPECT_TRUE(read_file(st) == safetensors_bytes(tensors));
+
+  const std::string pt_before = read_file(pt);
+  const std::string st_before = read_file(st);
+  tensors.tensors[0].second.add_(1);
+  for (const auto& [path, save] :
+       {std::pair<std::string, std::function<void()>>{
+            pt, [&] { save_torch_state_dict(pt, tensors); }},
+        {st, [&] { save_safetensors(st, tensors); }}}) {
+    SCOPED_TRACE(path);
+    const std::string what =
+        hotloop::testing::error_when_files_stop_at_1mb(save);
+    EXPECT_THAT(what, HasSubstr(path + ".tmp."));
+    EXPECT_THAT(what, HasSubstr(": write failed: File too large"));
+  }
+  EXPECT_TRUE(read_file(pt) == pt_before);
+  EXPECT_TRUE(read_file(st) == st_before);
+  EXPECT_EQ(
+      std::distance(
+          std::filesystem::directory_iterator(dir.path()),
+          std::filesystem::directory_iterator()),
+      2);
 }
 
 TEST(TorchFile, TheWriterRefusesWhatItCannotWrite) {

@@ -113,7 +113,8 @@ class SafetensorsFile {
 /// outside the ten.
 std::string safetensors_bytes(const NamedTensors& tensors);
 
-/// Writes safetensors_bytes(tensors) to `path` atomically (a crash leaves
+/// Writes safetensors_bytes(tensors) to `path` atomically, from each
+/// tensor's memory as it goes (never the whole file in memory; a crash leaves
 /// the old file or the new one; see train::write_file_atomically).
 void save_safetensors(const std::string& path, const NamedTensors& tensors);
 

@@ -39,7 +39,8 @@ NamedTensors load_torch_state_dict(const std::string& path);
 /// those of safetensors_dtype.
 std::string torch_state_dict_bytes(const NamedTensors& tensors);
 
-/// Writes torch_state_dict_bytes(tensors) to `path` atomically.
+/// Writes torch_state_dict_bytes(tensors) to `path` atomically, from each
+/// storage's memory as it goes (never the whole file in memory).
 void save_torch_state_dict(
     const std::string& path, const NamedTensors& tensors);
 
