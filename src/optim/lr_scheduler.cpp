@@ -377,6 +377,277 @@ std::vector<double> PolynomialLR::compute_lr() {
   return lrs;
 }
 
+namespace {
+
+std::vector<double> times(const std::vector<double>& rates, double factor) {
+  std::vector<double> out;
+  for (double rate : rates) {
+    out.push_back(rate * factor);
+  }
+  return out;
+}
+
+// One lambda for every group, or one per group.
+std::vector<LrLambda> lambdas_per_group(
+    std::vector<LrLambda> lambdas,
+    const torch::optim::Optimizer& optimizer,
+    const char* schedule) {
+  const size_t groups = optimizer.param_groups().size();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      lambdas.size() == groups,
+      schedule,
+      " was given ",
+      lambdas.size(),
+      " lambdas, but the optimizer has ",
+      groups,
+      " param groups");
+  for (const LrLambda& lambda : lambdas) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        static_cast<bool>(lambda),
+        schedule,
+        ": a lambda is empty");
+  }
+  return lambdas;
+}
+
+// `values` for each param group: one value for all, or one per group.
+std::vector<double> values_per_group(
+    const char* option,
+    const std::vector<double>& values,
+    const torch::optim::Optimizer& optimizer) {
+  const size_t groups = optimizer.param_groups().size();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      values.size() == 1 || values.size() == groups,
+      "lr_scheduler.",
+      option,
+      " has ",
+      values.size(),
+      " values, but the optimizer has ",
+      groups,
+      " param groups");
+  for (double value : values) {
+    check_non_negative(option, value);
+  }
+  return values.size() == 1 ? std::vector<double>(groups, values[0]) : values;
+}
+
+void check_momenta(double base_momentum, double max_momentum) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      base_momentum >= 0 && base_momentum < 1,
+      "lr_scheduler.base_momentum must be in [0, 1), got ",
+      base_momentum);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      max_momentum >= 0 && max_momentum < 1,
+      "lr_scheduler.max_momentum must be in [0, 1), got ",
+      max_momentum);
+}
+
+void check_has_momentum(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        has_momentum(group.options()),
+        "lr_scheduler.cycle_momentum needs an optimizer with momentum or "
+        "betas (sgd, rmsprop, adam, adamw); set it to false");
+  }
+}
+
+} // namespace
+
+ConstantLR::ConstantLR(
+    torch::optim::Optimizer& optimizer, double factor, int64_t total_iters)
+    : LRScheduler(optimizer, "ConstantLR"),
+      factor_(factor),
+      total_iters_(total_iters) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      factor > 0 && factor <= 1,
+      "lr_scheduler.factor must be in (0, 1] for constant, got ",
+      factor);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      total_iters >= 0,
+      "lr_scheduler.total_iters must be non-negative, got ",
+      total_iters);
+  restart();
+}
+
+std::vector<double> ConstantLR::compute_lr() {
+  return times(base_lrs(), last_epoch() < total_iters_ ? factor_ : 1.0);
+}
+
+LinearLR::LinearLR(
+    torch::optim::Optimizer& optimizer,
+    double start_factor,
+    double end_factor,
+    int64_t total_iters)
+    : LRScheduler(optimizer, "LinearLR"),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      start_factor > 0 && start_factor <= 1,
+      "lr_scheduler.start_factor must be in (0, 1], got ",
+      start_factor);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      end_factor >= 0 && end_factor <= 1,
+      "lr_scheduler.end_factor must be in [0, 1], got ",
+      end_factor);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      total_iters > 0,
+      "lr_scheduler.total_iters must be positive, got ",
+      total_iters);
+  restart();
+}
+
+std::vector<double> LinearLR::compute_lr() {
+  const double progress =
+      static_cast<double>(std::min(total_iters_, last_epoch())) /
+      static_cast<double>(total_iters_);
+  return times(
+      base_lrs(), start_factor_ + (end_factor_ - start_factor_) * progress);
+}
+
+LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, LrLambda lambda)
+    : LambdaLR(
+          optimizer,
+          std::vector<LrLambda>(optimizer.param_groups().size(), lambda)) {}
+
+LambdaLR::LambdaLR(
+    torch::optim::Optimizer& optimizer, std::vector<LrLambda> lambdas)
+    : LRScheduler(optimizer, "LambdaLR"),
+      lambdas_(lambdas_per_group(std::move(lambdas), optimizer, "LambdaLR")) {
+  restart();
+}
+
+std::vector<double> LambdaLR::compute_lr() {
+  std::vector<double> lrs;
+  for (size_t g = 0; g < lambdas_.size(); ++g) {
+    lrs.push_back(base_lrs()[g] * lambdas_[g](last_epoch()));
+  }
+  return lrs;
+}
+
+MultiplicativeLR::MultiplicativeLR(
+    torch::optim::Optimizer& optimizer, LrLambda lambda)
+    : MultiplicativeLR(
+          optimizer,
+          std::vector<LrLambda>(optimizer.param_groups().size(), lambda)) {}
+
+MultiplicativeLR::MultiplicativeLR(
+    torch::optim::Optimizer& optimizer, std::vector<LrLambda> lambdas)
+    : LRScheduler(optimizer, "MultiplicativeLR"),
+      lambdas_(lambdas_per_group(
+          std::move(lambdas), optimizer, "MultiplicativeLR")) {
+  restart();
+}
+
+std::vector<double> MultiplicativeLR::compute_lr() {
+  return base_lrs(); // step 0; each later step multiplies the current rates
+}
+
+void MultiplicativeLR::advance(std::optional<double> /*metric*/) {
+  const auto& groups = optimizer().param_groups();
+  HOTLOOP_CHECK(
+      groups.size() == lambdas_.size(),
+      "MultiplicativeLR was built for ",
+      lambdas_.size(),
+      " param groups, but the optimizer now has ",
+      groups.size());
+  const int64_t epoch = last_epoch() + 1;
+  std::vector<double> lrs;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    lrs.push_back(groups[g].options().get_lr() * lambdas_[g](epoch));
+  }
+  set_last_epoch(epoch);
+  apply_lr(lrs);
+}
+
+// ---------------------------------------------------------------------------
+// CyclicLR
+
+CyclicLROptions::CyclicLROptions(double base_lr, double max_lr)
+    : base_lr_({base_lr}), max_lr_({max_lr}) {}
+
+CyclicLROptions::CyclicLROptions(
+    std::vector<double> base_lr, std::vector<double> max_lr)
+    : base_lr_(std::move(base_lr)), max_lr_(std::move(max_lr)) {}
+
+CyclicLR::CyclicLR(torch::optim::Optimizer& optimizer, CyclicLROptions options)
+    : LRScheduler(optimizer, "CyclicLR"), options_(std::move(options)) {
+  const auto& o = options_;
+  std::vector<double> base_lrs =
+      values_per_group("base_lr", o.base_lr(), optimizer);
+  max_lrs_ = values_per_group("max_lr", o.max_lr(), optimizer);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.step_size_up() > 0,
+      "lr_scheduler.step_size_up must be positive, got ",
+      o.step_size_up());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.step_size_down().value_or(0) >= 0,
+      "lr_scheduler.step_size_down must be non-negative, got ",
+      o.step_size_down().value_or(0));
+  check_positive("gamma", o.gamma());
+  check_momenta(o.base_momentum(), o.max_momentum());
+  if (o.cycle_momentum()) {
+    check_has_momentum(optimizer);
+  }
+  set_base_lrs(std::move(base_lrs));
+  restart();
+}
+
+const CyclicLROptions& CyclicLR::options() const {
+  return options_;
+}
+
+void CyclicLR::load(torch::serialize::InputArchive& archive) {
+  LRScheduler::load(archive);
+  compute_lr(); // re-applies the momentum of the restored step
+}
+
+std::vector<double> CyclicLR::compute_lr() {
+  // PyTorch's get_lr, term for term.
+  const auto& o = options_;
+  const auto up = static_cast<double>(o.step_size_up());
+  const auto down =
+      static_cast<double>(o.step_size_down().value_or(o.step_size_up()));
+  const double total = up + down;
+  const double ratio = up / total;
+  const auto epoch = static_cast<double>(last_epoch());
+  const double cycle = std::floor(1 + epoch / total);
+  const double x = 1. + epoch / total - cycle;
+  const double scale = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+  double amplitude = 1.0; // triangular
+  if (o.mode() == CyclicMode::kTriangular2) {
+    amplitude = 1 / std::pow(2.0, cycle - 1);
+  } else if (o.mode() == CyclicMode::kExpRange) {
+    amplitude = std::pow(o.gamma(), epoch);
+  }
+  auto& groups = optimizer().param_groups();
+  std::vector<double> lrs;
+  for (size_t g = 0; g < max_lrs_.size(); ++g) {
+    const double height = (max_lrs_[g] - base_lrs()[g]) * scale;
+    lrs.push_back(base_lrs()[g] + height * amplitude);
+    if (o.cycle_momentum()) {
+      const double momentum_height =
+          (o.max_momentum() - o.base_momentum()) * scale;
+      set_momentum(
+          groups[g].options(), o.max_momentum() - momentum_height * amplitude);
+    }
+  }
+  return lrs;
+}
+
 // ---------------------------------------------------------------------------
 // OneCycleLR
 
@@ -424,24 +695,9 @@ OneCycleLR::OneCycleLR(
       o.pct_start());
   check_positive("div_factor", o.div_factor());
   check_positive("final_div_factor", o.final_div_factor());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      o.base_momentum() >= 0 && o.base_momentum() < 1,
-      "lr_scheduler.base_momentum must be in [0, 1), got ",
-      o.base_momentum());
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      o.max_momentum() >= 0 && o.max_momentum() < 1,
-      "lr_scheduler.max_momentum must be in [0, 1), got ",
-      o.max_momentum());
+  check_momenta(o.base_momentum(), o.max_momentum());
   if (o.cycle_momentum()) {
-    for (const auto& group : optimizer.param_groups()) {
-      HOTLOOP_CHECK_AS(
-          ConfigError,
-          has_momentum(group.options()),
-          "lr_scheduler.cycle_momentum needs an optimizer with momentum or "
-          "betas (sgd, rmsprop, adam, adamw); set it to false");
-    }
+    check_has_momentum(optimizer);
   }
 
   const double total = static_cast<double>(o.total_steps());

@@ -235,6 +235,49 @@ std::vector<ScheduleCase> schedule_cases() {
        warmup(make<OneCycleLR>(OC({0.4, 0.2, 0.1}, 36)), 5, 1.0 / 3),
        false,
        true},
+      {"constant", "sgd", make<ConstantLR>(0.4, int64_t{6})},
+      {"constant_defaults", "sgd", make<ConstantLR>()},
+      {"linear", "sgd", make<LinearLR>(0.2, 0.9, int64_t{13})},
+      {"linear_down", "sgd", make<LinearLR>(1.0, 0.05, int64_t{30})},
+      {"lambda", "sgd", make<LambdaLR>(LrLambda([](int64_t e) {
+         return std::pow(0.95, static_cast<double>(e)) *
+                static_cast<double>(1 + e % 4);
+       }))},
+      {"lambda_per_group",
+       "adam",
+       make<LambdaLR>(std::vector<LrLambda>{
+           [](int64_t e) { return 1.0 / static_cast<double>(1 + e); },
+           [](int64_t e) { return std::pow(0.9, static_cast<double>(e)); },
+           [](int64_t e) { return 1 + 0.1 * static_cast<double>(e); }})},
+      {"multiplicative", "sgd", make<MultiplicativeLR>(LrLambda([](int64_t e) {
+         return e % 3 != 0 ? 0.9 : 1.05;
+       }))},
+      {"cyclic_triangular",
+       "sgd",
+       make<CyclicLR>(CyclicLROptions({0.01, 0.005, 0.001}, {0.1, 0.05, 0.01})
+                          .step_size_up(4)
+                          .step_size_down(6)),
+       false,
+       true},
+      {"cyclic_triangular2",
+       "sgd",
+       make<CyclicLR>(CyclicLROptions(0.001, 0.1)
+                          .step_size_up(5)
+                          .mode(CyclicMode::kTriangular2)
+                          .base_momentum(0.85)
+                          .max_momentum(0.95)),
+       false,
+       true},
+      {"cyclic_exp_range",
+       "adam",
+       make<CyclicLR>(CyclicLROptions(0.002, 0.05)
+                          .step_size_up(3)
+                          .step_size_down(7)
+                          .mode(CyclicMode::kExpRange)
+                          .gamma(0.97)
+                          .cycle_momentum(false)),
+       false,
+       true},
       {"plateau_min_rel",
        "sgd",
        make<ReduceLROnPlateau>(RP().mode(PlateauMode::kMin)
@@ -452,6 +495,79 @@ TEST(LRSchedulerOptions, BadValuesAreRejectedWithTheOptionNamed) {
   EXPECT_EQ(
       config_error([&] { LinearWarmup(o, nullptr, 5, 0.0); }),
       "lr_scheduler.warmup_start_factor must be in (0, 1], got 0");
+}
+
+TEST(LRSchedulerOptions, BadConstantLinearLambdaAndCyclicValuesNameTheOption) {
+  auto optimizer = make_test_optimizer("sgd");
+  auto& o = *optimizer;
+  EXPECT_EQ(
+      config_error([&] { ConstantLR(o, 0.0); }),
+      "lr_scheduler.factor must be in (0, 1] for constant, got 0");
+  EXPECT_EQ(
+      config_error([&] { ConstantLR(o, 0.5, -1); }),
+      "lr_scheduler.total_iters must be non-negative, got -1");
+  EXPECT_EQ(
+      config_error([&] { LinearLR(o, 0.0); }),
+      "lr_scheduler.start_factor must be in (0, 1], got 0");
+  EXPECT_EQ(
+      config_error([&] { LinearLR(o, 0.5, 1.5); }),
+      "lr_scheduler.end_factor must be in [0, 1], got 1.5");
+  EXPECT_EQ(
+      config_error([&] { LinearLR(o, 0.5, 1.0, 0); }),
+      "lr_scheduler.total_iters must be positive, got 0");
+  const LrLambda one = [](int64_t) { return 1.0; };
+  EXPECT_EQ(
+      config_error([&] {
+        LambdaLR(o, std::vector<LrLambda>{one, one});
+      }),
+      "LambdaLR was given 2 lambdas, but the optimizer has 3 param groups");
+  EXPECT_EQ(
+      config_error([&] { MultiplicativeLR(o, LrLambda()); }),
+      "MultiplicativeLR: a lambda is empty");
+  EXPECT_EQ(
+      config_error([&] {
+        CyclicLR(o, CyclicLROptions({0.1, 0.2}, {0.3}));
+      }),
+      "lr_scheduler.base_lr has 2 values, but the optimizer has 3 param "
+      "groups");
+  EXPECT_EQ(
+      config_error([&] { CyclicLR(o, CyclicLROptions(0.1, -0.3)); }),
+      "lr_scheduler.max_lr must be non-negative, got -0.3");
+  EXPECT_EQ(
+      config_error(
+          [&] { CyclicLR(o, CyclicLROptions(0.1, 0.3).step_size_up(0)); }),
+      "lr_scheduler.step_size_up must be positive, got 0");
+  EXPECT_EQ(
+      config_error(
+          [&] { CyclicLR(o, CyclicLROptions(0.1, 0.3).step_size_down(-2)); }),
+      "lr_scheduler.step_size_down must be non-negative, got -2");
+  EXPECT_EQ(
+      config_error([&] {
+        CyclicLR(
+            o, CyclicLROptions(0.1, 0.3).mode(CyclicMode::kExpRange).gamma(0));
+      }),
+      "lr_scheduler.gamma must be positive, got 0");
+  EXPECT_EQ(
+      config_error(
+          [&] { CyclicLR(o, CyclicLROptions(0.1, 0.3).max_momentum(1)); }),
+      "lr_scheduler.max_momentum must be in [0, 1), got 1");
+  auto adagrad = make_test_optimizer("adagrad");
+  EXPECT_EQ(
+      config_error([&] { CyclicLR(*adagrad, CyclicLROptions(0.1, 0.3)); }),
+      "lr_scheduler.cycle_momentum needs an optimizer with momentum or betas "
+      "(sgd, rmsprop, adam, adamw); set it to false");
+}
+
+TEST(MultiplicativeLR, MultipliesRatesSetByOthersOnFromThere) {
+  // As PyTorch's: each step multiplies the optimizer's current rate.
+  auto optimizer = make_test_optimizer("sgd", {0.1});
+  MultiplicativeLR schedule(*optimizer, [](int64_t) { return 0.5; });
+  schedule.step();
+  EXPECT_DOUBLE_EQ(group_lrs(*optimizer)[0], 0.05);
+  optimizer->param_groups()[0].options().set_lr(0.8);
+  schedule.step();
+  EXPECT_DOUBLE_EQ(group_lrs(*optimizer)[0], 0.4);
+  EXPECT_DOUBLE_EQ(schedule.last_lr()[0], 0.4);
 }
 
 TEST(LRSchedulerOptions, BadOneCycleValuesAreRejectedWithTheOptionNamed) {

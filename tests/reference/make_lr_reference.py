@@ -148,6 +148,42 @@ def schedules(out):
                                       o, max_lr=[0.4, 0.2, 0.1],
                                       total_steps=36)),
                  momentum=True)
+    run_schedule(out, "constant", "sgd",
+                 lambda o: sched.ConstantLR(o, factor=0.4, total_iters=6))
+    run_schedule(out, "constant_defaults", "sgd",
+                 lambda o: sched.ConstantLR(o))
+    run_schedule(out, "linear", "sgd",
+                 lambda o: sched.LinearLR(
+                     o, start_factor=0.2, end_factor=0.9, total_iters=13))
+    run_schedule(out, "linear_down", "sgd",
+                 lambda o: sched.LinearLR(
+                     o, start_factor=1.0, end_factor=0.05, total_iters=30))
+    run_schedule(out, "lambda", "sgd",
+                 lambda o: sched.LambdaLR(o, lambda e: 0.95 ** e * (1 + e % 4)))
+    run_schedule(out, "lambda_per_group", "adam",
+                 lambda o: sched.LambdaLR(o, [lambda e: 1 / (1 + e),
+                                              lambda e: 0.9 ** e,
+                                              lambda e: 1 + 0.1 * e]))
+    run_schedule(out, "multiplicative", "sgd",
+                 lambda o: sched.MultiplicativeLR(
+                     o, lambda e: 0.9 if e % 3 else 1.05))
+    run_schedule(out, "cyclic_triangular", "sgd",
+                 lambda o: sched.CyclicLR(
+                     o, base_lr=[0.01, 0.005, 0.001], max_lr=[0.1, 0.05, 0.01],
+                     step_size_up=4, step_size_down=6),
+                 momentum=True)
+    run_schedule(out, "cyclic_triangular2", "sgd",
+                 lambda o: sched.CyclicLR(
+                     o, base_lr=0.001, max_lr=0.1, step_size_up=5,
+                     mode="triangular2", base_momentum=0.85,
+                     max_momentum=0.95),
+                 momentum=True)
+    run_schedule(out, "cyclic_exp_range", "adam",
+                 lambda o: sched.CyclicLR(
+                     o, base_lr=0.002, max_lr=0.05, step_size_up=3,
+                     step_size_down=7, mode="exp_range", gamma=0.97,
+                     cycle_momentum=False),
+                 momentum=True)
     losses = [loss_curve(step) for step in range(STEPS)]
     run_schedule(out, "plateau_min_rel", "sgd",
                  lambda o: sched.ReduceLROnPlateau(

@@ -4,6 +4,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -201,6 +202,140 @@ class PolynomialLR final : public LRScheduler {
  private:
   int64_t total_iters_;
   double power_;
+};
+
+/// lr = base * factor for the first total_iters steps, then base.
+class ConstantLR final : public LRScheduler {
+ public:
+  /// Requires factor in (0, 1] and total_iters >= 0 (else
+  /// `hotloop::ConfigError`). PyTorch also takes a factor of 0, whose
+  /// chainable form then divides by it at total_iters.
+  explicit ConstantLR(
+      torch::optim::Optimizer& optimizer,
+      double factor = 1.0 / 3,
+      int64_t total_iters = 5);
+
+ protected:
+  std::vector<double> compute_lr() override;
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
+/// lr = base * (start_factor + (end_factor - start_factor) *
+/// min(epoch, total_iters) / total_iters): a straight line from
+/// start_factor to end_factor over total_iters steps, then flat.
+class LinearLR final : public LRScheduler {
+ public:
+  /// Requires start_factor in (0, 1], end_factor in [0, 1] and
+  /// total_iters > 0 (else `hotloop::ConfigError`).
+  explicit LinearLR(
+      torch::optim::Optimizer& optimizer,
+      double start_factor = 1.0 / 3,
+      double end_factor = 1.0,
+      int64_t total_iters = 5);
+
+ protected:
+  std::vector<double> compute_lr() override;
+
+ private:
+  double start_factor_;
+  double end_factor_;
+  int64_t total_iters_;
+};
+
+/// A factor of the step number, such as `[](int64_t step) { return 0.95 *
+/// step; }`.
+using LrLambda = std::function<double(int64_t)>;
+
+/// lr = base * lambda(epoch), one lambda for every param group or one per
+/// group. The lambdas are not saved with the schedule: a resumed run
+/// builds it with the same ones.
+class LambdaLR final : public LRScheduler {
+ public:
+  LambdaLR(torch::optim::Optimizer& optimizer, LrLambda lambda);
+  /// One lambda per param group (else `hotloop::ConfigError`).
+  LambdaLR(torch::optim::Optimizer& optimizer, std::vector<LrLambda> lambdas);
+
+ protected:
+  std::vector<double> compute_lr() override;
+
+ private:
+  std::vector<LrLambda> lambdas_;
+};
+
+/// Each step multiplies the optimizer's current rates by lambda(epoch)
+/// (from epoch 1): PyTorch's MultiplicativeLR, which like
+/// ReduceLROnPlateau reads the rates from the optimizer, so a rate set by
+/// anyone else is multiplied on from there. One lambda for every group or
+/// one per group; not saved (build a resumed run's with the same ones).
+class MultiplicativeLR final : public LRScheduler {
+ public:
+  MultiplicativeLR(torch::optim::Optimizer& optimizer, LrLambda lambda);
+  /// One lambda per param group (else `hotloop::ConfigError`).
+  MultiplicativeLR(
+      torch::optim::Optimizer& optimizer, std::vector<LrLambda> lambdas);
+
+ protected:
+  void advance(std::optional<double> metric) override;
+  std::vector<double> compute_lr() override;
+
+ private:
+  std::vector<LrLambda> lambdas_;
+};
+
+/// How CyclicLR scales a cycle's amplitude: not at all (triangular),
+/// halved each cycle (triangular2), or by gamma^step (exp_range).
+enum class CyclicMode { kTriangular, kTriangular2, kExpRange };
+
+/// Options of CyclicLR; names and defaults as in PyTorch.
+struct CyclicLROptions {
+  /// One lower and one upper rate for every param group.
+  CyclicLROptions(double base_lr, double max_lr);
+  /// One value, or one per param group, of each.
+  CyclicLROptions(std::vector<double> base_lr, std::vector<double> max_lr);
+
+  /// The rate at the start of each cycle (>= 0); replaces the optimizer's.
+  TORCH_ARG(std::vector<double>, base_lr);
+  /// The rate at the top of each cycle (>= 0).
+  TORCH_ARG(std::vector<double>, max_lr);
+  /// Steps from base_lr up to max_lr (> 0).
+  TORCH_ARG(int64_t, step_size_up) = 2000;
+  /// Steps back down (>= 0); unset: step_size_up.
+  TORCH_ARG(std::optional<int64_t>, step_size_down) = std::nullopt;
+  TORCH_ARG(CyclicMode, mode) = CyclicMode::kTriangular;
+  /// exp_range's factor per step (> 0).
+  TORCH_ARG(double, gamma) = 1.0;
+  /// Cycle momentum inversely to the rate (SGD/RMSprop `momentum`,
+  /// Adam/AdamW first beta, as PyTorch 2.x does; 1.13 refuses betas).
+  TORCH_ARG(bool, cycle_momentum) = true;
+  /// Momentum at the top of the cycle, in [0, 1).
+  TORCH_ARG(double, base_momentum) = 0.8;
+  /// Momentum at the start of the cycle, in [0, 1).
+  TORCH_ARG(double, max_momentum) = 0.9;
+};
+
+/// The cyclical learning rate policy (Smith, 2017): each cycle climbs
+/// linearly from base_lr to max_lr over step_size_up steps and back over
+/// step_size_down, its amplitude scaled by the mode; momentum moves the
+/// opposite way. Overwrites the optimizer's rates with base_lr when built
+/// (`base_lrs()`). PyTorch's custom `scale_fn` is not offered.
+class CyclicLR final : public LRScheduler {
+ public:
+  /// Validates `options` (`hotloop::ConfigError` naming the bad option).
+  CyclicLR(torch::optim::Optimizer& optimizer, CyclicLROptions options);
+
+  const CyclicLROptions& options() const;
+
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  std::vector<double> compute_lr() override;
+
+ private:
+  CyclicLROptions options_;
+  std::vector<double> max_lrs_;
 };
 
 /// How OneCycleLR interpolates within a phase.
