@@ -1041,7 +1041,10 @@ ConfigSchema make_schema() {
        "cosine_restarts",
        "onecycle",
        "polynomial",
-       "plateau"},
+       "plateau",
+       "constant",
+       "linear",
+       "cyclic"},
       "the learning-rate schedule"));
   s.add(choice(
       "lr_scheduler.interval",
@@ -1163,19 +1166,54 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.total_iters",
           T::kInt,
           "0",
-          "polynomial: steps to reach 0; 0: the whole run",
+          "polynomial/linear: steps to reach 0/end_factor, 0: the whole run; "
+          "constant: steps at factor (5 if not given)",
           0));
   s.add(opt("lr_scheduler.power", T::kFloat, "1", "polynomial: exponent", 0));
+  s.add(
+      opt("lr_scheduler.start_factor",
+          T::kFloat,
+          "0.333333",
+          "linear: the rate's factor at the start",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.end_factor",
+          T::kFloat,
+          "1",
+          "linear: the rate's factor after total_iters",
+          0,
+          1));
+  s.add(
+      opt("lr_scheduler.base_lr",
+          T::kFloat,
+          "0",
+          "cyclic: lowest rate (max_lr is the peak); 0: optimizer.lr",
+          0));
+  s.add(
+      opt("lr_scheduler.step_size_up",
+          T::kInt,
+          "2000",
+          "cyclic: steps from base_lr up to max_lr",
+          1));
+  s.add(
+      opt("lr_scheduler.step_size_down",
+          T::kInt,
+          "0",
+          "cyclic: steps back down; 0: step_size_up",
+          0));
   s.add(choice(
       "lr_scheduler.mode",
       "min",
-      {"min", "max"},
-      "plateau: whether the monitored metric should fall or rise"));
+      {"min", "max", "triangular", "triangular2", "exp_range"},
+      "plateau: min or max, whether the monitored metric should fall or "
+      "rise; cyclic: triangular (if not given), triangular2 or exp_range"));
   s.add(
       opt("lr_scheduler.factor",
           T::kFloat,
           "0.1",
-          "plateau: rate multiplier on a plateau",
+          "plateau: rate multiplier on a plateau; constant: the rate's "
+          "factor for total_iters steps (1/3 if not given)",
           0,
           1));
   s.add(
@@ -1711,6 +1749,29 @@ FitConfig to_fit_config(const Config& c) {
   s.cooldown = c.get_int("lr_scheduler.cooldown");
   s.min_lr = c.get_float("lr_scheduler.min_lr");
   s.monitor = c.get_string("lr_scheduler.monitor");
+  s.start_factor = c.get_float("lr_scheduler.start_factor");
+  s.end_factor = c.get_float("lr_scheduler.end_factor");
+  s.base_lr = c.get_float("lr_scheduler.base_lr");
+  s.step_size_up = c.get_int("lr_scheduler.step_size_up");
+  s.step_size_down = c.get_int("lr_scheduler.step_size_down");
+  // Keys schedules share take each schedule's PyTorch default when a
+  // config leaves them out.
+  const auto unless_given = [&](const char* key, auto& field, auto value) {
+    if (!c.is_set(std::string("lr_scheduler.") + key)) {
+      field = value;
+    }
+  };
+  if (s.name == "constant") {
+    unless_given("factor", s.factor, 1.0 / 3);
+    unless_given("total_iters", s.total_iters, int64_t{5});
+  }
+  if (s.name == "cyclic") {
+    s.cyclic_mode = s.mode;
+    unless_given("mode", s.cyclic_mode, std::string("triangular"));
+    unless_given("gamma", s.gamma, 1.0);
+    unless_given("base_momentum", s.base_momentum, 0.8);
+    unless_given("max_momentum", s.max_momentum, 0.9);
+  }
   TunerConfig& t = f.tuner;
   t.batch_size = c.get_string("tuner.batch_size");
   t.batch_size_finder.mode(t.batch_size.empty() ? "power" : t.batch_size)

@@ -26,7 +26,7 @@ namespace {
 const char* const kOptimizerNames = "sgd, adam, adamw, rmsprop, adagrad";
 const char* const kSchedulerNames =
     "none, step, multistep, exponential, cosine, cosine_restarts, onecycle, "
-    "polynomial, plateau";
+    "polynomial, plateau, constant, linear, cyclic";
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
@@ -301,6 +301,32 @@ PlateauMode parse_mode(const std::string& value) {
   return PlateauMode::kMax;
 }
 
+CyclicMode parse_cyclic_mode(const std::string& value) {
+  if (value == "triangular") {
+    return CyclicMode::kTriangular;
+  }
+  if (value == "triangular2") {
+    return CyclicMode::kTriangular2;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      value == "exp_range",
+      "lr_scheduler.mode must be triangular, triangular2 or exp_range for "
+      "cyclic, got '",
+      value,
+      "'");
+  return CyclicMode::kExpRange;
+}
+
+// Each group's optimizer lr.
+std::vector<double> optimizer_lrs(const torch::optim::Optimizer& optimizer) {
+  std::vector<double> lrs;
+  for (const auto& group : optimizer.param_groups()) {
+    lrs.push_back(group.options().get_lr());
+  }
+  return lrs;
+}
+
 ThresholdMode parse_threshold_mode(const std::string& value) {
   if (value == "rel") {
     return ThresholdMode::kRel;
@@ -328,9 +354,10 @@ std::unique_ptr<LRScheduler> make_main_schedule(
         " needs the run's length, and trainer.max_epochs=-1 trains without "
         "one: give ",
         o.interval == "step" ? "trainer.max_steps" : "trainer.max_epochs",
-        o.name == "cosine"           ? " or lr_scheduler.T_max"
-            : o.name == "polynomial" ? " or lr_scheduler.total_iters"
-                                     : "");
+        o.name == "cosine" ? " or lr_scheduler.T_max"
+        : o.name == "polynomial" || o.name == "linear"
+            ? " or lr_scheduler.total_iters"
+            : "");
     HOTLOOP_CHECK_AS(
         ConfigError,
         total_steps > 0,
@@ -369,6 +396,38 @@ std::unique_ptr<LRScheduler> make_main_schedule(
     return std::make_unique<PolynomialLR>(
         optimizer, o.total_iters == 0 ? span() : o.total_iters, o.power);
   }
+  if (name == "constant") {
+    return std::make_unique<ConstantLR>(optimizer, o.factor, o.total_iters);
+  }
+  if (name == "linear") {
+    return std::make_unique<LinearLR>(
+        optimizer,
+        o.start_factor,
+        o.end_factor,
+        o.total_iters == 0 ? span() : o.total_iters);
+  }
+  if (name == "cyclic") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.max_lr > 0,
+        "lr_scheduler.max_lr: cyclic needs the peak rate, got ",
+        o.max_lr);
+    return std::make_unique<CyclicLR>(
+        optimizer,
+        CyclicLROptions(
+            o.base_lr == 0 ? optimizer_lrs(optimizer)
+                           : std::vector<double>{o.base_lr},
+            {o.max_lr})
+            .step_size_up(o.step_size_up)
+            .step_size_down(
+                o.step_size_down == 0 ? std::nullopt
+                                      : std::optional(o.step_size_down))
+            .mode(parse_cyclic_mode(o.cyclic_mode))
+            .gamma(o.gamma)
+            .cycle_momentum(o.cycle_momentum)
+            .base_momentum(o.base_momentum)
+            .max_momentum(o.max_momentum));
+  }
   if (name == "plateau") {
     return std::make_unique<ReduceLROnPlateau>(
         optimizer,
@@ -383,13 +442,8 @@ std::unique_ptr<LRScheduler> make_main_schedule(
             .eps(o.eps));
   }
   // onecycle
-  std::vector<double> max_lr{o.max_lr};
-  if (o.max_lr == 0) {
-    max_lr.clear();
-    for (const auto& group : optimizer.param_groups()) {
-      max_lr.push_back(group.options().get_lr());
-    }
-  }
+  std::vector<double> max_lr =
+      o.max_lr == 0 ? optimizer_lrs(optimizer) : std::vector<double>{o.max_lr};
   return std::make_unique<OneCycleLR>(
       optimizer,
       OneCycleLROptions(std::move(max_lr), span())
@@ -416,7 +470,8 @@ std::unique_ptr<LRScheduler> make_scheduler(
       name == "none" || name == "step" || name == "multistep" ||
           name == "exponential" || name == "cosine" ||
           name == "cosine_restarts" || name == "onecycle" ||
-          name == "polynomial" || name == "plateau",
+          name == "polynomial" || name == "plateau" || name == "constant" ||
+          name == "linear" || name == "cyclic",
       "lr_scheduler.name must be one of ",
       kSchedulerNames,
       ", got '",

@@ -413,6 +413,44 @@ TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
       "auto");
 }
 
+TEST(Cli, SharedScheduleKeysTakeEachSchedulesPyTorchDefaultsWhenLeftOut) {
+  const auto scheduler = [](std::vector<std::string> args) {
+    return to_fit_config(parse_args(fit_schema(), args, {}).config).scheduler;
+  };
+  const optim::SchedulerOptions constant =
+      scheduler({"--lr_scheduler.name=constant"});
+  EXPECT_DOUBLE_EQ(constant.factor, 1.0 / 3);
+  EXPECT_EQ(constant.total_iters, 5);
+  const optim::SchedulerOptions given = scheduler(
+      {"--lr_scheduler.name=constant",
+       "--lr_scheduler.factor=0.5",
+       "--lr_scheduler.total_iters=7"});
+  EXPECT_DOUBLE_EQ(given.factor, 0.5);
+  EXPECT_EQ(given.total_iters, 7);
+
+  const optim::SchedulerOptions cyclic =
+      scheduler({"--lr_scheduler.name=cyclic", "--lr_scheduler.max_lr=0.1"});
+  EXPECT_EQ(cyclic.cyclic_mode, "triangular");
+  EXPECT_DOUBLE_EQ(cyclic.gamma, 1.0);
+  EXPECT_DOUBLE_EQ(cyclic.base_momentum, 0.8);
+  EXPECT_DOUBLE_EQ(cyclic.max_momentum, 0.9);
+  EXPECT_EQ(cyclic.step_size_up, 2000);
+  const optim::SchedulerOptions exp_range = scheduler(
+      {"--lr_scheduler.name=cyclic",
+       "--lr_scheduler.mode=exp_range",
+       "--lr_scheduler.gamma=0.99"});
+  EXPECT_EQ(exp_range.cyclic_mode, "exp_range");
+  EXPECT_DOUBLE_EQ(exp_range.gamma, 0.99);
+
+  // The other schedules keep the keys' own defaults.
+  const optim::SchedulerOptions plateau =
+      scheduler({"--lr_scheduler.name=plateau"});
+  EXPECT_DOUBLE_EQ(plateau.factor, 0.1);
+  EXPECT_EQ(plateau.mode, "min");
+  EXPECT_DOUBLE_EQ(
+      scheduler({"--lr_scheduler.name=onecycle"}).base_momentum, 0.85);
+}
+
 TEST(Cli, TheGptsKernelChoicesReachItsOptions) {
   const FitConfig chosen =
       to_fit_config(parse_args(

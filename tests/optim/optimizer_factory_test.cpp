@@ -547,6 +547,44 @@ TEST(MakeScheduler, BuildsEachScheduleByName) {
   EXPECT_EQ(build("polynomial")->name(), "PolynomialLR");
   EXPECT_EQ(build("plateau")->name(), "ReduceLROnPlateau");
   EXPECT_TRUE(build("plateau")->needs_metric());
+  EXPECT_EQ(build("constant")->name(), "ConstantLR");
+  EXPECT_EQ(build("linear")->name(), "LinearLR");
+}
+
+TEST(MakeScheduler, LinearSpansTheRunAndCyclicStartsAtTheOptimizerLr) {
+  torch::nn::Linear net(3, 2);
+  auto optimizer = sgd_for(net);
+  SchedulerOptions o;
+  o.name = "linear";
+  o.start_factor = 1.0;
+  o.end_factor = 0.0;
+  auto linear = make_scheduler(*optimizer, o, 10);
+  for (int i = 0; i < 5; ++i) {
+    linear->step();
+  }
+  EXPECT_NEAR(linear->last_lr()[0], 0.05, 1e-15);
+  for (int i = 0; i < 5; ++i) {
+    linear->step();
+  }
+  EXPECT_NEAR(linear->last_lr()[0], 0.0, 1e-15);
+
+  auto cyclic_optimizer = sgd_for(net);
+  SchedulerOptions c;
+  c.name = "cyclic";
+  c.max_lr = 0.5;
+  c.step_size_up = 4;
+  c.cyclic_mode = "triangular2";
+  c.cycle_momentum = false;
+  auto cyclic = make_scheduler(*cyclic_optimizer, c, 100);
+  ASSERT_EQ(cyclic->name(), "CyclicLR");
+  EXPECT_EQ(cyclic->base_lrs(), std::vector<double>(2, 0.1));
+  const auto& options = static_cast<const CyclicLR&>(*cyclic).options();
+  EXPECT_EQ(options.mode(), CyclicMode::kTriangular2);
+  EXPECT_EQ(options.step_size_down(), std::nullopt);
+  for (int i = 0; i < 4; ++i) {
+    cyclic->step();
+  }
+  EXPECT_NEAR(cyclic->last_lr()[0], 0.5, 1e-15);
 }
 
 TEST(MakeScheduler, PassesTheOptionsThrough) {
@@ -642,8 +680,24 @@ TEST(MakeScheduler, BadOptionsAreRejectedWithTheOptionNamed) {
   EXPECT_EQ(
       error_for([](SchedulerOptions& o) { o.name = "cosine_annealing"; }),
       "lr_scheduler.name must be one of none, step, multistep, exponential, "
-      "cosine, cosine_restarts, onecycle, polynomial, plateau, got "
-      "'cosine_annealing'");
+      "cosine, cosine_restarts, onecycle, polynomial, plateau, constant, "
+      "linear, cyclic, got 'cosine_annealing'");
+  EXPECT_EQ(
+      error_for([](SchedulerOptions& o) { o.name = "cyclic"; }),
+      "lr_scheduler.max_lr: cyclic needs the peak rate, got 0");
+  EXPECT_EQ(
+      error_for([](SchedulerOptions& o) {
+        o.name = "cyclic";
+        o.max_lr = 1;
+        o.cyclic_mode = "min";
+      }),
+      "lr_scheduler.mode must be triangular, triangular2 or exp_range for "
+      "cyclic, got 'min'");
+  EXPECT_EQ(
+      error_for([](SchedulerOptions& o) { o.name = "linear"; }, -1),
+      "lr_scheduler: linear needs the run's length, and trainer.max_epochs=-1 "
+      "trains without one: give trainer.max_steps or "
+      "lr_scheduler.total_iters");
   EXPECT_EQ(
       error_for([](SchedulerOptions& o) { o.interval = "batch"; }),
       "lr_scheduler.interval must be step or epoch, got 'batch'");

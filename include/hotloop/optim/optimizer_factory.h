@@ -59,7 +59,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
 /// fields; see the classes in lr_scheduler.h for their meaning.
 struct SchedulerOptions {
   /// One of none, step, multistep, exponential, cosine, cosine_restarts,
-  /// onecycle, polynomial, plateau.
+  /// onecycle, polynomial, plateau, constant, linear, cyclic. Fields some
+  /// schedules share keep the default of the first named: constant reads
+  /// `factor` and `total_iters`, cyclic `gamma`, `max_lr` and the momenta,
+  /// so set those (the CLI gives each schedule PyTorch's defaults for the
+  /// keys a config leaves out).
   std::string name = "onecycle";
 
   /// step: decay every step_size steps; step, multistep, exponential: the
@@ -89,12 +93,28 @@ struct SchedulerOptions {
   double base_momentum = 0.85;
   double max_momentum = 0.95;
 
-  /// polynomial: steps to reach 0; 0 means the run's steps after warmup.
+  /// polynomial: steps to reach 0; linear: steps to reach end_factor
+  /// (both: 0 means the run's steps after warmup); constant: steps at
+  /// `factor` times the rate.
   int64_t total_iters = 0;
   double power = 1.0;
 
+  /// linear: the rate's factor at step 0 and from total_iters on.
+  double start_factor = 1.0 / 3;
+  double end_factor = 1.0;
+
+  /// cyclic: the lowest rate (0 means each group's optimizer lr; max_lr,
+  /// the peak, must be given), steps up and down (down 0: as many as up),
+  /// and triangular, triangular2 or exp_range (with `gamma`).
+  double base_lr = 0.0;
+  int64_t step_size_up = 2000;
+  int64_t step_size_down = 0;
+  std::string cyclic_mode = "triangular";
+
   /// plateau: min or max.
   std::string mode = "min";
+  /// plateau: the rate's multiplier on a plateau; constant: the rate's
+  /// factor for the first total_iters steps.
   double factor = 0.1;
   int64_t patience = 10;
   double threshold = 1e-4;
