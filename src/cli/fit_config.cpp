@@ -1001,8 +1001,22 @@ ConfigSchema make_schema() {
           "learning rate (onecycle: the peak)",
           0));
   s.add(opt("optimizer.weight_decay", T::kFloat, "0.0001", "weight decay", 0));
+  s.add(
+      opt("optimizer.momentum",
+          T::kFloat,
+          "0.9",
+          "sgd momentum (PyTorch's default is 0); rmsprop momentum (0, as "
+          "PyTorch's, if not given)",
+          0,
+          1));
+  s.add(
+      opt("optimizer.alpha",
+          T::kFloat,
+          "0.99",
+          "rmsprop: smoothing constant of the squared gradients",
+          0));
   s.add(opt(
-      "optimizer.momentum", T::kFloat, "0.9", "sgd/rmsprop momentum", 0, 1));
+      "optimizer.centered", T::kBool, "false", "rmsprop: centered variant"));
   s.add(opt("optimizer.nesterov", T::kBool, "false", "sgd Nesterov momentum"));
   s.add(opt("optimizer.beta1", T::kFloat, "0.9", "adam/adamw beta1", 0, 1));
   s.add(opt("optimizer.beta2", T::kFloat, "0.999", "adam/adamw beta2", 0, 1));
@@ -1010,7 +1024,8 @@ ConfigSchema make_schema() {
       opt("optimizer.eps",
           T::kFloat,
           "1e-08",
-          "adam/adamw/rmsprop/adagrad eps",
+          "adam/adamw/rmsprop eps; adagrad eps (1e-10, as PyTorch's, if not "
+          "given)",
           0));
   s.add(
       opt("optimizer.no_decay_norm_and_bias",
@@ -1713,6 +1728,16 @@ FitConfig to_fit_config(const Config& c) {
   o.beta1 = c.get_float("optimizer.beta1");
   o.beta2 = c.get_float("optimizer.beta2");
   o.eps = c.get_float("optimizer.eps");
+  o.alpha = c.get_float("optimizer.alpha");
+  o.centered = c.get_bool("optimizer.centered");
+  // PyTorch's RMSprop has no momentum and its Adagrad an eps of 1e-10 by
+  // default; the keys' defaults are SGD's and Adam's.
+  if (o.name == "rmsprop" && !c.is_set("optimizer.momentum")) {
+    o.momentum = 0.0;
+  }
+  if (o.name == "adagrad" && !c.is_set("optimizer.eps")) {
+    o.eps = 1e-10;
+  }
   o.no_decay_norm_and_bias = c.get_bool("optimizer.no_decay_norm_and_bias");
   o.foreach = c.get_string("optimizer.foreach");
   o.fused = c.get_string("optimizer.fused");

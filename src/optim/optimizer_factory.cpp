@@ -178,6 +178,11 @@ void validate(const OptimizerOptions& o) {
       o.fused,
       "'");
   check_unit_interval("momentum", o.momentum);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.alpha >= 0,
+      "optimizer.alpha must be non-negative, got ",
+      o.alpha);
   check_unit_interval("beta1", o.beta1);
   check_unit_interval("beta2", o.beta2);
   HOTLOOP_CHECK_AS(
@@ -264,7 +269,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     return build<to::RMSprop>(
         std::move(split),
         to::RMSpropOptions(o.lr)
+            .alpha(o.alpha)
             .momentum(o.momentum)
+            .centered(o.centered)
             .eps(o.eps)
             .weight_decay(o.weight_decay));
   }

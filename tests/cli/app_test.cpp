@@ -413,6 +413,33 @@ TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
       "auto");
 }
 
+TEST(Cli, RmspropAndAdagradTakePyTorchsDefaultsForTheKeysTheyShare) {
+  const auto optimizer = [](std::vector<std::string> args) {
+    return to_fit_config(parse_args(fit_schema(), args, {}).config).optimizer;
+  };
+  const optim::OptimizerOptions rmsprop =
+      optimizer({"--optimizer.name=rmsprop"});
+  EXPECT_EQ(rmsprop.momentum, 0.0); // PyTorch's RMSprop, not SGD's 0.9
+  EXPECT_EQ(rmsprop.alpha, 0.99);
+  EXPECT_FALSE(rmsprop.centered);
+  EXPECT_EQ(rmsprop.eps, 1e-8);
+  EXPECT_EQ(
+      optimizer({"--optimizer.name=rmsprop", "--optimizer.momentum=0.9"})
+          .momentum,
+      0.9);
+  EXPECT_EQ(optimizer({"--optimizer.name=adagrad"}).eps, 1e-10);
+  EXPECT_EQ(
+      optimizer({"--optimizer.name=adagrad", "--optimizer.eps=1e-8"}).eps,
+      1e-8);
+  EXPECT_EQ(optimizer({"--optimizer.name=sgd"}).momentum, 0.9);
+  const optim::OptimizerOptions centered = optimizer(
+      {"--optimizer.name=rmsprop",
+       "--optimizer.alpha=0.9",
+       "--optimizer.centered=true"});
+  EXPECT_EQ(centered.alpha, 0.9);
+  EXPECT_TRUE(centered.centered);
+}
+
 TEST(Cli, SharedScheduleKeysTakeEachSchedulesPyTorchDefaultsWhenLeftOut) {
   const auto scheduler = [](std::vector<std::string> args) {
     return to_fit_config(parse_args(fit_schema(), args, {}).config).scheduler;

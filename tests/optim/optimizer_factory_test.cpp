@@ -217,6 +217,8 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
   o.beta1 = 0.85;
   o.beta2 = 0.98;
   o.eps = 1e-6;
+  o.alpha = 0.9;
+  o.centered = true;
 
   o.name = "sgd";
   auto sgd = make_optimizer(*net, o);
@@ -255,6 +257,8 @@ TEST(MakeOptimizer, BuildsEachOptimizerWithItsOptions) {
       rmsprop->param_groups()[0].options());
   EXPECT_EQ(rmsprop_options.lr(), 0.02);
   EXPECT_EQ(rmsprop_options.momentum(), 0.7);
+  EXPECT_EQ(rmsprop_options.alpha(), 0.9);
+  EXPECT_TRUE(rmsprop_options.centered());
   EXPECT_EQ(rmsprop_options.eps(), 1e-6);
   EXPECT_EQ(rmsprop_options.weight_decay(), 0.03);
 
@@ -413,6 +417,9 @@ TEST(MakeOptimizer, BadOptionsAreRejectedWithTheOptionNamed) {
   EXPECT_EQ(
       error_for([](OptimizerOptions& o) { o.momentum = 1.5; }),
       "optimizer.momentum must be in [0, 1), got 1.5");
+  EXPECT_EQ(
+      error_for([](OptimizerOptions& o) { o.alpha = -1; }),
+      "optimizer.alpha must be non-negative, got -1");
   EXPECT_EQ(
       error_for([](OptimizerOptions& o) { o.beta1 = 1; }),
       "optimizer.beta1 must be in [0, 1), got 1");

@@ -22,14 +22,22 @@ struct OptimizerOptions {
   /// Weight decay (>= 0): L2 added to the gradient for sgd, adam, rmsprop
   /// and adagrad, decoupled for adamw.
   double weight_decay = 0.0;
-  /// sgd and rmsprop, in [0, 1).
+  /// sgd and rmsprop, in [0, 1). 0.9 is hotloop's default for sgd
+  /// (PyTorch's is 0, as is its RMSprop's: set it for rmsprop; the CLI
+  /// gives rmsprop 0 when optimizer.momentum is not set).
   double momentum = 0.9;
+  /// rmsprop: the squared gradients' smoothing constant (>= 0), and
+  /// whether the gradient's running mean is subtracted (centered RMSprop).
+  double alpha = 0.99;
+  bool centered = false;
   /// sgd only; needs momentum > 0.
   bool nesterov = false;
   /// adam and adamw, each in [0, 1).
   double beta1 = 0.9;
   double beta2 = 0.999;
-  /// Added to denominators (>= 0): adam, adamw, rmsprop, adagrad.
+  /// Added to denominators (>= 0): adam, adamw, rmsprop, adagrad. 1e-8 is
+  /// PyTorch's for the first three; its Adagrad's is 1e-10, which the CLI
+  /// gives adagrad when optimizer.eps is not set.
   double eps = 1e-8;
   /// Puts normalization-layer parameters and every parameter named `bias`
   /// in a second param group without weight decay.
