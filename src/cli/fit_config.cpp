@@ -1095,7 +1095,8 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.gamma",
           T::kFloat,
           "0.1",
-          "step/multistep/exponential: decay factor",
+          "step/multistep/exponential: decay factor; cyclic exp_range: "
+          "factor per step (1 if not given)",
           0));
   s.add(
       opt("lr_scheduler.milestones",
@@ -1127,7 +1128,8 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.max_lr",
           T::kFloat,
           "0",
-          "onecycle: peak rate; 0: optimizer.lr",
+          "onecycle: peak rate, 0: optimizer.lr; cyclic: peak rate "
+          "(required)",
           0));
   s.add(
       opt("lr_scheduler.pct_start",
@@ -1162,19 +1164,20 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.cycle_momentum",
           T::kBool,
           "true",
-          "onecycle: cycle momentum (adam: beta1) inversely to the rate"));
+          "onecycle/cyclic: cycle momentum (adam: beta1) inversely to the "
+          "rate"));
   s.add(
       opt("lr_scheduler.base_momentum",
           T::kFloat,
           "0.85",
-          "onecycle: lowest momentum",
+          "onecycle/cyclic: lowest momentum (cyclic: 0.8 if not given)",
           0,
           1));
   s.add(
       opt("lr_scheduler.max_momentum",
           T::kFloat,
           "0.95",
-          "onecycle: highest momentum",
+          "onecycle/cyclic: highest momentum (cyclic: 0.9 if not given)",
           0,
           1));
   s.add(
