@@ -72,8 +72,10 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  fit        train a model (resume with --ckpt_path PATH|last|auto)\n"
-    "  validate   evaluate a checkpoint on the validation split (--ckpt_path)\n"
-    "  test       evaluate a checkpoint on the test split (--ckpt_path)\n"
+    "  validate   evaluate a checkpoint on the validation split\n"
+    "             (--ckpt_path PATH|last|best)\n"
+    "  test       evaluate a checkpoint on the test split\n"
+    "             (--ckpt_path PATH|last|best)\n"
     "  predict    write predicted classes (or values) to a CSV file: the\n"
     "             validation split, data.predict_root's images or\n"
     "             data.predict_path's rows (--ckpt_path, --output FILE.csv)\n"
@@ -370,6 +372,11 @@ int fit_in_process(
     // Predict and test read the classes and the table's statistics back.
     trainer.add_callback(std::make_shared<TrainedDataCallback>(session.data));
   }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !args.extra.count("ckpt_path") || args.extra.at("ckpt_path") != "best",
+      "--ckpt_path=best is for validate, test and predict; a fit resumes "
+      "from last, auto or a path");
   const std::string ckpt_path =
       args.extra.count("ckpt_path")
           ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
@@ -518,7 +525,8 @@ std::string evaluated_checkpoint(
       args.extra.count("ckpt_path") || !config.init_from.path.empty(),
       "hotloop ",
       command,
-      " needs --ckpt_path PATH (or last), or --model.init_from=FILE");
+      " needs --ckpt_path PATH (or last, or best), or "
+      "--model.init_from=FILE");
   return args.extra.count("ckpt_path")
              ? resolve_ckpt_path(args.extra.at("ckpt_path"), config)
              : "";
@@ -774,35 +782,85 @@ void prepare_output(const std::string& path, const std::string& flag) {
       std::strerror(errno));
 }
 
-// `auto` finds none at a fresh start, and the newest after a restart
-// (torchrun --max_restarts, a requeued job).
-std::string resolve_ckpt_path(
-    const std::string& path, const FitConfig& config) {
-  if (path != "last" && path != "auto") {
-    return path;
-  }
+// The newest run folder (the highest version_N under
+// default_root_dir/name) that holds `file`, or "".
+fs::path newest_run_with(const FitConfig& config, const fs::path& file) {
   const fs::path runs =
       fs::path(config.trainer.default_root_dir()) / config.trainer.name();
-  int64_t best = -1;
-  std::string found;
+  int64_t newest = -1;
+  fs::path found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(runs, ec)) {
     const std::string name = entry.path().filename().string();
-    const fs::path ckpt = entry.path() / "checkpoints" / "last.ckpt";
-    if (name.rfind("version_", 0) == 0 && fs::is_regular_file(ckpt)) {
+    if (name.rfind("version_", 0) == 0 &&
+        fs::is_regular_file(entry.path() / file)) {
       const int64_t version = std::atoll(name.c_str() + 8);
-      if (version > best) {
-        best = version;
-        found = ckpt.string();
+      if (version > newest) {
+        newest = version;
+        found = entry.path();
       }
     }
   }
-  HOTLOOP_CHECK(
-      !found.empty() || path == "auto",
-      "--ckpt_path=last: no run under '",
-      runs.string(),
-      "' has checkpoints/last.ckpt");
   return found;
+}
+
+// The checkpoint the newest finished run's model_checkpoint kept as best
+// (its summary.json's best_checkpoint), as Lightning's ckpt_path="best".
+std::string best_checkpoint(const FitConfig& config) {
+  const fs::path run = newest_run_with(config, "summary.json");
+  HOTLOOP_CHECK(
+      !run.empty(),
+      "--ckpt_path=best: no finished run under '",
+      (fs::path(config.trainer.default_root_dir()) / config.trainer.name())
+          .string(),
+      "' has a summary.json");
+  const fs::path summary = run / "summary.json";
+  std::ifstream in(summary);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(hotloop::detail::str_cat(
+        summary.string(), ": not a run summary (", e.what(), ")"));
+  }
+  const std::string best = json.value("best_checkpoint", std::string());
+  HOTLOOP_CHECK(
+      !best.empty(),
+      "--ckpt_path=best: ",
+      summary.string(),
+      " names no best checkpoint (the run kept none: "
+      "trainer.enable_checkpointing=false or model_checkpoint.save_top_k=0)");
+  HOTLOOP_CHECK(
+      fs::is_regular_file(best),
+      "--ckpt_path=best: '",
+      best,
+      "', the best checkpoint ",
+      summary.string(),
+      " names, does not exist");
+  return best;
+}
+
+// `last`: the newest run's checkpoints/last.ckpt; `auto` finds none at a
+// fresh start, and the newest after a restart (torchrun --max_restarts, a
+// requeued job); `best` (validate, test, predict): the checkpoint the
+// newest finished run kept as best.
+std::string resolve_ckpt_path(
+    const std::string& path, const FitConfig& config) {
+  if (path == "best") {
+    return best_checkpoint(config);
+  }
+  if (path != "last" && path != "auto") {
+    return path;
+  }
+  const fs::path last = fs::path("checkpoints") / "last.ckpt";
+  const fs::path run = newest_run_with(config, last);
+  HOTLOOP_CHECK(
+      !run.empty() || path == "auto",
+      "--ckpt_path=last: no run under '",
+      (fs::path(config.trainer.default_root_dir()) / config.trainer.name())
+          .string(),
+      "' has checkpoints/last.ckpt");
+  return run.empty() ? "" : (run / last).string();
 }
 
 int run(

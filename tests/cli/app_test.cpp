@@ -749,7 +749,32 @@ TEST(Cli, FitThenValidateTestAndResumeTheCheckpoint) {
   r = run_cli({"validate", config});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
-      r.err, HasSubstr("hotloop validate needs --ckpt_path PATH (or last)"));
+      r.err,
+      HasSubstr("hotloop validate needs --ckpt_path PATH (or last, or best)"));
+  // best: the checkpoint the newest finished run kept as best, as
+  // Lightning's ckpt_path="best".
+  const std::string best = summary.at("best_checkpoint").get<std::string>();
+  ASSERT_FALSE(best.empty());
+  r = run_cli({"test", config, "--ckpt_path", "best"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(best));
+  EXPECT_THAT(r.out, HasSubstr("test_acc "));
+  r = run_cli(
+      {"validate",
+       config,
+       "--ckpt_path=best",
+       "--trainer.default_root_dir=" + dir.file("no_runs")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(
+          "--ckpt_path=best: no finished run under '" + dir.file("no_runs")));
+  r = run_cli(small_fit(dir, {"--ckpt_path=best"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("--ckpt_path=best is for validate, test and predict; a fit "
+                "resumes from last, auto or a path"));
 
   // The same limits again: nothing is trained, and the output says so.
   r = run_cli(small_fit(dir, {"--ckpt_path=last"}));
@@ -1040,7 +1065,8 @@ TEST(Cli, ConfigSectionsBuildTheCallbacksAndPredictWritesACsv) {
   r = run_cli({"predict", config});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(
-      r.err, HasSubstr("hotloop predict needs --ckpt_path PATH (or last)"));
+      r.err,
+      HasSubstr("hotloop predict needs --ckpt_path PATH (or last, or best)"));
 }
 
 // An image folder of 200 quadrant PNGs in 4 named classes, trained on
