@@ -473,7 +473,7 @@ std::map<std::string, double> Trainer::evaluate(
       shared.num_batches(),
       test ? "limit_test_batches" : "limit_val_batches");
   const MetricCollection pass =
-      detail::EvaluationLoop(*this, module, precision)
+      detail::EvaluationLoop(*this, module, precision, callbacks_)
           .run(
               shared,
               test ? detail::Stage::kTest : detail::Stage::kValidate,
@@ -494,7 +494,7 @@ std::vector<at::Tensor> Trainer::predict(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
-  return detail::EvaluationLoop(*this, module, precision)
+  return detail::EvaluationLoop(*this, module, precision, callbacks_)
       .predict(
           loader,
           detail::resolve_limit(

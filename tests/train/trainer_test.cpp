@@ -12,6 +12,7 @@
 #include "train/trainer_fixture.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
@@ -829,6 +830,72 @@ TEST_F(TrainerTest, EvaluationAppliesTheRuntimeSettingsToo) {
 }
 
 // Draws a random number where training starts.
+// Records the evaluation batch hooks as "<hook><batch_idx>[<batch size>]",
+// with "s" in the sanity check and "grad" where autograd was on.
+class EvaluationBatchHooks : public Callback {
+ public:
+  void on_validation_batch_start(
+      Trainer& t, Module&, const data::Batch& b, int64_t i) override {
+    add(t, "vs", b, i);
+  }
+  void on_validation_batch_end(
+      Trainer& t, Module&, const data::Batch& b, int64_t i) override {
+    add(t, "ve", b, i);
+  }
+  void on_test_batch_start(
+      Trainer& t, Module&, const data::Batch& b, int64_t i) override {
+    add(t, "ts", b, i);
+  }
+  void on_test_batch_end(
+      Trainer& t, Module&, const data::Batch& b, int64_t i) override {
+    add(t, "te", b, i);
+  }
+  void on_predict_batch_end(
+      Trainer& t,
+      Module&,
+      const at::Tensor& outputs,
+      const data::Batch& b,
+      int64_t i) override {
+    add(t, "p", b, i);
+    calls.back() += "->" + std::to_string(outputs.size(0));
+  }
+  std::vector<std::string> calls;
+
+ private:
+  void add(
+      Trainer& t, const std::string& hook, const data::Batch& b, int64_t i) {
+    calls.push_back(
+        hook + std::to_string(i) + "[" + std::to_string(b.input.size(0)) + "]" +
+        (t.sanity_checking() ? "s" : "") +
+        (at::GradMode::is_enabled() ? "grad" : ""));
+  }
+};
+
+TEST_F(TrainerTest, EvaluationBatchHooksRunAroundEachStepWithItsBatch) {
+  auto module = make_module(0);
+  auto train = train_loader();
+  auto hooks = std::make_shared<EvaluationBatchHooks>();
+  Trainer trainer(
+      options().max_epochs(1).limit_train_batches(2).num_sanity_val_steps(1));
+  trainer.add_callback(hooks);
+  trainer.fit(*module, train, &val_loader_);
+  // 64 validation samples in batches of 40: the sanity check's one batch,
+  // then the epoch's two.
+  EXPECT_EQ(
+      hooks->calls,
+      (std::vector<std::string>{
+          "vs0[40]s", "ve0[40]s", "vs0[40]", "ve0[40]", "vs1[24]", "ve1[24]"}));
+  hooks->calls.clear();
+  trainer.test(*module, val_loader_);
+  EXPECT_EQ(
+      hooks->calls,
+      (std::vector<std::string>{"ts0[40]", "te0[40]", "ts1[24]", "te1[24]"}));
+  hooks->calls.clear();
+  trainer.predict(*module, val_loader_);
+  EXPECT_EQ(
+      hooks->calls, (std::vector<std::string>{"p0[40]->40", "p1[24]->24"}));
+}
+
 class FirstDraw : public Callback {
  public:
   void on_fit_start(Trainer&, Module&) override {

@@ -67,6 +67,37 @@ class Callback {
   virtual void on_validation_end(Trainer& trainer, Module& module) {}
   virtual void on_test_start(Trainer& trainer, Module& module) {}
   virtual void on_test_end(Trainer& trainer, Module& module) {}
+  /// Around each validation batch's validation_step, the sanity check's
+  /// included (`trainer.sanity_checking()` tells), with the batch on its
+  /// device; under no_grad or inference mode, as the step runs.
+  virtual void on_validation_batch_start(
+      Trainer& trainer,
+      Module& module,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  virtual void on_validation_batch_end(
+      Trainer& trainer,
+      Module& module,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  /// Around each test batch's test_step.
+  virtual void on_test_batch_start(
+      Trainer& trainer,
+      Module& module,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  virtual void on_test_batch_end(
+      Trainer& trainer,
+      Module& module,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
+  /// After each predict batch, with what predict_step returned for it.
+  virtual void on_predict_batch_end(
+      Trainer& trainer,
+      Module& module,
+      const at::Tensor& outputs,
+      const data::Batch& batch,
+      int64_t batch_idx) {}
   /// When fit ends with an exception, before it propagates.
   virtual void on_exception(
       Trainer& trainer, Module& module, const std::exception& error) {}

@@ -1,6 +1,7 @@
 #include "hotloop/train/detail/evaluation_loop.h"
 
 #include "hotloop/compress/parametrization.h"
+#include "hotloop/train/callback.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
@@ -35,8 +36,14 @@ class NoGradScope {
 } // namespace
 
 EvaluationLoop::EvaluationLoop(
-    Trainer& trainer, Module& module, const Precision& precision)
-    : trainer_(trainer), module_(module), precision_(precision) {}
+    Trainer& trainer,
+    Module& module,
+    const Precision& precision,
+    const std::vector<std::shared_ptr<Callback>>& callbacks)
+    : trainer_(trainer),
+      module_(module),
+      precision_(precision),
+      callbacks_(callbacks) {}
 
 template <typename Step>
 void EvaluationLoop::for_each_batch(
@@ -64,11 +71,26 @@ void EvaluationLoop::for_each_batch(
 MetricCollection EvaluationLoop::run(
     data::DataLoader& loader, Stage stage, int64_t limit) {
   MetricCollection metrics;
+  const bool validate = stage == Stage::kValidate;
   for_each_batch(loader, limit, [&](const data::Batch& batch, int64_t idx) {
-    if (stage == Stage::kValidate) {
+    for (const auto& c : callbacks_) {
+      if (validate) {
+        c->on_validation_batch_start(trainer_, module_, batch, idx);
+      } else {
+        c->on_test_batch_start(trainer_, module_, batch, idx);
+      }
+    }
+    if (validate) {
       module_.validation_step(batch, idx, metrics);
     } else {
       module_.test_step(batch, idx, metrics);
+    }
+    for (const auto& c : callbacks_) {
+      if (validate) {
+        c->on_validation_batch_end(trainer_, module_, batch, idx);
+      } else {
+        c->on_test_batch_end(trainer_, module_, batch, idx);
+      }
     }
   });
   all_reduce_metrics(metrics, trainer_.strategy());
@@ -82,6 +104,9 @@ std::vector<at::Tensor> EvaluationLoop::predict(
     // A result that views the batch keeps that buffer out of the loader's
     // pool, so no copy is needed.
     outputs.push_back(module_.predict_step(batch, idx));
+    for (const auto& c : callbacks_) {
+      c->on_predict_batch_end(trainer_, module_, outputs.back(), batch, idx);
+    }
   });
   return outputs;
 }

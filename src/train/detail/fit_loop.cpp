@@ -360,7 +360,8 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       trainer.sanity_checking_ = true;
       const int64_t sanity = options.num_sanity_val_steps();
       for (const auto& [name, value] :
-           EvaluationLoop(trainer, module_, *precision_)
+           EvaluationLoop(
+               trainer, module_, *precision_, trainer.active_callbacks_)
                .run(
                    *val_,
                    Stage::kValidate,
@@ -737,7 +738,7 @@ void FitLoop::validate(bool epoch_end) {
   trainer.each_callback(
       [&](Callback& c) { c.on_validation_start(trainer, module_); });
   const MetricCollection pass =
-      EvaluationLoop(trainer, module_, *precision_)
+      EvaluationLoop(trainer, module_, *precision_, trainer.active_callbacks_)
           .run(*val_, Stage::kValidate, limit_val_batches_);
   const std::map<std::string, double> metrics = pass.compute();
   trainer.callback_counts_ = pass.counts();

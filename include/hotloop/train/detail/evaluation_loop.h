@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace hotloop::train {
+class Callback;
 class Module;
 class Strategy;
 class Trainer;
@@ -29,7 +31,13 @@ enum class Stage { kValidate, kTest };
 /// loader's epoch-0 order every time.
 class EvaluationLoop {
  public:
-  EvaluationLoop(Trainer& trainer, Module& module, const Precision& precision);
+  /// `callbacks`: whose batch hooks run around each step (the fit's
+  /// active callbacks, or the Trainer's own outside a fit).
+  EvaluationLoop(
+      Trainer& trainer,
+      Module& module,
+      const Precision& precision,
+      const std::vector<std::shared_ptr<Callback>>& callbacks);
 
   /// Runs `stage`'s step over the first `limit` batches of `loader` (-1:
   /// all) and returns what it logged, summed over every process.
@@ -46,6 +54,7 @@ class EvaluationLoop {
   Trainer& trainer_;
   Module& module_;
   const Precision& precision_;
+  const std::vector<std::shared_ptr<Callback>>& callbacks_;
 };
 
 /// Sums every metric's weighted sum and weight, and every count, over the
