@@ -621,6 +621,14 @@ ConfigSchema make_schema() {
           "5",
           "also log val/test accuracy within the top k classes; 1: off",
           1));
+  s.add(
+      opt("model.label_smoothing",
+          T::kFloat,
+          "0",
+          "classifiers: the training loss's label smoothing, as "
+          "CrossEntropyLoss(label_smoothing) (val_loss stays plain)",
+          0,
+          1));
   s.add(choice(
       "model.init",
       "default",
@@ -1587,6 +1595,7 @@ FitConfig to_fit_config(const Config& c) {
   f.model.conv_bias = c.get_bool("model.conv_bias");
   f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
+  f.label_smoothing = c.get_float("model.label_smoothing");
 
   // A regression logs no accuracy: its checkpoints keep the lowest
   // val_loss unless told otherwise.

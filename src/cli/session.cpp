@@ -114,7 +114,11 @@ void add_image_classifier(
   sized.model.num_classes = classes;
   auto [network, flops] = image_network(sized, shape[0], shape[1], shape[2]);
   auto module = std::make_shared<train::ImageClassifier>(
-      std::move(network), config.optimizer, config.scheduler, config.top_k);
+      std::move(network),
+      config.optimizer,
+      config.scheduler,
+      config.top_k,
+      config.label_smoothing);
   module->set_flops_per_sample(flops);
   session.module = module;
   session.data.num_classes = classes;
@@ -353,7 +357,11 @@ Session csv_session(
     module = regressor;
   } else {
     module = std::make_shared<train::ImageClassifier>(
-        std::move(network), config.optimizer, config.scheduler, config.top_k);
+        std::move(network),
+        config.optimizer,
+        config.scheduler,
+        config.top_k,
+        config.label_smoothing);
   }
   module->set_flops_per_sample(flops);
   session.module = module;

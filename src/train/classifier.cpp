@@ -10,17 +10,30 @@ ImageClassifier::ImageClassifier(
     torch::nn::AnyModule network,
     optim::OptimizerOptions optimizer,
     optim::SchedulerOptions scheduler,
-    int64_t top_k)
+    int64_t top_k,
+    double label_smoothing)
     : NetworkModule(
           std::move(network), std::move(optimizer), std::move(scheduler)),
-      top_k_(top_k) {
+      top_k_(top_k),
+      label_smoothing_(label_smoothing) {
   HOTLOOP_CHECK_AS(
       ConfigError, top_k_ >= 1, "model.top_k must be >= 1, got ", top_k_);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      label_smoothing >= 0 && label_smoothing <= 1,
+      "model.label_smoothing must be in [0, 1], got ",
+      label_smoothing);
 }
 
 at::Tensor ImageClassifier::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
-  at::Tensor loss = at::cross_entropy_loss(forward(batch.input), batch.target);
+  at::Tensor loss = at::cross_entropy_loss(
+      forward(batch.input),
+      batch.target,
+      /*weight=*/{},
+      at::Reduction::Mean,
+      /*ignore_index=*/-100,
+      label_smoothing_);
   metrics.log("train_loss", loss, static_cast<double>(batch.size()));
   return loss;
 }

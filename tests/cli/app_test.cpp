@@ -413,6 +413,20 @@ TEST(Cli, TheOptimizersStepChoicesReachItsOptions) {
       "auto");
 }
 
+TEST(Cli, LabelSmoothingReachesTheClassifierAndIsBounded) {
+  EXPECT_EQ(
+      to_fit_config(parse_args(fit_schema(), {}, {}).config).label_smoothing,
+      0.0);
+  EXPECT_EQ(
+      to_fit_config(
+          parse_args(fit_schema(), {"--model.label_smoothing=0.1"}, {}).config)
+          .label_smoothing,
+      0.1);
+  const Result r = run_cli({"fit", "--model.label_smoothing=1.5"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("model.label_smoothing"));
+}
+
 TEST(Cli, RmspropAndAdagradTakePyTorchsDefaultsForTheKeysTheyShare) {
   const auto optimizer = [](std::vector<std::string> args) {
     return to_fit_config(parse_args(fit_schema(), args, {}).config).optimizer;

@@ -351,6 +351,33 @@ TEST_F(TrainerTest, AClassifierCountsTheConfusionOfAtMostAThousandClasses) {
   }
 }
 
+TEST(ImageClassifier, LabelSmoothingMixesTheTrainingTargetsAndLeavesValLoss) {
+  // PyTorch's CrossEntropyLoss(label_smoothing=eps): (1 - eps) times the
+  // true class's negative log-probability plus eps times the mean over the
+  // classes, averaged over the batch; val_loss stays the plain one.
+  torch::manual_seed(0);
+  const at::Tensor input = at::randn({6, 4});
+  const at::Tensor target = at::tensor({0, 2, 1, 2, 0, 1}, at::kLong);
+  torch::nn::Linear linear(4, 3);
+  ImageClassifier module(torch::nn::AnyModule(linear), {}, {}, 1, 0.2);
+  const data::Batch batch{input, target};
+  MetricCollection train;
+  const at::Tensor loss = module.training_step(batch, 0, train);
+  const at::Tensor logp = at::log_softmax(linear(input), 1).detach();
+  const at::Tensor nll = -logp.gather(1, target.unsqueeze(1)).squeeze(1);
+  const double smoothed =
+      (0.8 * nll - 0.2 * logp.mean(1)).mean().item<double>();
+  EXPECT_NEAR(loss.item<double>(), smoothed, 1e-6);
+  EXPECT_GT(std::abs(smoothed - nll.mean().item<double>()), 1e-3);
+  MetricCollection val;
+  module.validation_step(batch, 0, val);
+  EXPECT_NEAR(val.compute().at("val_loss"), nll.mean().item<double>(), 1e-6);
+  EXPECT_THAT(
+      [&] { ImageClassifier(torch::nn::AnyModule(linear), {}, {}, 1, 1.5); },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("model.label_smoothing must be in [0, 1], got 1.5")));
+}
+
 TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   auto train = train_loader();
   auto module = make_module(0);

@@ -127,6 +127,8 @@ struct FitConfig {
   models::GptOptions gpt;
   /// model.top_k: the extra top-k accuracy the classifier logs.
   int64_t top_k = 5;
+  /// model.label_smoothing: a classifier's training-loss label smoothing.
+  double label_smoothing = 0.0;
   /// model.init and its options: how the network's weights are drawn.
   models::InitOptions init;
   /// model.init_from and its options: weights made elsewhere to start from.

@@ -22,11 +22,16 @@ class ImageClassifier : public NetworkModule {
   /// `network`: input -> logits [B, num_classes]. The optimizer and schedule
   /// are built from the given options in configure_optimizers. `top_k`:
   /// the k of the extra top-k accuracy (1: none); throws ConfigError < 1.
+  /// `label_smoothing` in [0, 1] (else ConfigError): the training loss's
+  /// targets mix the true class with the uniform distribution, as
+  /// `torch.nn.CrossEntropyLoss(label_smoothing=...)`; val_loss and
+  /// test_loss stay the plain cross-entropy, comparable between runs.
   ImageClassifier(
       torch::nn::AnyModule network,
       optim::OptimizerOptions optimizer,
       optim::SchedulerOptions scheduler,
-      int64_t top_k = 1);
+      int64_t top_k = 1,
+      double label_smoothing = 0.0);
 
   at::Tensor training_step(
       const data::Batch& batch,
@@ -49,6 +54,7 @@ class ImageClassifier : public NetworkModule {
       MetricCollection& metrics);
 
   int64_t top_k_;
+  double label_smoothing_;
 };
 
 } // namespace hotloop::train
