@@ -236,10 +236,18 @@ ConfigSchema make_schema() {
   s.add(choice(
       "trainer.precision",
       "32-true",
-      {"32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "bf16-true"},
+      {"32-true",
+       "32",
+       "16-mixed",
+       "16",
+       "bf16-mixed",
+       "bf16",
+       "bf16-true",
+       "64-true",
+       "64"},
       "numeric precision, as Lightning spells it (16-mixed: float16 "
-      "autocast + loss scaling, CUDA; 32, 16 and bf16 are 32-true, 16-mixed "
-      "and bf16-mixed)"));
+      "autocast + loss scaling, CUDA; 64-true: float64 weights and inputs; "
+      "32, 16, bf16 and 64 are 32-true, 16-mixed, bf16-mixed and 64-true)"));
   s.add(
       opt("trainer.zero_grad_set_to_none",
           T::kBool,

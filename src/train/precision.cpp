@@ -36,9 +36,12 @@ PrecisionMode parse_precision_mode(const std::string& text) {
   if (text == "bf16-true") {
     return PrecisionMode::kBf16True;
   }
+  if (text == "64-true" || text == "64") {
+    return PrecisionMode::k64True;
+  }
   throw ConfigError(
       "trainer.precision: expected one of 32-true, 16-mixed, bf16-mixed, "
-      "bf16-true, got '" +
+      "bf16-true, 64-true, got '" +
       text + "'");
 }
 
@@ -62,6 +65,8 @@ const char* to_string(PrecisionMode mode) {
       return "bf16-mixed";
     case PrecisionMode::kBf16True:
       return "bf16-true";
+    case PrecisionMode::k64True:
+      return "64-true";
   }
   return "unknown";
 }
@@ -132,28 +137,33 @@ AutocastGuard Precision::autocast() const {
   return AutocastGuard(device_.type(), compute_dtype());
 }
 
+bool Precision::converts_dtype() const {
+  return mode_ == PrecisionMode::kBf16True || mode_ == PrecisionMode::k64True;
+}
+
 void Precision::convert_module(torch::nn::Module& module) const {
-  if (mode_ != PrecisionMode::kBf16True) {
+  if (!converts_dtype()) {
     return;
   }
   at::NoGradGuard no_grad;
   // set_data swaps the storage of the tensors the module holds, as
   // Module::to does; unlike Module::to(dtype), integer buffers are kept.
+  const at::ScalarType dtype = compute_dtype();
   for (auto& tensor : module.parameters()) {
     if (tensor.is_floating_point()) {
-      tensor.set_data(tensor.to(at::kBFloat16));
+      tensor.set_data(tensor.to(dtype));
     }
   }
   for (auto& tensor : module.buffers()) {
     if (tensor.is_floating_point()) {
-      tensor.set_data(tensor.to(at::kBFloat16));
+      tensor.set_data(tensor.to(dtype));
     }
   }
 }
 
 at::Tensor Precision::convert_input(const at::Tensor& input) const {
-  if (mode_ == PrecisionMode::kBf16True && input.is_floating_point()) {
-    return input.to(at::kBFloat16);
+  if (converts_dtype() && input.is_floating_point()) {
+    return input.to(compute_dtype());
   }
   return input;
 }
@@ -171,6 +181,8 @@ at::ScalarType Precision::compute_dtype() const {
     case PrecisionMode::kBf16Mixed:
     case PrecisionMode::kBf16True:
       return at::kBFloat16;
+    case PrecisionMode::k64True:
+      return at::kDouble;
   }
   return at::kFloat;
 }

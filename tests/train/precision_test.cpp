@@ -40,6 +40,8 @@ TEST(Precision, ParsesLightningsPrecisionStrings) {
       {"bf16-mixed", PrecisionMode::kBf16Mixed},
       {"bf16", PrecisionMode::kBf16Mixed},
       {"bf16-true", PrecisionMode::kBf16True},
+      {"64-true", PrecisionMode::k64True},
+      {"64", PrecisionMode::k64True},
   };
   for (const auto& [text, mode] : table) {
     EXPECT_EQ(parse_precision_mode(text), mode) << text;
@@ -48,15 +50,16 @@ TEST(Precision, ParsesLightningsPrecisionStrings) {
   EXPECT_STREQ(to_string(PrecisionMode::k16Mixed), "16-mixed");
   EXPECT_STREQ(to_string(PrecisionMode::kBf16Mixed), "bf16-mixed");
   EXPECT_STREQ(to_string(PrecisionMode::kBf16True), "bf16-true");
+  EXPECT_STREQ(to_string(PrecisionMode::k64True), "64-true");
 }
 
 TEST(Precision, RejectsOtherStringsNamingTheFlag) {
-  for (const std::string text : {"64-true", "16-true", "fp16", "BF16", ""}) {
+  for (const std::string text : {"16-true", "64-mixed", "fp16", "BF16", ""}) {
     EXPECT_THROWS_WITH(
         ConfigError,
         parse_precision_mode(text),
         "trainer.precision: expected one of 32-true, 16-mixed, bf16-mixed, "
-        "bf16-true, got '" +
+        "bf16-true, 64-true, got '" +
             text + "'");
   }
 }
@@ -83,6 +86,7 @@ TEST(Precision, ReportsDtypeAndScalerPerMode) {
       {PrecisionMode::k32True, at::kFloat},
       {PrecisionMode::kBf16Mixed, at::kBFloat16},
       {PrecisionMode::kBf16True, at::kBFloat16},
+      {PrecisionMode::k64True, at::kDouble},
   };
   for (const auto& [mode, dtype] : table) {
     const Precision precision(mode, torch::kCPU);
@@ -170,7 +174,10 @@ TEST(Precision, CudaGuardSetsAndRestoresTheCudaStateOnly) {
 TEST(Precision, TrueModesLeaveAutocastAlone) {
   torch::nn::Linear linear(4, 3);
   const torch::Tensor x = torch::randn({2, 4});
-  for (const auto mode : {PrecisionMode::k32True, PrecisionMode::kBf16True}) {
+  for (const auto mode :
+       {PrecisionMode::k32True,
+        PrecisionMode::kBf16True,
+        PrecisionMode::k64True}) {
     const Precision precision(mode, torch::kCPU);
     const auto autocast = precision.autocast();
     EXPECT_FALSE(autocast.active());
@@ -180,27 +187,32 @@ TEST(Precision, TrueModesLeaveAutocastAlone) {
   }
 }
 
-TEST(Precision, Bf16TrueConvertsFloatingParametersBuffersAndInputs) {
-  torch::nn::Sequential model(
-      torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
-  const Precision precision(PrecisionMode::kBf16True, torch::kCPU);
-  precision.convert_module(*model);
-  for (const auto& param : model->parameters()) {
-    EXPECT_EQ(param.scalar_type(), at::kBFloat16);
-    EXPECT_TRUE(param.requires_grad());
+TEST(Precision, TrueModesConvertFloatingParametersBuffersAndInputs) {
+  for (const auto& [mode, dtype] :
+       {std::pair{PrecisionMode::kBf16True, at::kBFloat16},
+        std::pair{PrecisionMode::k64True, at::kDouble}}) {
+    SCOPED_TRACE(to_string(mode));
+    torch::nn::Sequential model(
+        torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
+    const Precision precision(mode, torch::kCPU);
+    precision.convert_module(*model);
+    for (const auto& param : model->parameters()) {
+      EXPECT_EQ(param.scalar_type(), dtype);
+      EXPECT_TRUE(param.requires_grad());
+    }
+    for (const auto& item : model->named_buffers()) {
+      const auto expected =
+          item.key().find("num_batches_tracked") != std::string::npos
+              ? at::kLong
+              : dtype;
+      EXPECT_EQ(item.value().scalar_type(), expected) << item.key();
+    }
+    const torch::Tensor x = precision.convert_input(torch::randn({2, 4}));
+    EXPECT_EQ(x.scalar_type(), dtype);
+    EXPECT_EQ(model->forward(x).scalar_type(), dtype);
+    const torch::Tensor labels = torch::zeros({2}, torch::kLong);
+    EXPECT_TRUE(precision.convert_input(labels).is_same(labels));
   }
-  for (const auto& item : model->named_buffers()) {
-    const auto expected =
-        item.key().find("num_batches_tracked") != std::string::npos
-            ? at::kLong
-            : at::kBFloat16;
-    EXPECT_EQ(item.value().scalar_type(), expected) << item.key();
-  }
-  const torch::Tensor x = precision.convert_input(torch::randn({2, 4}));
-  EXPECT_EQ(x.scalar_type(), at::kBFloat16);
-  EXPECT_EQ(model->forward(x).scalar_type(), at::kBFloat16);
-  const torch::Tensor labels = torch::zeros({2}, torch::kLong);
-  EXPECT_TRUE(precision.convert_input(labels).is_same(labels));
 }
 
 TEST(Precision, OtherModesKeepTheModuleInFloat32) {

@@ -596,12 +596,25 @@ TEST_F(TrainerTest, Bf16TrueTrainsInBfloat16) {
   EXPECT_TRUE(std::isfinite(result.metrics.at("train_loss")));
 }
 
+TEST_F(TrainerTest, SixtyFourTrueTrainsInFloat64) {
+  DtypeRecordingClassifier module(std::move(*make_module(0)));
+  auto train = train_loader();
+  const FitResult result = Trainer(options().max_epochs(1).precision("64-true"))
+                               .fit(module, train, &val_loader_);
+  EXPECT_EQ(module.logits_dtype, at::kDouble);
+  for (const at::Tensor& parameter : module.parameters()) {
+    EXPECT_EQ(parameter.scalar_type(), at::kDouble);
+  }
+  EXPECT_TRUE(std::isfinite(result.metrics.at("train_loss")));
+  EXPECT_GT(result.metrics.at("val_acc"), 0.5);
+}
+
 TEST_F(TrainerTest, PrecisionErrorsNameTheOption) {
   EXPECT_THROWS_WITH(
       ConfigError,
       Trainer(options().precision("fp8")),
       "trainer.precision: expected one of 32-true, 16-mixed, bf16-mixed, "
-      "bf16-true, got 'fp8'");
+      "bf16-true, 64-true, got 'fp8'");
   auto module = make_module(0);
   auto train = train_loader();
   Trainer trainer(options().precision("16-mixed"));

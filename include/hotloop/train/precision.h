@@ -19,13 +19,16 @@ enum class PrecisionMode {
   kBf16Mixed,
   /// "bf16-true": weights, buffers and inputs in bfloat16, no autocast.
   kBf16True,
+  /// "64-true": weights, buffers and inputs in float64, no autocast.
+  k64True,
 };
 
 /// Parses Lightning's precision strings: "32-true", "16-mixed",
-/// "bf16-mixed", "bf16-true", and the short forms "32", "16", "bf16" (which
-/// Lightning maps to 32-true, 16-mixed, bf16-mixed). Anything else throws
-/// `hotloop::ConfigError` `trainer.precision: expected one of 32-true,
-/// 16-mixed, bf16-mixed, bf16-true, got '<text>'`.
+/// "bf16-mixed", "bf16-true", "64-true", and the short forms "32", "16",
+/// "bf16", "64" (which Lightning maps to 32-true, 16-mixed, bf16-mixed,
+/// 64-true). Anything else throws `hotloop::ConfigError`
+/// `trainer.precision: expected one of 32-true, 16-mixed, bf16-mixed,
+/// bf16-true, 64-true, got '<text>'`.
 PrecisionMode parse_precision_mode(const std::string& text);
 
 /// The canonical string of `mode`, such as "bf16-mixed".
@@ -48,7 +51,7 @@ at::ScalarType autocast_dtype(c10::DeviceType device_type);
 /// thread-local, so a guard affects only the thread that built it.
 class AutocastGuard {
  public:
-  /// A guard that changes nothing (32-true and bf16-true).
+  /// A guard that changes nothing (the true modes).
   AutocastGuard() = default;
 
   /// `torch.autocast(device_type, dtype, enabled)`. `device_type` is CPU or
@@ -102,18 +105,19 @@ class Precision {
 
   /// Autocast to `compute_dtype()` on the device's type while the returned
   /// guard lives, for the mixed modes; a guard that changes nothing for
-  /// 32-true and bf16-true. Use it around forward passes and the loss, not
+  /// the true modes. Use it around forward passes and the loss, not
   /// around backward (as in PyTorch's AMP recipe).
   [[nodiscard]] AutocastGuard autocast() const;
 
-  /// bf16-true: casts every floating-point parameter and buffer of `module`
-  /// (recursively) to bfloat16 in place, leaving integer buffers (such as
-  /// BatchNorm's num_batches_tracked) alone, like PyTorch's
-  /// `module.to(torch.bfloat16)`. Other modes: nothing. Call before building
-  /// the optimizer, since parameters are replaced in place (set_data).
+  /// bf16-true and 64-true: casts every floating-point parameter and buffer
+  /// of `module` (recursively) to bfloat16 or float64 in place, leaving
+  /// integer buffers (such as BatchNorm's num_batches_tracked) alone, like
+  /// PyTorch's `module.to(torch.bfloat16)`. Other modes: nothing. Call before
+  /// building the optimizer, since parameters are replaced in place (set_data).
   void convert_module(torch::nn::Module& module) const;
 
-  /// bf16-true: `input` cast to bfloat16 if it is floating point. Other
+  /// bf16-true, 64-true: `input` cast to bfloat16 or float64 if it is
+  /// floating point. Other
   /// modes (and non-floating inputs such as labels): `input` itself.
   at::Tensor convert_input(const at::Tensor& input) const;
 
@@ -121,10 +125,13 @@ class Precision {
   bool needs_scaler() const;
 
   /// The dtype most math runs in: float32 (32-true), float16 (16-mixed),
-  /// bfloat16 (bf16-mixed, bf16-true).
+  /// bfloat16 (bf16-mixed, bf16-true), float64 (64-true).
   at::ScalarType compute_dtype() const;
 
  private:
+  // bf16-true or 64-true: the module and inputs go to compute_dtype().
+  bool converts_dtype() const;
+
   PrecisionMode mode_;
   c10::Device device_;
 };

@@ -50,7 +50,8 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
   /// Numeric precision, as Lightning names it: 32-true, 16-mixed (autocast
   /// to float16 with dynamic loss scaling; CUDA), bf16-mixed (autocast to
-  /// bfloat16), bf16-true (parameters and inputs in bfloat16).
+  /// bfloat16), bf16-true (parameters and inputs in bfloat16), 64-true
+  /// (parameters and inputs in float64).
   TORCH_ARG(std::string, precision) = "32-true";
   /// Drop gradients after each optimizer step (PyTorch's
   /// zero_grad(set_to_none=True)); false zero-fills them, as older PyTorch
@@ -109,8 +110,8 @@ struct TrainerOptions {
   /// instead of one per kernel, for models too small to keep a GPU busy
   /// from the host (see detail::GraphedStep). Needs a CUDA device, one
   /// process, accumulate_grad_batches=1, a precision without loss scaling
-  /// (32-true, bf16-mixed, bf16-true), on_nonfinite_loss stop or ignore,
-  /// and SGD, Adam or AdamW; each is checked at fit start with an error
+  /// (32-true, bf16-mixed, bf16-true, 64-true), on_nonfinite_loss stop or
+  /// ignore, and SGD, Adam or AdamW; each is checked at fit start with an error
   /// naming it. The step must not read values back to the host. Callbacks'
   /// on_before_optimizer_step runs after the replayed update (the gradients
   /// are the step's, clipped).
