@@ -842,8 +842,8 @@ std::string best_checkpoint(const FitConfig& config) {
 
 // `last`: the newest run's checkpoints/last.ckpt; `auto` finds none at a
 // fresh start, and the newest after a restart (torchrun --max_restarts, a
-// requeued job); `best` (validate, test, predict): the checkpoint the
-// newest finished run kept as best.
+// requeued job); `best` (every command but fit, which refuses it): the
+// checkpoint the newest finished run kept as best.
 std::string resolve_ckpt_path(
     const std::string& path, const FitConfig& config) {
   if (path == "best") {
