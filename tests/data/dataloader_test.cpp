@@ -1,6 +1,8 @@
 #include "hotloop/data/dataloader.h"
 #include "hotloop/core/error.h"
+#include "hotloop/data/concat_dataset.h"
 #include "hotloop/data/image_dataset.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -66,6 +68,48 @@ std::vector<std::vector<int64_t>> epoch_targets(DataLoader& loader) {
     out.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
   }
   return out;
+}
+
+TEST(ConcatDataset, IndexesItsDatasetsOneAfterAnotherAsPyTorchsDoes) {
+  const auto a = std::make_shared<IndexDataset>(3); // samples 0, 1, 2
+  const auto b = std::make_shared<TensorDataset>(
+      at::tensor({100.0f, 101.0f}).view({2, 1}),
+      at::tensor({100, 101}, at::kLong));
+  const auto concat = std::make_shared<ConcatDataset>(
+      std::vector<std::shared_ptr<const Dataset>>{a, b, a});
+  EXPECT_EQ(concat->size(), 8);
+  EXPECT_EQ(concat->locate(4), std::make_pair(size_t{1}, int64_t{1}));
+  EXPECT_EQ(concat->locate(5), std::make_pair(size_t{2}, int64_t{0}));
+  EXPECT_EQ(concat->get(4, {}).target.item<int64_t>(), 101);
+  EXPECT_EQ(concat->get(7, {}).input.item<float>(), 2.0f);
+  // Batches that straddle the datasets, each run read with its dataset's
+  // get_batch into its rows.
+  DataLoader loader(concat, DataLoaderOptions(3));
+  EXPECT_EQ(
+      epoch_targets(loader),
+      (std::vector<std::vector<int64_t>>{{0, 1, 2}, {100, 101, 0}, {1, 2}}));
+  EXPECT_THROWS_WITH(
+      Error,
+      concat->get(8, {}),
+      "sample index 8 is out of range for a dataset of 8");
+}
+
+TEST(ConcatDataset, RefusesNoneAnEmptyOneAndOtherSampleShapesNamingThem) {
+  using List = std::vector<std::shared_ptr<const Dataset>>;
+  const auto a = std::make_shared<IndexDataset>(3);
+  EXPECT_THROWS_WITH(
+      DataError, ConcatDataset(List{}), "ConcatDataset: no datasets given");
+  EXPECT_THROWS_WITH(
+      DataError,
+      ConcatDataset(List{a, std::make_shared<IndexDataset>(0)}),
+      "ConcatDataset: dataset 1 is empty");
+  const auto wide = std::make_shared<TensorDataset>(
+      at::zeros({2, 2}), at::zeros({2}, at::kLong));
+  EXPECT_THROWS_WITH(
+      DataError,
+      ConcatDataset(List{a, wide}),
+      "ConcatDataset: dataset 1's samples are input [2] Float, target [] "
+      "Long, dataset 0's input [1] Float, target [] Long");
 }
 
 TEST(DataLoader, SequentialBatchesCoverTheDatasetInOrderWithASmallerLastBatch) {
