@@ -21,6 +21,15 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+// Each of `rates` times `factor`: most closed forms' rates.
+std::vector<double> times(const std::vector<double>& rates, double factor) {
+  std::vector<double> out;
+  for (double rate : rates) {
+    out.push_back(rate * factor);
+  }
+  return out;
+}
+
 std::string join(const std::vector<int64_t>& values) {
   std::ostringstream out;
   out << "[";
@@ -86,16 +95,22 @@ c10::IValue read_value(
 
 } // namespace
 
+std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer) {
+  std::vector<double> lrs;
+  for (const auto& group : optimizer.param_groups()) {
+    lrs.push_back(group.options().get_lr());
+  }
+  return lrs;
+}
+
 // ---------------------------------------------------------------------------
 // LRScheduler
 
 LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer, std::string name)
-    : optimizer_(&optimizer), name_(std::move(name)) {
-  for (const auto& group : optimizer.param_groups()) {
-    base_lrs_.push_back(group.options().get_lr());
-  }
-  last_lr_ = base_lrs_;
-}
+    : optimizer_(&optimizer),
+      name_(std::move(name)),
+      base_lrs_(group_lrs(optimizer)),
+      last_lr_(base_lrs_) {}
 
 void LRScheduler::step() {
   HOTLOOP_CHECK(
@@ -223,11 +238,7 @@ std::vector<double> StepLR::compute_lr() {
   // Integer division on purpose: PyTorch's `last_epoch // step_size`.
   const int64_t decays = last_epoch() / step_size_;
   const double scale = std::pow(gamma_, static_cast<double>(decays));
-  std::vector<double> lrs;
-  for (double base : base_lrs()) {
-    lrs.push_back(base * scale);
-  }
-  return lrs;
+  return times(base_lrs(), scale);
 }
 
 MultiStepLR::MultiStepLR(
@@ -262,11 +273,7 @@ std::vector<double> MultiStepLR::compute_lr() {
       std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) -
       milestones_.begin();
   const double scale = std::pow(gamma_, static_cast<double>(passed));
-  std::vector<double> lrs;
-  for (double base : base_lrs()) {
-    lrs.push_back(base * scale);
-  }
-  return lrs;
+  return times(base_lrs(), scale);
 }
 
 ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma)
@@ -277,11 +284,7 @@ ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma)
 
 std::vector<double> ExponentialLR::compute_lr() {
   const double scale = std::pow(gamma_, static_cast<double>(last_epoch()));
-  std::vector<double> lrs;
-  for (double base : base_lrs()) {
-    lrs.push_back(base * scale);
-  }
-  return lrs;
+  return times(base_lrs(), scale);
 }
 
 CosineAnnealingLR::CosineAnnealingLR(
@@ -370,22 +373,10 @@ std::vector<double> PolynomialLR::compute_lr() {
       static_cast<double>(std::min(total_iters_, last_epoch())) /
       static_cast<double>(total_iters_);
   const double scale = std::pow(1.0 - progress, power_);
-  std::vector<double> lrs;
-  for (double base : base_lrs()) {
-    lrs.push_back(base * scale);
-  }
-  return lrs;
+  return times(base_lrs(), scale);
 }
 
 namespace {
-
-std::vector<double> times(const std::vector<double>& rates, double factor) {
-  std::vector<double> out;
-  for (double rate : rates) {
-    out.push_back(rate * factor);
-  }
-  return out;
-}
 
 // One lambda for every group, or one per group.
 std::vector<LrLambda> lambdas_per_group(
@@ -555,17 +546,16 @@ std::vector<double> MultiplicativeLR::compute_lr() {
 }
 
 void MultiplicativeLR::advance(std::optional<double> /*metric*/) {
-  const auto& groups = optimizer().param_groups();
+  std::vector<double> lrs = group_lrs(optimizer());
   HOTLOOP_CHECK(
-      groups.size() == lambdas_.size(),
+      lrs.size() == lambdas_.size(),
       "MultiplicativeLR was built for ",
       lambdas_.size(),
       " param groups, but the optimizer now has ",
-      groups.size());
+      lrs.size());
   const int64_t epoch = last_epoch() + 1;
-  std::vector<double> lrs;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    lrs.push_back(groups[g].options().get_lr() * lambdas_[g](epoch));
+  for (size_t g = 0; g < lrs.size(); ++g) {
+    lrs[g] *= lambdas_[g](epoch);
   }
   set_last_epoch(epoch);
   apply_lr(lrs);
@@ -890,11 +880,7 @@ void ReduceLROnPlateau::advance(std::optional<double> metric) {
     --cooldown_counter_;
     num_bad_epochs_ = 0; // bad steps in cooldown do not count
   }
-  auto& groups = optimizer().param_groups();
-  std::vector<double> lrs;
-  for (const auto& group : groups) {
-    lrs.push_back(group.options().get_lr());
-  }
+  std::vector<double> lrs = group_lrs(optimizer());
   if (num_bad_epochs_ > options_.patience()) {
     for (double& lr : lrs) {
       const double reduced =
@@ -989,11 +975,7 @@ std::vector<double> LinearWarmup::compute_lr() {
   const double factor = start_factor_ + (1.0 - start_factor_) *
                                             static_cast<double>(last_epoch()) /
                                             static_cast<double>(warmup_steps_);
-  std::vector<double> lrs;
-  for (double base : base_lrs()) {
-    lrs.push_back(base * factor);
-  }
-  return lrs;
+  return times(base_lrs(), factor);
 }
 
 void LinearWarmup::advance(std::optional<double> metric) {

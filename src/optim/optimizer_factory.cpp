@@ -325,15 +325,6 @@ CyclicMode parse_cyclic_mode(const std::string& value) {
   return CyclicMode::kExpRange;
 }
 
-// Each group's optimizer lr.
-std::vector<double> optimizer_lrs(const torch::optim::Optimizer& optimizer) {
-  std::vector<double> lrs;
-  for (const auto& group : optimizer.param_groups()) {
-    lrs.push_back(group.options().get_lr());
-  }
-  return lrs;
-}
-
 ThresholdMode parse_threshold_mode(const std::string& value) {
   if (value == "rel") {
     return ThresholdMode::kRel;
@@ -422,7 +413,7 @@ std::unique_ptr<LRScheduler> make_main_schedule(
     return std::make_unique<CyclicLR>(
         optimizer,
         CyclicLROptions(
-            o.base_lr == 0 ? optimizer_lrs(optimizer)
+            o.base_lr == 0 ? group_lrs(optimizer)
                            : std::vector<double>{o.base_lr},
             {o.max_lr})
             .step_size_up(o.step_size_up)
@@ -450,7 +441,7 @@ std::unique_ptr<LRScheduler> make_main_schedule(
   }
   // onecycle
   std::vector<double> max_lr =
-      o.max_lr == 0 ? optimizer_lrs(optimizer) : std::vector<double>{o.max_lr};
+      o.max_lr == 0 ? group_lrs(optimizer) : std::vector<double>{o.max_lr};
   return std::make_unique<OneCycleLR>(
       optimizer,
       OneCycleLROptions(std::move(max_lr), span())

@@ -123,14 +123,6 @@ std::unique_ptr<torch::optim::Optimizer> make_test_optimizer(
   return std::make_unique<to::Adagrad>(groups);
 }
 
-std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer) {
-  std::vector<double> lrs;
-  for (const auto& group : optimizer.param_groups()) {
-    lrs.push_back(group.options().get_lr());
-  }
-  return lrs;
-}
-
 std::vector<double> group_momenta(const torch::optim::Optimizer& optimizer) {
   std::vector<double> momenta;
   for (const auto& group : optimizer.param_groups()) {

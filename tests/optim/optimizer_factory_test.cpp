@@ -527,14 +527,6 @@ std::unique_ptr<torch::optim::Optimizer> sgd_for(torch::nn::Linear& net) {
   return make_optimizer(*net, o);
 }
 
-std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer) {
-  std::vector<double> lrs;
-  for (const auto& group : optimizer.param_groups()) {
-    lrs.push_back(group.options().get_lr());
-  }
-  return lrs;
-}
-
 TEST(MakeScheduler, BuildsEachScheduleByName) {
   torch::nn::Linear net(3, 2);
   auto optimizer = sgd_for(net);

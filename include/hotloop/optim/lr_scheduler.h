@@ -12,6 +12,9 @@
 
 namespace hotloop::optim {
 
+/// The learning rate of each of `optimizer`'s param groups, in order.
+std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer);
+
 /// A learning-rate schedule bound to one optimizer, matching
 /// `torch.optim.lr_scheduler` step for step. Building a schedule applies its
 /// step-0 learning rates to every param group (as PyTorch's constructors do);
