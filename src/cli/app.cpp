@@ -782,11 +782,15 @@ void prepare_output(const std::string& path, const std::string& flag) {
       std::strerror(errno));
 }
 
-// The newest run folder (the highest version_N under
-// default_root_dir/name) that holds `file`, or "".
+// Where the config's runs go: default_root_dir/name, a version_N each.
+fs::path runs_folder(const FitConfig& config) {
+  return fs::path(config.trainer.default_root_dir()) / config.trainer.name();
+}
+
+// The newest run folder (the highest version_N under runs_folder) that
+// holds `file`, or "".
 fs::path newest_run_with(const FitConfig& config, const fs::path& file) {
-  const fs::path runs =
-      fs::path(config.trainer.default_root_dir()) / config.trainer.name();
+  const fs::path runs = runs_folder(config);
   int64_t newest = -1;
   fs::path found;
   std::error_code ec;
@@ -811,8 +815,7 @@ std::string best_checkpoint(const FitConfig& config) {
   HOTLOOP_CHECK(
       !run.empty(),
       "--ckpt_path=best: no finished run under '",
-      (fs::path(config.trainer.default_root_dir()) / config.trainer.name())
-          .string(),
+      runs_folder(config).string(),
       "' has a summary.json");
   const fs::path summary = run / "summary.json";
   std::ifstream in(summary);
@@ -857,8 +860,7 @@ std::string resolve_ckpt_path(
   HOTLOOP_CHECK(
       !run.empty() || path == "auto",
       "--ckpt_path=last: no run under '",
-      (fs::path(config.trainer.default_root_dir()) / config.trainer.name())
-          .string(),
+      runs_folder(config).string(),
       "' has checkpoints/last.ckpt");
   return run.empty() ? "" : (run / last).string();
 }
