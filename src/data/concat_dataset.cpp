@@ -10,16 +10,17 @@
 namespace hotloop::data {
 namespace {
 
+// "input [1, 28, 28] Float, target [] Long"
 std::string describe(const SampleSpec& spec) {
-  std::string text = "input [";
-  for (size_t i = 0; i < spec.input_shape.size(); ++i) {
-    text += (i > 0 ? ", " : "") + std::to_string(spec.input_shape[i]);
-  }
-  text += std::string("] ") + c10::toString(spec.input_dtype) + ", target [";
-  for (size_t i = 0; i < spec.target_shape.size(); ++i) {
-    text += (i > 0 ? ", " : "") + std::to_string(spec.target_shape[i]);
-  }
-  return text + "] " + c10::toString(spec.target_dtype);
+  return hotloop::detail::str_cat(
+      "input ",
+      c10::IntArrayRef(spec.input_shape),
+      " ",
+      spec.input_dtype,
+      ", target ",
+      c10::IntArrayRef(spec.target_shape),
+      " ",
+      spec.target_dtype);
 }
 
 } // namespace
@@ -83,24 +84,29 @@ void ConcatDataset::get_batch(
     c10::ArrayRef<int64_t> indices,
     const SampleContext& context,
     Batch& out) const {
-  const auto rows = static_cast<int64_t>(indices.size());
+  // Each run of rows in one dataset goes to that dataset's get_batch.
   std::vector<int64_t> run;
-  for (int64_t start = 0; start < rows;) {
-    const size_t k = locate(indices[start]).first;
-    run.clear();
-    int64_t row = start;
-    for (; row < rows; ++row) {
-      const auto [where, local] = locate(indices[row]);
-      if (where != k) {
-        break;
-      }
-      run.push_back(local);
-    }
+  size_t dataset = 0;
+  int64_t start = 0;
+  const auto read_run = [&](int64_t end) {
     Batch part;
-    part.input = out.input.narrow(0, start, row - start);
-    part.target = out.target.narrow(0, start, row - start);
-    datasets_[k]->get_batch(run, context, part);
-    start = row;
+    part.input = out.input.narrow(0, start, end - start);
+    part.target = out.target.narrow(0, start, end - start);
+    datasets_[dataset]->get_batch(run, context, part);
+  };
+  const auto rows = static_cast<int64_t>(indices.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    const auto [k, local] = locate(indices[row]);
+    if (!run.empty() && k != dataset) {
+      read_run(row);
+      run.clear();
+      start = row;
+    }
+    dataset = k;
+    run.push_back(local);
+  }
+  if (!run.empty()) {
+    read_run(rows);
   }
 }
 
