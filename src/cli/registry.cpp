@@ -1,5 +1,7 @@
 #include "hotloop/cli/registry.h"
 
+#include "hotloop/models/resnet.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -7,8 +9,16 @@ namespace hotloop::cli {
 namespace {
 
 // The names hotloop itself gives model.name and data.dataset.
-const std::vector<std::string> kBuiltInModels = {
-    "fashion_cnn", "mlp", "resnet18", "resnet34", "gpt"};
+const std::vector<std::string>& built_in_model_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"fashion_cnn", "mlp"};
+    const auto& resnets = models::resnet_names();
+    out.insert(out.end(), resnets.begin(), resnets.end());
+    out.push_back("gpt");
+    return out;
+  }();
+  return names;
+}
 const std::vector<std::string> kBuiltInDatasets = {
     "fashion_mnist", "idx", "image_folder", "csv", "text", "synthetic"};
 
@@ -64,7 +74,7 @@ void check(
 } // namespace
 
 bool register_model(ModelRegistration registration) {
-  check(registration, "model", kBuiltInModels, registry().models);
+  check(registration, "model", built_in_model_names(), registry().models);
   registry().models.push_back(std::move(registration));
   return true;
 }
@@ -102,7 +112,7 @@ const std::vector<DatasetRegistration>& registered_datasets() {
 }
 
 const std::vector<std::string>& built_in_models() {
-  return kBuiltInModels;
+  return built_in_model_names();
 }
 
 const std::vector<std::string>& built_in_datasets() {

@@ -53,9 +53,9 @@ std::pair<torch::nn::AnyModule, double> image_network(
     }
     return {torch::nn::AnyModule(mlp), flops + 2.0 * width * classes};
   }
-  if (config.model_name == "resnet18" || config.model_name == "resnet34") {
+  if (models::is_resnet_name(config.model_name)) {
     const models::ResNet resnet(
-        models::ResNetOptions(config.model_name == "resnet18" ? 18 : 34)
+        models::resnet_options(config.model_name)
             .num_classes(classes)
             .in_channels(channels)
             .stem(config.stem)

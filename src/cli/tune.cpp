@@ -7,6 +7,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/core/signals.h"
 #include "hotloop/core/threads.h"
+#include "hotloop/models/resnet.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/device.h"
 
@@ -797,9 +798,8 @@ void Tuner::add_candidates() {
   if (cuda_ && c.trainer.precision() != "16-mixed") {
     add("precision", {{"trainer.precision", "16-mixed"}});
   }
-  const bool convolutional = c.model_name == "fashion_cnn" ||
-                             c.model_name == "resnet18" ||
-                             c.model_name == "resnet34";
+  const bool convolutional =
+      c.model_name == "fashion_cnn" || models::is_resnet_name(c.model_name);
   if (convolutional) {
     add("channels_last",
         {{"trainer.channels_last",
@@ -835,9 +835,8 @@ void Tuner::add_candidates() {
   }
   // Memory-bound: twice the batch does not fit. Checkpointing the
   // activations may let it.
-  const bool checkpointable = c.model_name == "gpt" ||
-                              c.model_name == "resnet18" ||
-                              c.model_name == "resnet34";
+  const bool checkpointable =
+      c.model_name == "gpt" || models::is_resnet_name(c.model_name);
   if (checkpointable && largest > 0 && largest < 2 * batch &&
       !c.activation_checkpointing && !c.gpt.activation_checkpointing()) {
     std::ostringstream lr;

@@ -8,9 +8,12 @@
 #include <torch/nn/init.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <array>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace hotloop::models {
 
@@ -20,10 +23,16 @@ namespace nn = torch::nn;
 
 /// A conv without bias and with "same" padding for odd kernels, as
 /// torchvision's conv3x3 / conv1x1 and its 7x7 stem.
-nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+nn::Conv2d conv(
+    int64_t in,
+    int64_t out,
+    int64_t kernel,
+    int64_t stride,
+    int64_t groups = 1) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, kernel)
                         .stride(stride)
                         .padding(kernel / 2)
+                        .groups(groups)
                         .bias(false));
 }
 
@@ -33,15 +42,54 @@ nn::AnyModule norm(int64_t channels, bool sync) {
               : nn::AnyModule(nn::BatchNorm2d(channels));
 }
 
-/// torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + x), with
-/// a 1x1 conv + BatchNorm shortcut (`downsample`) where the shape changes.
-class BasicBlockImpl : public nn::Module {
+/// What a depth is made of: blocks per stage, and Bottlenecks or not.
+struct Layout {
+  std::array<int64_t, 4> blocks;
+  bool bottleneck;
+  /// Output channels of a block of `planes`: 4 x planes for a Bottleneck.
+  int64_t out(int64_t planes) const {
+    return bottleneck ? 4 * planes : planes;
+  }
+};
+
+Layout layout(int64_t depth) {
+  switch (depth) {
+    case 18:
+      return {{2, 2, 2, 2}, false};
+    case 34:
+      return {{3, 4, 6, 3}, false};
+    case 50:
+      return {{3, 4, 6, 3}, true};
+    case 101:
+      return {{3, 4, 23, 3}, true};
+    default: // 152, the options checked first
+      return {{3, 8, 36, 3}, true};
+  }
+}
+
+/// The channels of a Bottleneck's 1x1 -> 3x3 -> convs for `planes`.
+int64_t inner_width(const ResNetOptions& options, int64_t planes) {
+  return planes * options.width_per_group() / 64 * options.groups();
+}
+
+/// What torchvision's two blocks share: the norms registered under their
+/// names, the shortcut (a 1x1 conv + BatchNorm where the shape changes) and
+/// the last norm's weight, which zero_init_residual zeroes.
+class BlockImpl : public nn::Module {
  public:
-  BasicBlockImpl(int64_t in, int64_t out, int64_t stride, bool sync)
-      : conv1_(register_module("conv1", conv(in, out, 3, stride))),
-        bn1_(add("bn1", norm(out, sync))),
-        conv2_(register_module("conv2", conv(out, out, 3, 1))),
-        bn2_(add("bn2", norm(out, sync))) {
+  at::Tensor last_norm_weight() {
+    return last_norm_.ptr()->named_parameters(/*recurse=*/false)["weight"];
+  }
+
+ protected:
+  nn::AnyModule add_norm(const std::string& name, int64_t channels, bool sync) {
+    nn::AnyModule module = norm(channels, sync);
+    register_module(name, module.ptr());
+    last_norm_ = module;
+    return module;
+  }
+
+  void add_downsample(int64_t in, int64_t out, int64_t stride, bool sync) {
     if (stride != 1 || in != out) {
       nn::Sequential downsample(conv(in, out, 1, stride));
       downsample->push_back(norm(out, sync));
@@ -49,41 +97,109 @@ class BasicBlockImpl : public nn::Module {
     }
   }
 
-  at::Tensor forward(const at::Tensor& input) {
-    at::Tensor x = bn1_.forward(conv1_->forward(input)).relu_();
-    x = bn2_.forward(conv2_->forward(x));
+  /// relu(x + the shortcut of the block's input).
+  at::Tensor add_shortcut(at::Tensor x, const at::Tensor& input) {
     x += downsample_.is_empty() ? input : downsample_->forward(input);
     return x.relu_();
   }
 
-  at::Tensor bn2_weight() {
-    return bn2_.ptr()->named_parameters(/*recurse=*/false)["weight"];
+ private:
+  nn::AnyModule last_norm_;
+  nn::Sequential downsample_{nullptr};
+};
+
+/// torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + x).
+class BasicBlockImpl : public BlockImpl {
+ public:
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride, bool sync)
+      : conv1_(register_module("conv1", conv(in, out, 3, stride))),
+        bn1_(add_norm("bn1", out, sync)),
+        conv2_(register_module("conv2", conv(out, out, 3, 1))),
+        bn2_(add_norm("bn2", out, sync)) {
+    add_downsample(in, out, stride, sync);
+  }
+
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = bn1_.forward(conv1_->forward(input)).relu_();
+    return add_shortcut(bn2_.forward(conv2_->forward(x)), input);
   }
 
  private:
-  nn::AnyModule add(const std::string& name, nn::AnyModule module) {
-    register_module(name, module.ptr());
-    return module;
-  }
-
   nn::Conv2d conv1_;
   nn::AnyModule bn1_;
   nn::Conv2d conv2_;
   nn::AnyModule bn2_;
-  nn::Sequential downsample_{nullptr};
 };
 TORCH_MODULE(BasicBlock);
 
-/// `blocks` BasicBlocks, the first one changing channels and stride.
+/// torchvision's Bottleneck (V1.5: the stride on the 3x3 conv): 1x1 to
+/// `width`, 3x3 in `groups` groups, 1x1 to `out`, each with a BatchNorm,
+/// ReLU between, then the shortcut added and a last ReLU.
+class BottleneckImpl : public BlockImpl {
+ public:
+  BottleneckImpl(
+      int64_t in,
+      int64_t width,
+      int64_t out,
+      int64_t stride,
+      int64_t groups,
+      bool sync)
+      : conv1_(register_module("conv1", conv(in, width, 1, 1))),
+        bn1_(add_norm("bn1", width, sync)),
+        conv2_(register_module("conv2", conv(width, width, 3, stride, groups))),
+        bn2_(add_norm("bn2", width, sync)),
+        conv3_(register_module("conv3", conv(width, out, 1, 1))),
+        bn3_(add_norm("bn3", out, sync)) {
+    add_downsample(in, out, stride, sync);
+  }
+
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = bn1_.forward(conv1_->forward(input)).relu_();
+    x = bn2_.forward(conv2_->forward(x)).relu_();
+    return add_shortcut(bn3_.forward(conv3_->forward(x)), input);
+  }
+
+ private:
+  nn::Conv2d conv1_;
+  nn::AnyModule bn1_;
+  nn::Conv2d conv2_;
+  nn::AnyModule bn2_;
+  nn::Conv2d conv3_;
+  nn::AnyModule bn3_;
+};
+TORCH_MODULE(Bottleneck);
+
+/// A stage of `blocks` blocks of `planes`, the first one changing channels
+/// (from `in`) and stride.
 nn::Sequential make_layer(
-    int64_t in, int64_t out, int64_t blocks, int64_t stride, bool sync) {
+    const ResNetOptions& options,
+    int64_t in,
+    int64_t planes,
+    int64_t blocks,
+    int64_t stride) {
+  const Layout shape = layout(options.depth());
+  const bool sync = options.sync_batchnorm();
+  const int64_t out = shape.out(planes);
   nn::Sequential layer;
-  layer->push_back(BasicBlock(in, out, stride, sync));
-  for (int64_t i = 1; i < blocks; ++i) {
-    layer->push_back(BasicBlock(out, out, 1, sync));
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t block_in = i == 0 ? in : out;
+    const int64_t block_stride = i == 0 ? stride : 1;
+    if (shape.bottleneck) {
+      layer->push_back(Bottleneck(
+          block_in,
+          inner_width(options, planes),
+          out,
+          block_stride,
+          options.groups(),
+          sync));
+    } else {
+      layer->push_back(BasicBlock(block_in, out, block_stride, sync));
+    }
   }
   return layer;
 }
+
+constexpr std::array<int64_t, 4> kPlanes = {64, 128, 256, 512};
 
 } // namespace
 
@@ -92,9 +208,28 @@ ResNetOptions::ResNetOptions(int64_t depth) : depth_(depth) {}
 ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
   HOTLOOP_CHECK_AS(
       ConfigError,
-      options_.depth() == 18 || options_.depth() == 34,
-      "model.depth must be 18 or 34 (the BasicBlock ResNets), got ",
+      options_.depth() == 18 || options_.depth() == 34 ||
+          options_.depth() == 50 || options_.depth() == 101 ||
+          options_.depth() == 152,
+      "model.depth must be 18, 34, 50, 101 or 152, got ",
       options_.depth());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.groups() > 0 && options_.width_per_group() > 0,
+      "model.groups and model.width_per_group must be positive, got ",
+      options_.groups(),
+      " and ",
+      options_.width_per_group());
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      layout(options_.depth()).bottleneck ||
+          (options_.groups() == 1 && options_.width_per_group() == 64),
+      "model.groups and model.width_per_group must be 1 and 64 for depth ",
+      options_.depth(),
+      " (BasicBlocks, as torchvision), got ",
+      options_.groups(),
+      " and ",
+      options_.width_per_group());
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.num_classes() > 1,
@@ -124,14 +259,18 @@ ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
     maxpool_ = register_module(
         "maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   }
-  const std::array<int64_t, 4> blocks =
-      options_.depth() == 18 ? std::array<int64_t, 4>{2, 2, 2, 2}
-                             : std::array<int64_t, 4>{3, 4, 6, 3};
-  layer1_ = register_module("layer1", make_layer(64, 64, blocks[0], 1, sync));
-  layer2_ = register_module("layer2", make_layer(64, 128, blocks[1], 2, sync));
-  layer3_ = register_module("layer3", make_layer(128, 256, blocks[2], 2, sync));
-  layer4_ = register_module("layer4", make_layer(256, 512, blocks[3], 2, sync));
-  fc_ = register_module("fc", nn::Linear(512, options_.num_classes()));
+  const Layout shape = layout(options_.depth());
+  const std::array<nn::Sequential*, 4> layers = {
+      &layer1_, &layer2_, &layer3_, &layer4_};
+  int64_t in = 64;
+  for (size_t stage = 0; stage < layers.size(); ++stage) {
+    *layers[stage] = register_module(
+        "layer" + std::to_string(stage + 1),
+        make_layer(
+            options_, in, kPlanes[stage], shape.blocks[stage], stage ? 2 : 1));
+    in = shape.out(kPlanes[stage]);
+  }
+  fc_ = register_module("fc", nn::Linear(in, options_.num_classes()));
 
   torch::NoGradGuard no_grad;
   for (const auto& module : modules(/*include_self=*/false)) {
@@ -148,8 +287,8 @@ ResNetImpl::ResNetImpl(ResNetOptions options) : options_(std::move(options)) {
   }
   if (options_.zero_init_residual()) {
     for (const auto& module : modules(/*include_self=*/false)) {
-      if (auto* block = module->as<BasicBlock>()) {
-        nn::init::zeros_(block->bn2_weight());
+      if (auto* block = dynamic_cast<BlockImpl*>(module.get())) {
+        nn::init::zeros_(block->last_norm_weight());
       }
     }
   }
@@ -182,39 +321,102 @@ double ResNetImpl::flops_per_sample(int64_t height, int64_t width) const {
   int64_t h = height, w = width;
   double flops = 0;
   // A conv from the current size; returns its output size.
-  auto conv =
-      [&](int64_t in, int64_t out_channels, int64_t kernel, int64_t stride) {
-        const int64_t oh = out(h, kernel, stride), ow = out(w, kernel, stride);
-        flops += 2.0 * in * out_channels * kernel * kernel * oh * ow;
-        return std::make_pair(oh, ow);
-      };
+  auto conv = [&](int64_t in,
+                  int64_t out_channels,
+                  int64_t kernel,
+                  int64_t stride,
+                  int64_t groups) {
+    const int64_t oh = out(h, kernel, stride), ow = out(w, kernel, stride);
+    flops += 2.0 * in / groups * out_channels * kernel * kernel * oh * ow;
+    return std::make_pair(oh, ow);
+  };
   if (options_.stem() == "imagenet") {
-    std::tie(h, w) = conv(options_.in_channels(), 64, 7, 2);
+    std::tie(h, w) = conv(options_.in_channels(), 64, 7, 2, 1);
     h = out(h, 3, 2); // max-pool
     w = out(w, 3, 2);
   } else {
-    std::tie(h, w) = conv(options_.in_channels(), 64, 3, 1);
+    std::tie(h, w) = conv(options_.in_channels(), 64, 3, 1, 1);
   }
-  const std::array<int64_t, 4> widths = {64, 128, 256, 512};
-  const std::array<int64_t, 4> blocks =
-      options_.depth() == 18 ? std::array<int64_t, 4>{2, 2, 2, 2}
-                             : std::array<int64_t, 4>{3, 4, 6, 3};
+  const Layout shape = layout(options_.depth());
   int64_t in = 64;
-  for (size_t layer = 0; layer < widths.size(); ++layer) {
-    for (int64_t block = 0; block < blocks[layer]; ++block) {
-      const int64_t stride = layer > 0 && block == 0 ? 2 : 1;
-      const int64_t out_channels = widths[layer];
+  for (size_t stage = 0; stage < kPlanes.size(); ++stage) {
+    const int64_t out_channels = shape.out(kPlanes[stage]);
+    for (int64_t block = 0; block < shape.blocks[stage]; ++block) {
+      const int64_t stride = stage > 0 && block == 0 ? 2 : 1;
       if (stride != 1 || in != out_channels) {
-        conv(in, out_channels, 1, stride); // downsample, from the block input
+        conv(in, out_channels, 1, stride, 1); // downsample, from the input
       }
-      const auto [oh, ow] = conv(in, out_channels, 3, stride);
-      h = oh;
-      w = ow;
-      conv(out_channels, out_channels, 3, 1);
+      if (shape.bottleneck) {
+        const int64_t width = inner_width(options_, kPlanes[stage]);
+        conv(in, width, 1, 1, 1);
+        std::tie(h, w) = conv(width, width, 3, stride, options_.groups());
+        conv(width, out_channels, 1, 1, 1);
+      } else {
+        std::tie(h, w) = conv(in, out_channels, 3, stride, 1);
+        conv(out_channels, out_channels, 3, 1, 1);
+      }
       in = out_channels;
     }
   }
-  return flops + 2.0 * 512 * options_.num_classes();
+  return flops + 2.0 * in * options_.num_classes();
+}
+
+namespace {
+
+struct Builder {
+  std::string name;
+  int64_t depth;
+  int64_t groups;
+  int64_t width_per_group;
+};
+
+const std::vector<Builder>& builders() {
+  static const std::vector<Builder> all = {
+      {"resnet18", 18, 1, 64},
+      {"resnet34", 34, 1, 64},
+      {"resnet50", 50, 1, 64},
+      {"resnet101", 101, 1, 64},
+      {"resnet152", 152, 1, 64},
+      {"resnext50_32x4d", 50, 32, 4},
+      {"resnext101_32x8d", 101, 32, 8},
+      {"resnext101_64x4d", 101, 64, 4},
+      {"wide_resnet50_2", 50, 1, 128},
+      {"wide_resnet101_2", 101, 1, 128}};
+  return all;
+}
+
+} // namespace
+
+const std::vector<std::string>& resnet_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Builder& builder : builders()) {
+      out.push_back(builder.name);
+    }
+    return out;
+  }();
+  return names;
+}
+
+bool is_resnet_name(const std::string& name) {
+  const auto& names = resnet_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+ResNetOptions resnet_options(const std::string& name) {
+  for (const Builder& builder : builders()) {
+    if (builder.name == name) {
+      return ResNetOptions(builder.depth)
+          .groups(builder.groups)
+          .width_per_group(builder.width_per_group);
+    }
+  }
+  std::string known;
+  for (const std::string& each : resnet_names()) {
+    known += (known.empty() ? "" : ", ") + each;
+  }
+  throw ConfigError(
+      "model.name '" + name + "' is not a ResNet; expected one of " + known);
 }
 
 } // namespace hotloop::models

@@ -1966,6 +1966,20 @@ TEST(Cli, TrainsEveryReferenceModelFromTheConfig) {
     ASSERT_EQ(r.code, 0) << model[0] << ": " << r.err;
     EXPECT_THAT(r.out, HasSubstr("done: 1 epoch, 2 steps"));
   }
+  // The Bottleneck ResNets by torchvision's names, grouped convs included:
+  // one step (a larger network).
+  const Result resnext = run_cli(small_fit(
+      dir,
+      {"--model.name=resnext50_32x4d",
+       "--trainer.max_epochs=1",
+       "--trainer.limit_train_batches=1",
+       "--trainer.limit_val_batches=1"}));
+  ASSERT_EQ(resnext.code, 0) << resnext.err;
+  EXPECT_THAT(resnext.out, HasSubstr("done: 1 epoch, 1 step"));
+  const Result unknown = run_cli(small_fit(dir, {"--model.name=resnet200"}));
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("model.name"));
+  EXPECT_THAT(unknown.err, HasSubstr("wide_resnet101_2"));
   std::vector<std::string> gpt = {"fit"};
   const std::vector<std::string> options = small_gpt(dir, 2);
   gpt.insert(gpt.end(), options.begin(), options.end());

@@ -142,9 +142,23 @@ bool all_equal(const at::Tensor& t, double value) {
 // ----------------------------------------------------------------------
 // ResNet
 
-ResNet make_resnet(int64_t depth, const std::string& stem) {
-  return ResNet(ResNetOptions(depth).stem(stem).num_classes(
+ResNet make_resnet(const std::string& arch, const std::string& stem) {
+  return ResNet(resnet_options(arch).stem(stem).num_classes(
       stem == "imagenet" ? 1000 : 10));
+}
+
+/// make_models_reference.py's state_dict cases: <arch>_<stem>.
+std::vector<std::pair<std::string, std::string>> resnet_cases() {
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (const std::string arch : {"resnet18", "resnet34", "resnet50"}) {
+    cases.emplace_back(arch, "imagenet");
+    cases.emplace_back(arch, "cifar");
+  }
+  for (const std::string arch :
+       {"resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2"}) {
+    cases.emplace_back(arch, "imagenet");
+  }
+  return cases;
 }
 
 /// make_models_reference.py's deterministic_fill(), step for step.
@@ -179,51 +193,71 @@ void deterministic_fill(torch::nn::Module& module) {
 
 TEST(ResNet, StateDictNamesAndShapesEqualTorchvisionForEachDepthAndStem) {
   const auto& reference = Reference::get("resnet_state_dicts.txt");
-  for (int64_t depth : {18, 34}) {
-    for (const std::string stem : {"imagenet", "cifar"}) {
-      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
-      SCOPED_TRACE(name);
-      EXPECT_EQ(
-          state_lines(*make_resnet(depth, stem)),
-          reference_lines(reference.all(name, "state")));
-    }
+  for (const auto& [arch, stem] : resnet_cases()) {
+    const std::string name = arch + "_" + stem;
+    SCOPED_TRACE(name);
+    EXPECT_EQ(
+        state_lines(*make_resnet(arch, stem)),
+        reference_lines(reference.all(name, "state")));
   }
 }
 
 TEST(ResNet, HasTorchvisionParameterCounts) {
   const auto& reference = Reference::get("resnet_state_dicts.txt");
-  EXPECT_EQ(parameter_count(*make_resnet(18, "imagenet")), 11689512);
-  EXPECT_EQ(parameter_count(*make_resnet(34, "imagenet")), 21797672);
-  for (int64_t depth : {18, 34}) {
-    for (const std::string stem : {"imagenet", "cifar"}) {
-      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
-      EXPECT_EQ(
-          parameter_count(*make_resnet(depth, stem)),
-          reference.one(name, "count", "params").values.at(0))
-          << name;
-    }
+  // torchvision's documented sizes.
+  EXPECT_EQ(parameter_count(*make_resnet("resnet18", "imagenet")), 11689512);
+  EXPECT_EQ(parameter_count(*make_resnet("resnet34", "imagenet")), 21797672);
+  EXPECT_EQ(parameter_count(*make_resnet("resnet50", "imagenet")), 25557032);
+  EXPECT_EQ(
+      parameter_count(*make_resnet("resnext50_32x4d", "imagenet")), 25028904);
+  EXPECT_EQ(
+      parameter_count(*make_resnet("wide_resnet50_2", "imagenet")), 68883240);
+  for (const auto& [arch, stem] : resnet_cases()) {
+    const std::string name = arch + "_" + stem;
+    EXPECT_EQ(
+        parameter_count(*make_resnet(arch, stem)),
+        reference.one(name, "count", "params").values.at(0))
+        << name;
   }
 }
 
 TEST(ResNet, CountsTheFlopsTorchvisionsModelsDo) {
   // Reference: forward hooks on torchvision's Conv2d and Linear modules.
   const auto& reference = Reference::get("resnet_state_dicts.txt");
-  for (int64_t depth : {18, 34}) {
-    for (const std::string stem : {"imagenet", "cifar"}) {
-      const std::string name = "resnet" + std::to_string(depth) + "_" + stem;
-      const int64_t size = stem == "imagenet" ? 224 : 32;
-      EXPECT_EQ(
-          make_resnet(depth, stem)->flops_per_sample(size, size),
-          reference.one(name, "count", "flops_" + std::to_string(size))
-              .values.at(0))
-          << name;
-    }
+  for (const auto& [arch, stem] : resnet_cases()) {
+    const std::string name = arch + "_" + stem;
+    const int64_t size = stem == "imagenet" ? 224 : 32;
+    EXPECT_EQ(
+        make_resnet(arch, stem)->flops_per_sample(size, size),
+        reference.one(name, "count", "flops_" + std::to_string(size))
+            .values.at(0))
+        << name;
   }
+}
+
+TEST(ResNet, NamesTorchvisionsBuildersAndRefusesOthers) {
+  EXPECT_EQ(resnet_names().size(), 10U);
+  const ResNetOptions resnext = resnet_options("resnext101_64x4d");
+  EXPECT_EQ(resnext.depth(), 101);
+  EXPECT_EQ(resnext.groups(), 64);
+  EXPECT_EQ(resnext.width_per_group(), 4);
+  const ResNetOptions wide = resnet_options("wide_resnet101_2");
+  EXPECT_EQ(wide.depth(), 101);
+  EXPECT_EQ(wide.groups(), 1);
+  EXPECT_EQ(wide.width_per_group(), 128);
+  EXPECT_EQ(resnet_options("resnet152").depth(), 152);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      resnet_options("resnet200"),
+      "model.name 'resnet200' is not a ResNet; expected one of resnet18, "
+      "resnet34, resnet50, resnet101, resnet152, resnext50_32x4d, "
+      "resnext101_32x8d, resnext101_64x4d, wide_resnet50_2, "
+      "wide_resnet101_2");
 }
 
 TEST(ResNet, ConvWeightsAreKaimingNormalWithFanOut) {
   torch::manual_seed(0);
-  ResNet model = make_resnet(18, "imagenet");
+  ResNet model = make_resnet("resnet18", "imagenet");
   int convs = 0;
   for (const auto& item : model->named_modules()) {
     if (auto* conv = item.value()->as<torch::nn::Conv2d>()) {
@@ -243,7 +277,7 @@ TEST(ResNet, ConvWeightsAreKaimingNormalWithFanOut) {
 }
 
 TEST(ResNet, BatchNormStartsAtWeightOneBiasZero) {
-  ResNet model = make_resnet(34, "cifar");
+  ResNet model = make_resnet("resnet34", "cifar");
   int norms = 0;
   for (const auto& item : model->named_modules()) {
     if (auto* bn = item.value()->as<torch::nn::BatchNorm2d>()) {
@@ -277,9 +311,30 @@ TEST(ResNet, ZeroInitResidualZeroesTheLastBatchNormOfEveryBlock) {
   }
 }
 
+TEST(ResNet, ZeroInitResidualZeroesEachBottlenecksThirdBatchNorm) {
+  // torchvision zeroes a Bottleneck's bn3, its last; bn1, bn2 and the
+  // shortcut's norm keep weight 1.
+  ResNet model(resnet_options("resnet50").zero_init_residual(true));
+  int zeroed = 0;
+  int ones = 0;
+  for (const auto& [name, t] : state_dict(*model)) {
+    if (ends_with(name, "bn3.weight")) {
+      EXPECT_TRUE(all_equal(t, 0.0)) << name;
+      ++zeroed;
+    } else if (
+        ends_with(name, "bn1.weight") || ends_with(name, "bn2.weight") ||
+        ends_with(name, "downsample.1.weight")) {
+      EXPECT_TRUE(all_equal(t, 1.0)) << name;
+      ++ones;
+    }
+  }
+  EXPECT_EQ(zeroed, 3 + 4 + 6 + 3);
+  EXPECT_EQ(ones, 1 + 16 * 2 + 4);
+}
+
 TEST(ResNet, FcKeepsPyTorchDefaultLinearInit) {
   torch::manual_seed(0);
-  ResNet model = make_resnet(18, "imagenet");
+  ResNet model = make_resnet("resnet18", "imagenet");
   const at::Tensor w = model->named_parameters()["fc.weight"];
   const at::Tensor b = model->named_parameters()["fc.bias"];
   // kaiming_uniform(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
@@ -291,18 +346,22 @@ TEST(ResNet, FcKeepsPyTorchDefaultLinearInit) {
 }
 
 TEST(ResNet, ForwardMatchesTorchvisionWithDeterministicWeights) {
+  // BasicBlocks, Bottlenecks, and Bottlenecks with a grouped 3x3 conv.
   const auto& reference = Reference::get("models_forward.txt");
-  ResNet model = make_resnet(18, "cifar");
-  deterministic_fill(*model);
-  model->eval();
-  const at::Tensor x = to_tensor(
-      reference.one("resnet18_cifar", "input", "x"), at::kFloat, kInputScale);
-  torch::NoGradGuard no_grad;
-  expect_close(
-      model->forward(x),
-      to_tensor(
-          reference.one("resnet18_cifar", "output", "logits"), at::kFloat),
-      kParityTolerance);
+  for (const std::string arch : {"resnet18", "resnet50", "resnext50_32x4d"}) {
+    SCOPED_TRACE(arch);
+    const std::string name = arch + "_cifar";
+    ResNet model = make_resnet(arch, "cifar");
+    deterministic_fill(*model);
+    model->eval();
+    const at::Tensor x =
+        to_tensor(reference.one(name, "input", "x"), at::kFloat, kInputScale);
+    torch::NoGradGuard no_grad;
+    expect_close(
+        model->forward(x),
+        to_tensor(reference.one(name, "output", "logits"), at::kFloat),
+        kParityTolerance);
+  }
 }
 
 TEST(ResNet, OutputsOneLogitPerClassForEitherStemAndAnyChannelCount) {
@@ -321,20 +380,32 @@ TEST(ResNet, OutputsOneLogitPerClassForEitherStemAndAnyChannelCount) {
 
 TEST(ResNet, BackwardReachesEveryParameterInTraining) {
   // The blocks use in-place ReLU and residual adds, as torchvision.
-  ResNet model = make_resnet(18, "cifar");
-  model->train();
-  model->forward(at::randn({2, 3, 16, 16})).square().mean().backward();
-  for (const auto& p : model->named_parameters()) {
-    ASSERT_TRUE(p.value().grad().defined()) << p.key();
-    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  for (const std::string arch : {"resnet18", "resnext50_32x4d"}) {
+    ResNet model = make_resnet(arch, "cifar");
+    model->train();
+    model->forward(at::randn({2, 3, 16, 16})).square().mean().backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << arch << " " << p.key();
+      EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0)
+          << arch << " " << p.key();
+    }
   }
 }
 
 TEST(ResNet, BadOptionsNameTheOption) {
   EXPECT_THROWS_WITH(
       ConfigError,
-      ResNet(ResNetOptions(50)),
-      "model.depth must be 18 or 34 (the BasicBlock ResNets), got 50");
+      ResNet(ResNetOptions(20)),
+      "model.depth must be 18, 34, 50, 101 or 152, got 20");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(34).groups(32).width_per_group(4)),
+      "model.groups and model.width_per_group must be 1 and 64 for depth 34 "
+      "(BasicBlocks, as torchvision), got 32 and 4");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      ResNet(ResNetOptions(50).groups(0)),
+      "model.groups and model.width_per_group must be positive, got 0 and 64");
   EXPECT_THROWS_WITH(
       ConfigError,
       ResNet(ResNetOptions(18).stem("tiny")),

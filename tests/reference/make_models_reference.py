@@ -24,7 +24,8 @@ row-major. Fields:
   output  the expected output, floats with 8 significant digits.
   loss    the expected loss, likewise.
 
-The ResNet forward case (resnet18_cifar) has no `param` lines: both languages
+The ResNet forward cases (resnet18_cifar, resnet50_cifar,
+resnext50_32x4d_cifar) have no `param` lines: both languages
 set every state_dict entry with deterministic_fill() below, in state_dict
 order, and only the input and the logits are stored.
 """
@@ -83,9 +84,9 @@ def quantized_input(case, shape, seed):
 # --- ResNet (torchvision) ------------------------------------------------
 
 
-def resnet(depth, stem, num_classes):
-    build = {18: torchvision.models.resnet18, 34: torchvision.models.resnet34}
-    model = build[depth](num_classes=num_classes)
+def resnet(arch, stem, num_classes):
+    """torchvision's `arch` (resnet18, resnext50_32x4d, ...)."""
+    model = getattr(torchvision.models, arch)(num_classes=num_classes)
     if stem == "cifar":
         # The usual CIFAR recipe: 3x3 stride-1 stem, no max-pool.
         model.conv1 = nn.Conv2d(3, 64, 3, stride=1, padding=1, bias=False)
@@ -146,31 +147,41 @@ def conv_linear_flops(model, shape):
 def resnet_state_lines():
     out = []
     counts = {}
-    for depth in (18, 34):
-        for stem, classes in (("imagenet", 1000), ("cifar", 10)):
-            case = f"resnet{depth}_{stem}"
-            model = resnet(depth, stem, classes)
-            for name, t in model.state_dict().items():
-                out.append(line(case, "state", name, t.shape))
-            n = sum(p.numel() for p in model.parameters())
-            out.append(line(case, "count", "params", [], [n]))
-            counts[case] = n
-            size = 224 if stem == "imagenet" else 32
-            out.append(line(case, "count", f"flops_{size}", [],
-                            [conv_linear_flops(model, (1, 3, size, size))]))
+    cases = [(arch, stem) for arch in ("resnet18", "resnet34", "resnet50")
+             for stem in ("imagenet", "cifar")]
+    cases += [(arch, "imagenet") for arch in
+              ("resnet101", "resnet152", "resnext50_32x4d", "wide_resnet50_2")]
+    for arch, stem in cases:
+        classes = 1000 if stem == "imagenet" else 10
+        case = f"{arch}_{stem}"
+        model = resnet(arch, stem, classes)
+        for name, t in model.state_dict().items():
+            out.append(line(case, "state", name, t.shape))
+        n = sum(p.numel() for p in model.parameters())
+        out.append(line(case, "count", "params", [], [n]))
+        counts[case] = n
+        size = 224 if stem == "imagenet" else 32
+        out.append(line(case, "count", f"flops_{size}", [],
+                        [conv_linear_flops(model, (1, 3, size, size))]))
     assert counts["resnet18_imagenet"] == 11689512, counts
     assert counts["resnet34_imagenet"] == 21797672, counts
+    assert counts["resnet50_imagenet"] == 25557032, counts
     return out
 
 
 def resnet_forward_lines():
-    case = "resnet18_cifar"
-    model = resnet(18, "cifar", 10).eval()
-    deterministic_fill(model.state_dict())
-    x, x_line = quantized_input(case, (2, 3, 32, 32), seed=3)
-    with torch.no_grad():
-        y = model(x)
-    return [x_line, float_line(case, "output", "logits", y)]
+    out = []
+    # The Bottleneck cases come after the original one, whose seed they
+    # reuse, so that resnet18_cifar's lines stay as they were.
+    for arch in ("resnet18", "resnet50", "resnext50_32x4d"):
+        case = f"{arch}_cifar"
+        model = resnet(arch, "cifar", 10).eval()
+        deterministic_fill(model.state_dict())
+        x, x_line = quantized_input(case, (2, 3, 32, 32), seed=3)
+        with torch.no_grad():
+            y = model(x)
+        out += [x_line, float_line(case, "output", "logits", y)]
+    return out
 
 
 # --- MLP -----------------------------------------------------------------
