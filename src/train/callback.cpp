@@ -22,4 +22,10 @@ nlohmann::json Callback::state_dict() const {
 
 void Callback::load_state_dict(const nlohmann::json& state) {}
 
+std::vector<at::Tensor> Callback::state_tensors() const {
+  return {};
+}
+
+void Callback::load_state_tensors(std::vector<at::Tensor> tensors) {}
+
 } // namespace hotloop::train

@@ -603,6 +603,22 @@ void save_checkpoint(
   if (!state.callbacks.empty()) {
     archive.write("callbacks", c10::IValue(state.callbacks));
   }
+  if (!state.callback_tensors.empty()) {
+    // By position: state keys and tensor names are not archive names.
+    torch::serialize::OutputArchive all;
+    nlohmann::json keys = nlohmann::json::array();
+    for (const auto& [key, tensors] : state.callback_tensors) {
+      torch::serialize::OutputArchive one;
+      one.write("count", scalar(static_cast<int64_t>(tensors.size())));
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        one.write(indexed_key("tensor", i), tensors[i]);
+      }
+      all.write(indexed_key("callback", keys.size()), one);
+      keys.push_back(key);
+    }
+    all.write("keys", c10::IValue(keys.dump()));
+    archive.write("callback_tensors", all);
+  }
   std::map<std::string, std::vector<double>> epoch_metrics;
   for (const auto& [name, sum_weight] : state.loop.epoch_metrics) {
     epoch_metrics[name] = {sum_weight.first, sum_weight.second};
@@ -885,6 +901,26 @@ TrainingProgress load_checkpoint(
     state->callbacks = archive.try_read("callbacks", callbacks)
                            ? callbacks.toStringRef()
                            : std::string();
+    state->callback_tensors.clear();
+    torch::serialize::InputArchive all;
+    if (archive.try_read("callback_tensors", all)) {
+      c10::IValue keys;
+      all.read("keys", keys);
+      const nlohmann::json names = nlohmann::json::parse(keys.toStringRef());
+      for (size_t k = 0; k < names.size(); ++k) {
+        torch::serialize::InputArchive one;
+        all.read(indexed_key("callback", k), one);
+        at::Tensor count;
+        one.read("count", count);
+        std::vector<at::Tensor>& tensors =
+            state->callback_tensors[names[k].get<std::string>()];
+        for (int64_t i = 0; i < count.item<int64_t>(); ++i) {
+          tensors.emplace_back();
+          one.read(
+              indexed_key("tensor", static_cast<size_t>(i)), tensors.back());
+        }
+      }
+    }
     state->loop = LoopState{};
     for (const auto& [name, values] :
          read_doubles(archive, "loop_epoch_metrics", 2)) {

@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/ScopeExit.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
 #include <nlohmann/json.hpp>
@@ -176,18 +177,34 @@ void Trainer::save_checkpoint(const std::string& path) {
           "(trainer.precision=32)");
     }
   }
+  Module& module = fit_->module();
+  // What a callback changed in the module for the file is put back, in
+  // reverse order, whether the write succeeds or not.
+  size_t prepared = 0;
+  const auto restore = c10::make_scope_exit([&] {
+    while (prepared > 0) {
+      active_callbacks_[--prepared]->on_save_checkpoint_end(*this, module);
+    }
+  });
+  for (; prepared < active_callbacks_.size(); ++prepared) {
+    active_callbacks_[prepared]->on_save_checkpoint(*this, module);
+  }
+  CheckpointState checkpoint = fit_->checkpoint_state();
   nlohmann::json states = nlohmann::json::object();
   for (const auto& callback : active_callbacks_) {
     nlohmann::json state = callback->state_dict();
     if (!state.is_null()) {
       states[callback->state_key()] = std::move(state);
     }
+    std::vector<at::Tensor> tensors = callback->state_tensors();
+    if (!tensors.empty()) {
+      checkpoint.callback_tensors[callback->state_key()] = std::move(tensors);
+    }
   }
-  CheckpointState checkpoint = fit_->checkpoint_state();
   checkpoint.progress = progress_;
   checkpoint.callbacks = states.empty() ? std::string() : states.dump();
   checkpoint.loop.callback_metrics = callback_metrics_;
-  train::save_checkpoint(path, fit_->module(), checkpoint);
+  train::save_checkpoint(path, module, checkpoint);
   last_checkpoint_ = path;
 }
 

@@ -7,6 +7,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -120,6 +121,22 @@ class Callback {
   virtual nlohmann::json state_dict() const;
   /// Restores what state_dict returned.
   virtual void load_state_dict(const nlohmann::json& state);
+
+  /// Tensors of this callback's state (WeightAveraging's weights), kept in
+  /// checkpoints beside state_dict() in this order; empty for none.
+  virtual std::vector<at::Tensor> state_tensors() const;
+  /// Restores what state_tensors returned, on the model's device; called
+  /// after load_state_dict, before on_fit_start.
+  virtual void load_state_tensors(std::vector<at::Tensor> tensors);
+
+  /// Just before the Trainer writes a checkpoint (on the process that
+  /// writes it): a callback may put in the module what the file's model is
+  /// to hold (WeightAveraging: the averaged weights). The checkpoint then
+  /// takes every callback's state.
+  virtual void on_save_checkpoint(Trainer& trainer, Module& module) {}
+  /// After that write, whether it succeeded or threw: what
+  /// on_save_checkpoint changed is put back.
+  virtual void on_save_checkpoint_end(Trainer& trainer, Module& module) {}
 };
 
 } // namespace hotloop::train

@@ -102,6 +102,9 @@ struct CheckpointState {
   TrainingProgress progress;
   /// The callbacks' state as JSON text, `{state_key: state}`; empty: none.
   std::string callbacks;
+  /// The tensors of the callbacks' state (Callback::state_tensors) by
+  /// state key; callbacks without any are left out.
+  std::map<std::string, std::vector<at::Tensor>> callback_tensors;
   LoopState loop;
   /// Saved when known().
   LoaderFingerprint loader;

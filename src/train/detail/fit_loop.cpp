@@ -402,6 +402,12 @@ void FitLoop::restore(const std::string& ckpt_path) {
       }
     }
   }
+  for (const auto& callback : trainer.active_callbacks_) {
+    const auto found = checkpoint.callback_tensors.find(callback->state_key());
+    if (found != checkpoint.callback_tensors.end()) {
+      callback->load_state_tensors(std::move(found->second));
+    }
+  }
   if (trainer.progress_.epoch_batches > 0 && checkpoint.loader.known()) {
     check_same_loader(
         ckpt_path,
