@@ -109,6 +109,10 @@ void add_callbacks(train::Trainer& trainer, const FitConfig& config) {
     trainer.add_callback(
         std::make_shared<train::EarlyStopping>(*config.early_stopping));
   }
+  if (config.weight_averaging) {
+    trainer.add_callback(
+        std::make_shared<train::WeightAveraging>(*config.weight_averaging));
+  }
   if (config.lr_monitor) {
     trainer.add_callback(std::make_shared<train::LearningRateMonitor>(
         config.lr_monitor_interval, config.lr_monitor_momentum));

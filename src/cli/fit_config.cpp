@@ -779,6 +779,49 @@ ConfigSchema make_schema() {
           "",
           "stop once the metric is this bad; \"\": off"));
   s.add(
+      opt("weight_averaging.enabled",
+          T::kBool,
+          "false",
+          "validate, checkpoint and end the fit with an average of the "
+          "weights (Lightning's WeightAveraging)"));
+  s.add(choice(
+      "weight_averaging.average",
+      "ema",
+      {"ema", "swa"},
+      "ema: exponential moving average; swa: equal weights for every "
+      "update"));
+  s.add(
+      opt("weight_averaging.decay",
+          T::kFloat,
+          "0.999",
+          "ema: the old average's weight at each update, in [0, 1)",
+          0));
+  s.add(
+      opt("weight_averaging.use_buffers",
+          T::kBool,
+          "true",
+          "average BatchNorm's running statistics too (else they follow the "
+          "model's)"));
+  s.add(
+      opt("weight_averaging.update_every_n_steps",
+          T::kInt,
+          "1",
+          "update after every n-th optimizer step; 0: not after steps",
+          0));
+  s.add(
+      opt("weight_averaging.update_starting_at_step",
+          T::kInt,
+          "0",
+          "no update after the steps before this one (from 0)",
+          0));
+  s.add(
+      opt("weight_averaging.update_starting_at_epoch",
+          T::kInt,
+          "-1",
+          "update at the end of every epoch from this one (from 0) on; -1: "
+          "not at epoch ends",
+          -1));
+  s.add(
       opt("lr_monitor.enabled",
           T::kBool,
           "true",
@@ -1666,6 +1709,22 @@ FitConfig to_fit_config(const Config& c) {
   f.trainer.logger(f.logger)
       .new_folder_on_resume(c.get_bool("trainer.new_folder_on_resume"))
       .on_nonfinite_loss(c.get_string("trainer.on_nonfinite_loss"));
+  if (c.get_bool("weight_averaging.enabled")) {
+    f.weight_averaging.emplace();
+    f.weight_averaging
+        ->average(train::WeightAverageOptions()
+                      .average(c.get_string("weight_averaging.average"))
+                      .decay(c.get_float("weight_averaging.decay"))
+                      .use_buffers(c.get_bool("weight_averaging.use_buffers")))
+        .update_every_n_steps(
+            c.get_int("weight_averaging.update_every_n_steps"))
+        .update_starting_at_step(
+            c.get_int("weight_averaging.update_starting_at_step"))
+        .update_starting_at_epoch(
+            c.get_int("weight_averaging.update_starting_at_epoch"));
+    // The option checks of the callback, now rather than at the fit.
+    train::WeightAveraging check(*f.weight_averaging);
+  }
   f.lr_monitor = c.get_bool("lr_monitor.enabled");
   f.lr_monitor_interval = c.get_string("lr_monitor.logging_interval");
   f.lr_monitor_momentum = c.get_bool("lr_monitor.log_momentum");

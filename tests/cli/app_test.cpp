@@ -1948,6 +1948,46 @@ TEST(Cli, ModelInitRedrawsTheWeightsTheSameWayEveryRun) {
   EXPECT_THAT(bad.err, HasSubstr("model.init"));
 }
 
+TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 128, 50);
+  Result r = run_cli(small_fit(
+      dir,
+      {"--weight_averaging.enabled=true", "--weight_averaging.decay=0.9"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path run =
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_0";
+  std::ifstream summary_file(run / "summary.json");
+  const auto summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(
+      summary.at("weight_averaging"),
+      nlohmann::json({{"average", "ema"}, {"decay", 0.9}, {"updates", 8}}));
+  // last.ckpt's model is the average the fit validated last: validating it
+  // again gives the fit's figure.
+  r = run_cli(
+      {"validate",
+       "--config=" + (run / "config.yaml").string(),
+       "--ckpt_path",
+       "last"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ostringstream expected;
+  expected << "val_loss " << std::fixed << std::setprecision(4)
+           << summary.at("val_loss").get<double>();
+  EXPECT_THAT(r.out, HasSubstr(expected.str()));
+
+  r = run_cli(small_fit(
+      dir, {"--weight_averaging.enabled=true", "--weight_averaging.decay=1"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err, HasSubstr("weight_averaging.decay must be in [0, 1), got 1"));
+  r = run_cli(small_fit(
+      dir,
+      {"--weight_averaging.enabled=true",
+       "--weight_averaging.average=polyak"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("weight_averaging.average"));
+}
+
 TEST(Cli, ReportHelpPrintsItsUsage) {
   const Result r = run_cli({"report", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -15,6 +15,7 @@
 #include "hotloop/train/lr_finder.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "hotloop/train/trainer.h"
+#include "hotloop/train/weight_averaging.h"
 
 #include <memory>
 #include <optional>
@@ -145,6 +146,9 @@ struct FitConfig {
   /// TensorBoard logger records besides the scalars.
   int64_t histogram_every_n_epochs = 0;
   bool log_images = true;
+  /// The weight_averaging section: a WeightAveraging callback when
+  /// weight_averaging.enabled.
+  std::optional<train::WeightAveragingOptions> weight_averaging;
   /// The lr_monitor section.
   bool lr_monitor = true;
   std::string lr_monitor_interval;
