@@ -1118,7 +1118,8 @@ ConfigSchema make_schema() {
        "plateau",
        "constant",
        "linear",
-       "cyclic"},
+       "cyclic",
+       "swa"},
       "the learning-rate schedule"));
   s.add(choice(
       "lr_scheduler.interval",
@@ -1201,7 +1202,7 @@ ConfigSchema make_schema() {
       "lr_scheduler.anneal_strategy",
       "cos",
       {"cos", "linear"},
-      "onecycle: annealing shape"));
+      "onecycle, swa: annealing shape"));
   s.add(
       opt("lr_scheduler.div_factor",
           T::kFloat,
@@ -1278,6 +1279,18 @@ ConfigSchema make_schema() {
           T::kInt,
           "0",
           "cyclic: steps back down; 0: step_size_up",
+          0));
+  s.add(
+      opt("lr_scheduler.swa_lr",
+          T::kFloat,
+          "0",
+          "swa: the rate SWALR anneals to (required)",
+          0));
+  s.add(
+      opt("lr_scheduler.anneal_epochs",
+          T::kInt,
+          "10",
+          "swa: steps (intervals) of the annealing; 0: swa_lr at once",
           0));
   s.add(choice(
       "lr_scheduler.mode",
@@ -1858,6 +1871,8 @@ FitConfig to_fit_config(const Config& c) {
   s.base_lr = c.get_float("lr_scheduler.base_lr");
   s.step_size_up = c.get_int("lr_scheduler.step_size_up");
   s.step_size_down = c.get_int("lr_scheduler.step_size_down");
+  s.swa_lr = c.get_float("lr_scheduler.swa_lr");
+  s.anneal_epochs = c.get_int("lr_scheduler.anneal_epochs");
   // Keys schedules share take each schedule's PyTorch default when a
   // config leaves them out.
   const auto unless_given = [&](const char* key, auto& field, auto value) {

@@ -562,6 +562,70 @@ void MultiplicativeLR::advance(std::optional<double> /*metric*/) {
 }
 
 // ---------------------------------------------------------------------------
+// SWALR
+
+SWALROptions::SWALROptions(double swa_lr) : swa_lr_({swa_lr}) {}
+
+SWALROptions::SWALROptions(std::vector<double> swa_lr)
+    : swa_lr_(std::move(swa_lr)) {}
+
+SWALR::SWALR(torch::optim::Optimizer& optimizer, SWALROptions options)
+    : LRScheduler(optimizer, "SWALR"),
+      options_(std::move(options)),
+      swa_lrs_(values_per_group("swa_lr", options_.swa_lr(), optimizer)) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.anneal_epochs() >= 0,
+      "lr_scheduler.anneal_epochs must be >= 0, got ",
+      options_.anneal_epochs());
+  restart();
+}
+
+std::vector<double> SWALR::anneal(std::vector<double> lrs, int64_t step) const {
+  // PyTorch's get_lr, term for term: undo the last mix, then mix anew.
+  if (options_.anneal_epochs() == 0) {
+    step = std::max<int64_t>(1, step);
+  }
+  const auto mix = [&](int64_t at) {
+    const double t = std::max(
+        0.0,
+        std::min(
+            1.0,
+            static_cast<double>(at) / static_cast<double>(std::max<int64_t>(
+                                          1, options_.anneal_epochs()))));
+    return options_.anneal_strategy() == AnnealStrategy::kCos
+               ? (1 - std::cos(kPi * t)) / 2
+               : t;
+  };
+  const double previous = mix(step - 1);
+  const double alpha = mix(step);
+  for (size_t g = 0; g < lrs.size(); ++g) {
+    const double initial =
+        previous == 1 ? swa_lrs_[g]
+                      : (lrs[g] - previous * swa_lrs_[g]) / (1 - previous);
+    lrs[g] = swa_lrs_[g] * alpha + initial * (1 - alpha);
+  }
+  return lrs;
+}
+
+std::vector<double> SWALR::compute_lr() {
+  return anneal(base_lrs(), 0); // step 0
+}
+
+void SWALR::advance(std::optional<double> /*metric*/) {
+  std::vector<double> lrs = group_lrs(optimizer());
+  HOTLOOP_CHECK(
+      lrs.size() == swa_lrs_.size(),
+      "SWALR was built for ",
+      swa_lrs_.size(),
+      " param groups, but the optimizer now has ",
+      lrs.size());
+  const int64_t step = last_epoch() + 1;
+  set_last_epoch(step);
+  apply_lr(anneal(std::move(lrs), step));
+}
+
+// ---------------------------------------------------------------------------
 // CyclicLR
 
 CyclicLROptions::CyclicLROptions(double base_lr, double max_lr)

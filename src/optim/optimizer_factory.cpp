@@ -26,7 +26,7 @@ namespace {
 const char* const kOptimizerNames = "sgd, adam, adamw, rmsprop, adagrad";
 const char* const kSchedulerNames =
     "none, step, multistep, exponential, cosine, cosine_restarts, onecycle, "
-    "polynomial, plateau, constant, linear, cyclic";
+    "polynomial, plateau, constant, linear, cyclic, swa";
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
@@ -426,6 +426,18 @@ std::unique_ptr<LRScheduler> make_main_schedule(
             .base_momentum(o.base_momentum)
             .max_momentum(o.max_momentum));
   }
+  if (name == "swa") {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        o.swa_lr > 0,
+        "lr_scheduler.swa_lr: swa needs the rate to anneal to, got ",
+        o.swa_lr);
+    return std::make_unique<SWALR>(
+        optimizer,
+        SWALROptions(o.swa_lr)
+            .anneal_epochs(o.anneal_epochs)
+            .anneal_strategy(parse_anneal_strategy(o.anneal_strategy)));
+  }
   if (name == "plateau") {
     return std::make_unique<ReduceLROnPlateau>(
         optimizer,
@@ -469,7 +481,7 @@ std::unique_ptr<LRScheduler> make_scheduler(
           name == "exponential" || name == "cosine" ||
           name == "cosine_restarts" || name == "onecycle" ||
           name == "polynomial" || name == "plateau" || name == "constant" ||
-          name == "linear" || name == "cyclic",
+          name == "linear" || name == "cyclic" || name == "swa",
       "lr_scheduler.name must be one of ",
       kSchedulerNames,
       ", got '",

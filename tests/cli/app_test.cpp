@@ -1975,6 +1975,27 @@ TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
            << summary.at("val_loss").get<double>();
   EXPECT_THAT(r.out, HasSubstr(expected.str()));
 
+  // SWA's recipe: the rate annealed to swa_lr by epoch (SWALR), the
+  // weights' equal mean over the epochs from the second on.
+  r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=3",
+       "--lr_scheduler.name=swa",
+       "--lr_scheduler.interval=epoch",
+       "--lr_scheduler.swa_lr=0.005",
+       "--lr_scheduler.anneal_epochs=2",
+       "--weight_averaging.enabled=true",
+       "--weight_averaging.average=swa",
+       "--weight_averaging.update_every_n_steps=0",
+       "--weight_averaging.update_starting_at_epoch=1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream swa_summary(
+      fs::path(dir.file("runs")) / "fashion_mnist" / "version_1" /
+      "summary.json");
+  EXPECT_EQ(
+      nlohmann::json::parse(swa_summary).at("weight_averaging"),
+      nlohmann::json({{"average", "swa"}, {"updates", 2}}));
+
   r = run_cli(small_fit(
       dir, {"--weight_averaging.enabled=true", "--weight_averaging.decay=1"}));
   EXPECT_EQ(r.code, 2);

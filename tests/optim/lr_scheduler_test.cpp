@@ -270,6 +270,15 @@ std::vector<ScheduleCase> schedule_cases() {
                           .cycle_momentum(false)),
        false,
        true},
+      {"swalr_cos", "sgd", make<SWALR>(SWALROptions(0.02).anneal_epochs(10))},
+      {"swalr_linear_per_group",
+       "adam",
+       make<SWALR>(SWALROptions({0.02, 0.01, 0.005})
+                       .anneal_epochs(7)
+                       .anneal_strategy(AnnealStrategy::kLinear))},
+      {"swalr_at_once",
+       "sgd",
+       make<SWALR>(SWALROptions(0.03).anneal_epochs(0))},
       {"plateau_min_rel",
        "sgd",
        make<ReduceLROnPlateau>(RP().mode(PlateauMode::kMin)

@@ -584,6 +584,25 @@ TEST(MakeScheduler, LinearSpansTheRunAndCyclicStartsAtTheOptimizerLr) {
     cyclic->step();
   }
   EXPECT_NEAR(cyclic->last_lr()[0], 0.5, 1e-15);
+
+  // swa: SWALR from the optimizer's 0.1 to swa_lr, linearly over 4 steps.
+  auto swa_optimizer = sgd_for(net);
+  SchedulerOptions w;
+  w.name = "swa";
+  w.anneal_epochs = 4;
+  w.anneal_strategy = "linear";
+  EXPECT_EQ(
+      config_error([&] { make_scheduler(*swa_optimizer, w, 100); }),
+      "lr_scheduler.swa_lr: swa needs the rate to anneal to, got 0");
+  w.swa_lr = 0.02;
+  auto swa = make_scheduler(*swa_optimizer, w, 100);
+  ASSERT_EQ(swa->name(), "SWALR");
+  swa->step();
+  EXPECT_NEAR(swa->last_lr()[0], 0.08, 1e-15);
+  for (int i = 0; i < 5; ++i) {
+    swa->step();
+  }
+  EXPECT_NEAR(swa->last_lr()[0], 0.02, 1e-15);
 }
 
 TEST(MakeScheduler, PassesTheOptionsThrough) {
@@ -680,7 +699,7 @@ TEST(MakeScheduler, BadOptionsAreRejectedWithTheOptionNamed) {
       error_for([](SchedulerOptions& o) { o.name = "cosine_annealing"; }),
       "lr_scheduler.name must be one of none, step, multistep, exponential, "
       "cosine, cosine_restarts, onecycle, polynomial, plateau, constant, "
-      "linear, cyclic, got 'cosine_annealing'");
+      "linear, cyclic, swa, got 'cosine_annealing'");
   EXPECT_EQ(
       error_for([](SchedulerOptions& o) { o.name = "cyclic"; }),
       "lr_scheduler.max_lr: cyclic needs the peak rate, got 0");

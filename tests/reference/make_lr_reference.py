@@ -25,6 +25,7 @@ import sys
 
 import torch
 from torch.optim import lr_scheduler as sched
+from torch.optim.swa_utils import SWALR
 
 STEPS = 40
 BASE_LRS = [0.1, 0.05, 0.01]
@@ -184,6 +185,13 @@ def schedules(out):
                      step_size_down=7, mode="exp_range", gamma=0.97,
                      cycle_momentum=False),
                  momentum=True)
+    run_schedule(out, "swalr_cos", "sgd",
+                 lambda o: SWALR(o, swa_lr=0.02, anneal_epochs=10))
+    run_schedule(out, "swalr_linear_per_group", "adam",
+                 lambda o: SWALR(o, swa_lr=[0.02, 0.01, 0.005],
+                                 anneal_epochs=7, anneal_strategy="linear"))
+    run_schedule(out, "swalr_at_once", "sgd",
+                 lambda o: SWALR(o, swa_lr=0.03, anneal_epochs=0))
     losses = [loss_curve(step) for step in range(STEPS)]
     run_schedule(out, "plateau_min_rel", "sgd",
                  lambda o: sched.ReduceLROnPlateau(

@@ -469,6 +469,41 @@ class ReduceLROnPlateau final : public LRScheduler {
   int64_t cooldown_counter_ = 0;
 };
 
+/// Options of SWALR; names and defaults as in torch.optim.swa_utils.
+struct SWALROptions {
+  /// One SWA rate for every param group, or one per group; each >= 0.
+  /* implicit */ SWALROptions(double swa_lr);
+  /* implicit */ SWALROptions(std::vector<double> swa_lr);
+
+  TORCH_ARG(std::vector<double>, swa_lr);
+  /// Steps from the optimizer's rates to swa_lr (>= 0; 0: at once).
+  TORCH_ARG(int64_t, anneal_epochs) = 10;
+  /// Cosine ((1 - cos(pi t)) / 2) or linear (t) mixing.
+  TORCH_ARG(AnnealStrategy, anneal_strategy) = AnnealStrategy::kCos;
+};
+
+/// torch.optim.swa_utils.SWALR: anneals each group's rate to its swa_lr over
+/// anneal_epochs steps and holds it there, for Stochastic Weight Averaging's
+/// last epochs (train::WeightAveraging with average "swa"). Like PyTorch's,
+/// it reads the optimizer's current rates at each step (undoing its own
+/// last mix), so it can take over from another schedule.
+class SWALR final : public LRScheduler {
+ public:
+  /// Validates `options` (`hotloop::ConfigError` naming the bad option).
+  SWALR(torch::optim::Optimizer& optimizer, SWALROptions options);
+
+ protected:
+  void advance(std::optional<double> metric) override;
+  std::vector<double> compute_lr() override;
+
+ private:
+  /// The rates at `step` from the rates `lrs` of step - 1.
+  std::vector<double> anneal(std::vector<double> lrs, int64_t step) const;
+
+  SWALROptions options_;
+  std::vector<double> swa_lrs_;
+};
+
 /// Linear warmup in front of any schedule: for `warmup_steps` steps the
 /// rate rises linearly from start_factor * target to the target, where the
 /// target is the wrapped schedule's step-0 rate; then the wrapped schedule

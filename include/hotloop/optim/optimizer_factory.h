@@ -67,7 +67,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
 /// fields; see the classes in lr_scheduler.h for their meaning.
 struct SchedulerOptions {
   /// One of none, step, multistep, exponential, cosine, cosine_restarts,
-  /// onecycle, polynomial, plateau, constant, linear, cyclic. Fields some
+  /// onecycle, polynomial, plateau, constant, linear, cyclic, swa. Fields some
   /// schedules share keep the default of the first named: constant reads
   /// `factor` and `total_iters`, cyclic `gamma`, `max_lr` and the momenta,
   /// so set those (the CLI gives each schedule PyTorch's defaults for the
@@ -118,6 +118,11 @@ struct SchedulerOptions {
   int64_t step_size_up = 2000;
   int64_t step_size_down = 0;
   std::string cyclic_mode = "triangular";
+
+  /// swa (SWALR): the rate to anneal to (> 0) over anneal_epochs steps,
+  /// with anneal_strategy (cos or linear).
+  double swa_lr = 0.0;
+  int64_t anneal_epochs = 10;
 
   /// plateau: min or max.
   std::string mode = "min";
