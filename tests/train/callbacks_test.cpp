@@ -68,9 +68,19 @@ class RecordingCallback : public Callback {
     EXPECT_FALSE(loss.requires_grad());
     calls.push_back("batch_end " + std::to_string(batch_idx));
   }
+  void on_before_backward(Trainer&, Module&, const at::Tensor&) override {
+    calls.push_back("before_backward");
+  }
+  void on_after_backward(Trainer&, Module&) override {
+    calls.push_back("after_backward");
+  }
   void on_before_optimizer_step(
       Trainer& trainer, Module&, torch::optim::Optimizer&) override {
     calls.push_back("optimizer_step " + std::to_string(trainer.global_step()));
+  }
+  void on_before_zero_grad(
+      Trainer& trainer, Module&, torch::optim::Optimizer&) override {
+    calls.push_back("zero_grad " + std::to_string(trainer.global_step()));
   }
   void on_validation_start(Trainer& trainer, Module&) override {
     EXPECT_FALSE(trainer.sanity_checking());
@@ -172,12 +182,20 @@ TEST_F(CallbackTest, HooksRunInLightningsOrder) {
           "fit_start",
           "epoch_start",
           "batch_start 0",
+          "before_backward",
+          "after_backward",
           "batch_end 0",
           "batch_start 1",
+          "before_backward",
+          "after_backward",
           "optimizer_step 0",
+          "zero_grad 0",
           "batch_end 1",
           "batch_start 2",
+          "before_backward",
+          "after_backward",
           "optimizer_step 1",
+          "zero_grad 1",
           "batch_end 2",
           "val_start",
           "val_end 1",
@@ -186,6 +204,115 @@ TEST_F(CallbackTest, HooksRunInLightningsOrder) {
   recorder->calls.clear();
   trainer.test(*make_module(0), val_loader_);
   EXPECT_THAT(recorder->calls, ElementsAre("test_start", "test_end"));
+}
+
+// What the backward hooks see: the loss to differentiate, then gradients.
+class BackwardWatcher : public Callback {
+ public:
+  void on_train_batch_start(
+      Trainer&, Module& module, const data::Batch&, int64_t) override {
+    gradients_at_batch_start.push_back(module.parameters()[0].grad().defined());
+  }
+  void on_before_backward(
+      Trainer&, Module& module, const at::Tensor& loss) override {
+    backward_losses.push_back(loss.item<double>());
+    EXPECT_TRUE(loss.requires_grad());
+  }
+  void on_after_backward(Trainer&, Module& module) override {
+    for (const at::Tensor& p : module.parameters()) {
+      gradients_after_backward &= p.grad().defined();
+    }
+  }
+  void on_before_zero_grad(
+      Trainer&, Module& module, torch::optim::Optimizer&) override {
+    for (const at::Tensor& p : module.parameters()) {
+      gradients_before_zero_grad &= p.grad().defined();
+    }
+  }
+  void on_train_batch_end(
+      Trainer&,
+      Module&,
+      const at::Tensor& loss,
+      const data::Batch&,
+      int64_t) override {
+    batch_losses.push_back(loss.item<double>());
+  }
+  std::vector<double> backward_losses;
+  std::vector<double> batch_losses;
+  std::vector<bool> gradients_at_batch_start;
+  bool gradients_after_backward = true;
+  bool gradients_before_zero_grad = true;
+};
+
+TEST_F(CallbackTest, BackwardHooksSeeTheDividedLossThenTheGradients) {
+  auto watcher = std::make_shared<BackwardWatcher>();
+  auto train = train_loader();
+  Trainer trainer(options().max_epochs(1).accumulate_grad_batches(2));
+  trainer.add_callback(watcher);
+  trainer.fit(*make_module(0), train);
+  // The loss each backward starts from is the batch's over the 2
+  // micro-batches of a step (exactly: a division by 2).
+  ASSERT_EQ(watcher->backward_losses.size(), 8u);
+  ASSERT_EQ(watcher->batch_losses.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(watcher->backward_losses[i], watcher->batch_losses[i] / 2) << i;
+  }
+  EXPECT_TRUE(watcher->gradients_after_backward);
+  EXPECT_TRUE(watcher->gradients_before_zero_grad);
+  // A step's first micro-batch starts without gradients (set to None after
+  // the last step), its second with the first one's.
+  EXPECT_THAT(
+      watcher->gradients_at_batch_start,
+      ElementsAre(false, true, false, true, false, true, false, true));
+}
+
+// Changes a weight for the file's sake around each checkpoint write, as
+// WeightAveraging does, and records the calls.
+class SaveHooks : public Callback {
+ public:
+  void on_save_checkpoint(Trainer&, Module& module) override {
+    calls.push_back("save");
+    const at::NoGradGuard no_grad;
+    kept = module.parameters()[0].clone();
+    module.parameters()[0].fill_(7.0);
+  }
+  void on_save_checkpoint_end(Trainer&, Module& module) override {
+    calls.push_back("save_end");
+    const at::NoGradGuard no_grad;
+    module.parameters()[0].copy_(kept);
+  }
+  void on_train_batch_end(
+      Trainer& trainer,
+      Module&,
+      const at::Tensor&,
+      const data::Batch&,
+      int64_t batch_idx) override {
+    if (batch_idx == 0) {
+      calls.push_back("bad_save");
+      EXPECT_THROW(
+          trainer.save_checkpoint("/nonexistent-folder/x.ckpt"), Error);
+    }
+  }
+  std::vector<std::string> calls;
+  at::Tensor kept;
+};
+
+TEST_F(CallbackTest, SaveHooksWrapEveryCheckpointWriteEvenOneThatFails) {
+  auto hooks = std::make_shared<SaveHooks>();
+  auto train = train_loader();
+  auto module = make_module(0);
+  Trainer trainer(options().max_epochs(1));
+  trainer.add_callback(hooks);
+  const FitResult result = trainer.fit(*module, train);
+  // The failed write's hooks, then last.ckpt's at the epoch's end.
+  EXPECT_THAT(
+      hooks->calls,
+      ElementsAre("bad_save", "save", "save_end", "save", "save_end"));
+  // The file has what the hook put in; the module got its weight back.
+  EXPECT_FALSE(module->parameters()[0].eq(7.0).all().item<bool>());
+  auto loaded = make_module(1);
+  load_checkpoint(result.checkpoint_path, *loaded);
+  EXPECT_TRUE(loaded->parameters()[0].eq(7.0).all().item<bool>());
 }
 
 TEST_F(CallbackTest, AnExceptionReachesCallbacksAndLoggersThenPropagates) {

@@ -58,9 +58,22 @@ class Callback {
       const at::Tensor& loss,
       const data::Batch& batch,
       int64_t batch_idx) {}
+  /// Before each backward (every micro-batch's), with the loss it starts
+  /// from: divided by accumulate_grad_batches, not yet scaled (fp16).
+  virtual void on_before_backward(
+      Trainer& trainer, Module& module, const at::Tensor& loss) {}
+  /// After each backward: the gradients summed over the micro-batches so
+  /// far (over the processes too after a step's last one), still scaled
+  /// under fp16 until on_before_optimizer_step.
+  virtual void on_after_backward(Trainer& trainer, Module& module) {}
   /// Once per optimizer step, after the micro-batches' gradients are summed
   /// and unscaled (fp16), before clipping and the step.
   virtual void on_before_optimizer_step(
+      Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer) {}
+  /// Once per optimizer after its step, before its gradients are dropped.
+  /// Under trainer.cuda_graphs the four step hooks run after each replayed
+  /// step, whose backward and update ran inside the graph.
+  virtual void on_before_zero_grad(
       Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer) {}
   virtual void on_validation_start(Trainer& trainer, Module& module) {}
   /// After a validation run during fit (not the sanity check) and after

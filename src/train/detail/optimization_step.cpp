@@ -108,9 +108,18 @@ at::Tensor OptimizationStep::run_graphed(
   {
     // After the update here: the gradients are this step's, clipped.
     const auto logging = clock_.time(Phase::kLogging);
+    trainer_.each_callback(
+        [&](Callback& c) { c.on_before_backward(trainer_, module_, loss); });
+    trainer_.each_callback(
+        [&](Callback& c) { c.on_after_backward(trainer_, module_); });
     for (const auto& optimizer : setup_.optimizers) {
       trainer_.each_callback([&](Callback& c) {
         c.on_before_optimizer_step(trainer_, module_, *optimizer);
+      });
+    }
+    for (const auto& optimizer : setup_.optimizers) {
+      trainer_.each_callback([&](Callback& c) {
+        c.on_before_zero_grad(trainer_, module_, *optimizer);
       });
     }
   }
@@ -164,6 +173,11 @@ at::Tensor OptimizationStep::run(
   // locally (DDP's no_sync).
   Strategy& strategy = trainer_.strategy();
   strategy.before_backward(loss, last);
+  {
+    const auto logging = clock_.time(Phase::kLogging);
+    trainer_.each_callback(
+        [&](Callback& c) { c.on_before_backward(trainer_, module_, loss); });
+  }
   (scaler_.is_enabled() ? scaler_.scale(loss) : loss).backward();
   if (last && strategy.world_size() > 1) {
     // Backward returns once every process's gradients are in: its end was
@@ -172,12 +186,19 @@ at::Tensor OptimizationStep::run(
   }
 
   clock_.begin(Phase::kOptimizer);
+  const auto after_backward = [&] {
+    const auto logging = clock_.time(Phase::kLogging);
+    trainer_.each_callback(
+        [&](Callback& c) { c.on_after_backward(trainer_, module_); });
+  };
   if (!last) {
+    after_backward();
     return loss_value;
   }
   // The all-reduce ran in buckets during backward; the last ones may still
   // be in flight. Unscaling and clipping must see the mean over processes.
   strategy.wait_for_gradients();
+  after_backward();
   for (size_t i = 0; i < setup_.optimizers.size(); ++i) {
     torch::optim::Optimizer& optimizer = *setup_.optimizers[i];
     if (scaler_.is_enabled()) {
@@ -198,6 +219,14 @@ at::Tensor OptimizationStep::run(
   }
   if (scaler_.is_enabled()) {
     scaler_.update(); // one scale for all optimizers
+  }
+  {
+    const auto logging = clock_.time(Phase::kLogging);
+    for (const auto& optimizer : setup_.optimizers) {
+      trainer_.each_callback([&](Callback& c) {
+        c.on_before_zero_grad(trainer_, module_, *optimizer);
+      });
+    }
   }
   // Dropped, not zero-filled: the next backward writes fresh gradients.
   zero_grad();
