@@ -3,6 +3,7 @@
 // Every public header of hotloop::train.
 
 #include "hotloop/train/activation_checkpoint.h"
+#include "hotloop/train/batch_mixing.h"
 #include "hotloop/train/batch_size_finder.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/checkpoint.h"

@@ -637,6 +637,20 @@ ConfigSchema make_schema() {
           "CrossEntropyLoss(label_smoothing) (val_loss stays plain)",
           0,
           1));
+  s.add(
+      opt("model.mixup_alpha",
+          T::kFloat,
+          "0",
+          "image classifiers: MixUp of each training batch, its weight drawn "
+          "from Beta(alpha, alpha) (torchvision's MixUp); 0: off",
+          0));
+  s.add(
+      opt("model.cutmix_alpha",
+          T::kFloat,
+          "0",
+          "image classifiers: CutMix of each training batch (torchvision's); "
+          "with mixup_alpha too, one of the two per batch; 0: off",
+          0));
   s.add(choice(
       "model.init",
       "default",
@@ -1660,6 +1674,14 @@ FitConfig to_fit_config(const Config& c) {
   f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
   f.label_smoothing = c.get_float("model.label_smoothing");
+  f.mixing.mixup_alpha(c.get_float("model.mixup_alpha"))
+      .cutmix_alpha(c.get_float("model.cutmix_alpha"));
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !f.mixing.enabled() || !c.get_bool("trainer.cuda_graphs"),
+      "model.mixup_alpha and model.cutmix_alpha draw a new mix for every "
+      "batch on the host, which a captured step would replay as one: turn "
+      "trainer.cuda_graphs off");
 
   // A regression logs no accuracy: its checkpoints keep the lowest
   // val_loss unless told otherwise.

@@ -118,7 +118,8 @@ void add_image_classifier(
       config.optimizer,
       config.scheduler,
       config.top_k,
-      config.label_smoothing);
+      config.label_smoothing,
+      config.mixing);
   module->set_flops_per_sample(flops);
   session.module = module;
   session.data.num_classes = classes;
@@ -361,7 +362,8 @@ Session csv_session(
         config.optimizer,
         config.scheduler,
         config.top_k,
-        config.label_smoothing);
+        config.label_smoothing,
+        config.mixing);
   }
   module->set_flops_per_sample(flops);
   session.module = module;

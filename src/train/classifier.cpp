@@ -11,11 +11,14 @@ ImageClassifier::ImageClassifier(
     optim::OptimizerOptions optimizer,
     optim::SchedulerOptions scheduler,
     int64_t top_k,
-    double label_smoothing)
+    double label_smoothing,
+    BatchMixingOptions mixing)
     : NetworkModule(
           std::move(network), std::move(optimizer), std::move(scheduler)),
       top_k_(top_k),
-      label_smoothing_(label_smoothing) {
+      label_smoothing_(label_smoothing),
+      mixing_(mixing) {
+  mixing_.check();
   HOTLOOP_CHECK_AS(
       ConfigError, top_k_ >= 1, "model.top_k must be >= 1, got ", top_k_);
   HOTLOOP_CHECK_AS(
@@ -27,13 +30,25 @@ ImageClassifier::ImageClassifier(
 
 at::Tensor ImageClassifier::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
-  at::Tensor loss = at::cross_entropy_loss(
-      forward(batch.input),
-      batch.target,
-      /*weight=*/{},
-      at::Reduction::Mean,
-      /*ignore_index=*/-100,
-      label_smoothing_);
+  const auto cross_entropy = [&](const at::Tensor& logits,
+                                 const at::Tensor& target) {
+    return at::cross_entropy_loss(
+        logits,
+        target,
+        /*weight=*/{},
+        at::Reduction::Mean,
+        /*ignore_index=*/-100,
+        label_smoothing_);
+  };
+  at::Tensor loss;
+  if (mixing_.enabled()) {
+    const MixedBatch mixed = mix_batch(batch, mixing_);
+    const at::Tensor logits = forward(mixed.input);
+    loss = cross_entropy(logits, mixed.target) * mixed.lam +
+           cross_entropy(logits, mixed.rolled_target) * (1.0 - mixed.lam);
+  } else {
+    loss = cross_entropy(forward(batch.input), batch.target);
+  }
   metrics.log("train_loss", loss, static_cast<double>(batch.size()));
   return loss;
 }

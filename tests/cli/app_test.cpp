@@ -2009,6 +2009,26 @@ TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
   EXPECT_THAT(r.err, HasSubstr("weight_averaging.average"));
 }
 
+TEST(Cli, MixUpAndCutMixTrainAClassifierAndRefuseCudaGraphs) {
+  TempDir dir;
+  hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
+  Result r = run_cli(small_fit(
+      dir,
+      {"--trainer.max_epochs=1",
+       "--model.mixup_alpha=0.2",
+       "--model.cutmix_alpha=1.0",
+       "--model.label_smoothing=0.1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("done: 1 epoch, 2 steps"));
+  r = run_cli(small_fit(
+      dir, {"--model.cutmix_alpha=1.0", "--trainer.cuda_graphs=true"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("turn trainer.cuda_graphs off"));
+  r = run_cli(small_fit(dir, {"--model.mixup_alpha=-1"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("model.mixup_alpha"));
+}
+
 TEST(Cli, ReportHelpPrintsItsUsage) {
   const Result r = run_cli({"report", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;

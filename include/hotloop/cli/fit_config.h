@@ -10,6 +10,7 @@
 #include "hotloop/models/gpt.h"
 #include "hotloop/models/init.h"
 #include "hotloop/optim/optimizer_factory.h"
+#include "hotloop/train/batch_mixing.h"
 #include "hotloop/train/batch_size_finder.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/lr_finder.h"
@@ -130,6 +131,8 @@ struct FitConfig {
   int64_t top_k = 5;
   /// model.label_smoothing: a classifier's training-loss label smoothing.
   double label_smoothing = 0.0;
+  /// model.mixup_alpha and model.cutmix_alpha: a classifier's MixUp/CutMix.
+  train::BatchMixingOptions mixing;
   /// model.init and its options: how the network's weights are drawn.
   models::InitOptions init;
   /// model.init_from and its options: weights made elsewhere to start from.

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "hotloop/train/batch_mixing.h"
 #include "hotloop/train/network_module.h"
 
 namespace hotloop::train {
@@ -26,12 +27,17 @@ class ImageClassifier : public NetworkModule {
   /// targets mix the true class with the uniform distribution, as
   /// `torch.nn.CrossEntropyLoss(label_smoothing=...)`; val_loss and
   /// test_loss stay the plain cross-entropy, comparable between runs.
+  /// `mixing`: MixUp/CutMix of each training batch (mix_batch), the loss
+  /// the same mix of the two labels' losses; randomness from the default
+  /// CPU generator, a host read per batch, so not under trainer.cuda_graphs
+  /// (a captured step would replay one mix).
   ImageClassifier(
       torch::nn::AnyModule network,
       optim::OptimizerOptions optimizer,
       optim::SchedulerOptions scheduler,
       int64_t top_k = 1,
-      double label_smoothing = 0.0);
+      double label_smoothing = 0.0,
+      BatchMixingOptions mixing = {});
 
   at::Tensor training_step(
       const data::Batch& batch,
@@ -55,6 +61,7 @@ class ImageClassifier : public NetworkModule {
 
   int64_t top_k_;
   double label_smoothing_;
+  BatchMixingOptions mixing_;
 };
 
 } // namespace hotloop::train
