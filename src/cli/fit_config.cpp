@@ -1055,6 +1055,14 @@ ConfigSchema make_schema() {
           "true",
           "random horizontal flip of training images"));
   s.add(
+      opt("data.random_erasing",
+          T::kFloat,
+          "0",
+          "probability of torchvision's RandomErasing of a training image (a "
+          "box of 2-33% of it set to 0 after normalization); 0: off",
+          0,
+          1));
+  s.add(
       opt("data.mean",
           T::kFloatList,
           "[0.286]",
@@ -1776,6 +1784,7 @@ FitConfig to_fit_config(const Config& c) {
   f.data.timeout = c.get_float("data.timeout");
   f.data.transform.crop_padding = c.get_int("data.crop_padding");
   f.data.transform.horizontal_flip = c.get_bool("data.horizontal_flip");
+  f.data.transform.random_erasing = c.get_float("data.random_erasing");
   f.data.transform.mean = c.get_float_list("data.mean");
   f.data.transform.std = c.get_float_list("data.std");
   f.data.val_root = c.get_string("data.val_root");

@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace hotloop::data {
 namespace {
@@ -42,6 +43,11 @@ ImageTransform::ImageTransform(
       options_.crop_padding >= 0,
       "data.crop_padding must be >= 0, got ",
       options_.crop_padding);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      options_.random_erasing >= 0 && options_.random_erasing <= 1,
+      "data.random_erasing must be in [0, 1], got ",
+      options_.random_erasing);
   HOTLOOP_CHECK_AS(
       ConfigError,
       options_.mean.empty() == options_.std.empty(),
@@ -145,6 +151,41 @@ void ImageTransform::apply_to(
         }
       }
     }
+  }
+  // Drawn only when on, so the other augmentations' draws stay as they were.
+  if (options_.random_erasing > 0 && rng.uniform() < options_.random_erasing) {
+    erase(dst, rng);
+  }
+}
+
+template <typename T>
+void ImageTransform::erase(T* dst, SampleRng& rng) const {
+  // RandomErasing.get_params with scale (0.02, 0.33), ratio (0.3, 3.3):
+  // up to ten tries for a box inside the image, rounded half to even as
+  // Python's round, then a uniform position; none fits: left as it is.
+  const double area = static_cast<double>(height_ * width_);
+  const double log_low = std::log(0.3);
+  const double log_high = std::log(3.3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * (0.02 + (0.33 - 0.02) * rng.uniform());
+    const double aspect =
+        std::exp(log_low + (log_high - log_low) * rng.uniform());
+    const auto h =
+        static_cast<int64_t>(std::nearbyint(std::sqrt(erase_area * aspect)));
+    const auto w =
+        static_cast<int64_t>(std::nearbyint(std::sqrt(erase_area / aspect)));
+    if (!(h < height_ && w < width_)) {
+      continue;
+    }
+    const auto top = static_cast<int64_t>(rng.below(height_ - h + 1));
+    const auto left = static_cast<int64_t>(rng.below(width_ - w + 1));
+    for (int64_t c = 0; c < channels_; ++c) {
+      for (int64_t y = top; y < top + h; ++y) {
+        T* row = dst + (c * height_ + y) * width_ + left;
+        std::fill(row, row + w, T(0));
+      }
+    }
+    return;
   }
 }
 

@@ -2009,7 +2009,7 @@ TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
   EXPECT_THAT(r.err, HasSubstr("weight_averaging.average"));
 }
 
-TEST(Cli, MixUpAndCutMixTrainAClassifierAndRefuseCudaGraphs) {
+TEST(Cli, MixUpCutMixAndRandomErasingTrainAClassifier) {
   TempDir dir;
   hotloop::testing::write_fake_mnist(dir.file("data"), 64, 50);
   Result r = run_cli(small_fit(
@@ -2017,7 +2017,8 @@ TEST(Cli, MixUpAndCutMixTrainAClassifierAndRefuseCudaGraphs) {
       {"--trainer.max_epochs=1",
        "--model.mixup_alpha=0.2",
        "--model.cutmix_alpha=1.0",
-       "--model.label_smoothing=0.1"}));
+       "--model.label_smoothing=0.1",
+       "--data.random_erasing=0.25"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("done: 1 epoch, 2 steps"));
   r = run_cli(small_fit(

@@ -108,6 +108,58 @@ TEST(ImageTransform, HorizontalFlipMirrorsAboutHalfTheSamples) {
   EXPECT_LT(flipped, 570);
 }
 
+TEST(
+    ImageTransform,
+    RandomErasingZeroesOneBoxOfTorchvisionsSizesInEveryChannel) {
+  constexpr int64_t kC = 3, kBigH = 24, kBigW = 20;
+  // Pixel bytes 1..255: no value but an erased one is 0.
+  const at::Tensor image = at::randint(
+      1, 256, {kC, kBigH, kBigW}, at::TensorOptions().dtype(at::kByte));
+  ImageTransformOptions options;
+  options.random_erasing = 1.0;
+  const ImageTransform transform(options, kC, kBigH, kBigW);
+  const at::Tensor plain = (image.to(at::kDouble) / 255.0).to(at::kFloat);
+  int wide = 0, tall = 0, erased = 0;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    const at::Tensor out = run(transform, image, seed);
+    const at::Tensor zero = out.eq(0);
+    // The same box in every channel, the rest untouched.
+    ASSERT_TRUE(zero[0].equal(zero[1]) && zero[0].equal(zero[2]));
+    ASSERT_TRUE(out.masked_fill(zero, 0).equal(plain.masked_fill(zero, 0)));
+    const at::Tensor rows = zero[0].any(1).nonzero();
+    const at::Tensor cols = zero[0].any(0).nonzero();
+    if (rows.numel() == 0) {
+      continue; // ten tries without a fit: rare for this size
+    }
+    ++erased;
+    const int64_t h = rows.numel(), w = cols.numel();
+    // A filled rectangle, inside the image.
+    ASSERT_EQ(zero[0].sum().item<int64_t>(), h * w) << "seed " << seed;
+    ASSERT_EQ(rows[-1].item<int64_t>() - rows[0].item<int64_t>() + 1, h);
+    ASSERT_LT(h, kBigH);
+    ASSERT_LT(w, kBigW);
+    // 2% to 33% of the area and ratios 0.3 to 3.3, before rounding h, w.
+    const double share = static_cast<double>(h * w) / (kBigH * kBigW);
+    EXPECT_GT(share, 0.005) << "seed " << seed;
+    EXPECT_LT(share, 0.42) << "seed " << seed;
+    wide += w > h;
+    tall += h > w;
+  }
+  EXPECT_GE(erased, 290);
+  EXPECT_GT(wide, 50);
+  EXPECT_GT(tall, 50);
+
+  // p: about half of the samples.
+  options.random_erasing = 0.5;
+  const ImageTransform half(options, kC, kBigH, kBigW);
+  int changed = 0;
+  for (uint64_t seed = 0; seed < 1000; ++seed) {
+    changed += !run(half, image, seed).equal(plain);
+  }
+  EXPECT_GT(changed, 430);
+  EXPECT_LT(changed, 570);
+}
+
 TEST(ImageTransform, OutputDependsOnlyOnTheSeed) {
   const at::Tensor image = random_image();
   ImageTransformOptions options;
@@ -146,6 +198,12 @@ TEST(ImageTransform, InvalidOptionsNameTheOption) {
       [&] { ImageTransform(options, 1, kH, kW); },
       ::testing::ThrowsMessage<ConfigError>(
           HasSubstr("data.mean and data.std must be given together")));
+  options = {};
+  options.random_erasing = 1.5;
+  EXPECT_THAT(
+      [&] { ImageTransform(options, 1, kH, kW); },
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("data.random_erasing must be in [0, 1], got 1.5")));
 }
 
 } // namespace

@@ -14,7 +14,7 @@ namespace hotloop::data {
 
 /// What the image pipeline does to each uint8 image, in torchvision's order:
 /// RandomCrop(size, padding) -> RandomHorizontalFlip -> ToTensor ->
-/// Normalize(mean, std).
+/// Normalize(mean, std) -> RandomErasing(p).
 struct ImageTransformOptions {
   /// Zero padding on each side before a random crop back to the input size;
   /// 0 turns the crop off.
@@ -28,6 +28,11 @@ struct ImageTransformOptions {
   /// Output element type: float32, bfloat16 or float16 (the conversion is
   /// part of the same pass).
   c10::ScalarType dtype = c10::kFloat;
+  /// torchvision's RandomErasing with its defaults after Normalize: with
+  /// this probability, a rectangle of 2% to 33% of the image with an aspect
+  /// ratio log-uniform in [0.3, 3.3] (ten tries to fit one) is set to 0 in
+  /// every channel. 0: off; at most 1.
+  double random_erasing = 0;
 };
 
 /// The fused image transform: crop, flip, scale and normalize in one pass
@@ -44,7 +49,7 @@ class ImageTransform {
       int64_t width);
 
   /// src: [C, H, W] uint8; dst: [C, H, W] of `options().dtype`. `rng`
-  /// supplies this sample's crop offset and flip.
+  /// supplies this sample's crop offset, flip and erasing.
   void apply(const uint8_t* src, void* dst, SampleRng& rng) const;
 
   const ImageTransformOptions& options() const {
@@ -59,6 +64,8 @@ class ImageTransform {
   template <typename T>
   void apply_to(
       const uint8_t* src, T* dst, const Lut<T>& lut, SampleRng& rng) const;
+  template <typename T>
+  void erase(T* dst, SampleRng& rng) const;
 
   // Value of each pixel byte after scaling and normalization, per channel,
   // computed in double and rounded once to the output type.
