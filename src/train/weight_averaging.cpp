@@ -1,6 +1,8 @@
 #include "hotloop/train/weight_averaging.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/dataloader.h"
+#include "hotloop/dist/sync_batch_norm.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/trainer.h"
 
@@ -9,8 +11,10 @@
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_sub.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/ScopeExit.h>
 #include <c10/util/irange.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include <nlohmann/json.hpp>
 
@@ -128,6 +132,75 @@ void WeightAverage::copy_to(torch::nn::Module& module) const {
 void WeightAverage::set(std::vector<at::Tensor> tensors, int64_t count) {
   tensors_ = std::move(tensors);
   count_ = count;
+}
+
+namespace {
+
+/// A BatchNorm's running statistics and the momentum update_bn sets aside.
+struct RunningStatistics {
+  torch::nn::BatchNormOptions* options;
+  // c10::optional on LibTorch 1.13, std::optional on 2.x.
+  std::decay_t<decltype(std::declval<torch::nn::BatchNormOptions>().momentum())>
+      momentum;
+  at::Tensor mean;
+  at::Tensor var;
+  at::Tensor count;
+};
+
+template <typename Norm>
+bool add_norm(
+    const std::shared_ptr<torch::nn::Module>& module,
+    std::vector<RunningStatistics>& found) {
+  auto* norm = module->as<Norm>();
+  if (norm == nullptr) {
+    return false;
+  }
+  if (norm->options.track_running_stats()) {
+    found.push_back(
+        {&norm->options,
+         norm->options.momentum(),
+         norm->running_mean,
+         norm->running_var,
+         norm->num_batches_tracked});
+  }
+  return true;
+}
+
+} // namespace
+
+void update_bn(
+    data::DataLoader& loader,
+    torch::nn::Module& model,
+    const std::function<void(const at::Tensor&)>& forward,
+    c10::Device device) {
+  std::vector<RunningStatistics> norms;
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    add_norm<torch::nn::BatchNorm1dImpl>(module, norms) ||
+        add_norm<torch::nn::BatchNorm2dImpl>(module, norms) ||
+        add_norm<torch::nn::BatchNorm3dImpl>(module, norms) ||
+        add_norm<dist::SyncBatchNormImpl>(module, norms);
+  }
+  if (norms.empty()) {
+    return;
+  }
+  const at::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  const auto restore = c10::make_scope_exit([&] {
+    for (RunningStatistics& norm : norms) {
+      norm.options->momentum(norm.momentum);
+    }
+    model.train(was_training);
+  });
+  for (RunningStatistics& norm : norms) {
+    norm.mean.zero_();
+    norm.var.fill_(1);
+    norm.count.zero_();
+    norm.options->momentum({});
+  }
+  model.train();
+  for (const data::Batch& batch : loader) {
+    forward(batch.input.to(device, /*non_blocking=*/true));
+  }
 }
 
 WeightAveraging::WeightAveraging(WeightAveragingOptions options)

@@ -1,6 +1,8 @@
 #include "hotloop/train/weight_averaging.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/dataloader.h"
+#include "hotloop/data/tensor_dataset.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/model_checkpoint.h"
 #include "test_util.h"
@@ -9,8 +11,10 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <nlohmann/json.hpp>
 
@@ -141,6 +145,69 @@ TEST(WeightAverage, RefusesAModelWhoseWeightsChanged) {
       "weight averaging: the model now has 11 parameters and buffers, 9 "
       "when the average began (was it pruned since? the average follows one "
       "set of weights)");
+}
+
+// make_weight_averaging_reference.py's filled().
+at::Tensor filled(at::IntArrayRef shape, int64_t offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    n *= d;
+  }
+  const at::Tensor i = at::arange(n, at::kLong);
+  return ((i * 7 + offset * 11).remainder(29) - 14)
+      .to(at::kFloat)
+      .div(16)
+      .reshape(shape);
+}
+
+TEST(UpdateBn, RecomputesRunningStatisticsAsTorchsUpdateBn) {
+  namespace nn = torch::nn;
+  nn::Sequential model(
+      nn::Conv2d(nn::Conv2dOptions(2, 3, 3)),
+      nn::BatchNorm2d(nn::BatchNormOptions(3).momentum(0.3)),
+      nn::ReLU(),
+      nn::Flatten(),
+      nn::Linear(27, 4),
+      nn::BatchNorm1d(4));
+  {
+    const at::NoGradGuard no_grad;
+    const auto parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      parameters[i].copy_(
+          filled(parameters[i].sizes(), static_cast<int64_t>(i)));
+    }
+    for (const auto& item : model->named_buffers()) {
+      if (item.key().find("running_mean") != std::string::npos) {
+        item.value().fill_(5);
+      } else if (item.key().find("running_var") != std::string::npos) {
+        item.value().fill_(7);
+      }
+    }
+  }
+  data::DataLoader loader(
+      std::make_shared<data::TensorDataset>(
+          filled({10, 2, 5, 5}, 100), at::zeros({10}, at::kLong)),
+      data::DataLoaderOptions(4));
+  model->eval();
+  update_bn(loader, *model, [&](const at::Tensor& x) { model->forward(x); });
+  const auto& reference = Reference::get("weight_averaging.txt");
+  for (const auto& item : model->named_buffers()) {
+    const std::string& name = item.key();
+    const at::Tensor& buffer = item.value();
+    const at::Tensor expected = to_tensor(
+        reference.one("update_bn", "stats", name), buffer.scalar_type());
+    EXPECT_TRUE(at::allclose(buffer, expected, 1e-6, 1e-7))
+        << name << ": " << buffer << " vs " << expected;
+  }
+  // The momentum and the mode are back.
+  EXPECT_FALSE(model->is_training());
+  EXPECT_EQ(model[1]->as<nn::BatchNorm2d>()->options.momentum().value(), 0.3);
+  EXPECT_EQ(model[5]->as<nn::BatchNorm1d>()->options.momentum().value(), 0.1);
+  // Without BatchNorm nothing runs.
+  torch::nn::Linear plain(3, 2);
+  bool ran = false;
+  update_bn(loader, *plain, [&](const at::Tensor&) { ran = true; });
+  EXPECT_FALSE(ran);
 }
 
 TEST(WeightAverage, BadOptionsNameTheOption) {

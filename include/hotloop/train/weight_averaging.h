@@ -5,13 +5,21 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace torch::nn {
 class Module;
 } // namespace torch::nn
+
+namespace hotloop::data {
+class DataLoader;
+} // namespace hotloop::data
 
 namespace hotloop::train {
 
@@ -73,6 +81,20 @@ class WeightAverage {
   std::vector<at::Tensor> tensors_;
   int64_t count_ = 0;
 };
+
+/// torch.optim.swa_utils.update_bn: the running statistics of every
+/// BatchNorm (1d, 2d, 3d, SyncBatchNorm) in `model` recomputed from one
+/// pass over `loader`, as cumulative means (momentum None), which an
+/// average of the weights needs when its buffers were not averaged
+/// (WeightAverageOptions::use_buffers false). Each batch's input goes to
+/// `device` and through `forward` (the model's own, say a NetworkModule's),
+/// under no_grad in training mode; the momenta and the mode are put back,
+/// whatever happens. Nothing runs for a model without BatchNorm.
+void update_bn(
+    data::DataLoader& loader,
+    torch::nn::Module& model,
+    const std::function<void(const at::Tensor&)>& forward,
+    c10::Device device = c10::kCPU);
 
 /// WeightAveraging's schedule, named as Lightning's EMAWeightAveraging.
 struct WeightAveragingOptions {
