@@ -1950,6 +1950,14 @@ FitConfig to_fit_config(const Config& c) {
   }
   f.pruning = pruning_options(c);
   f.quantization = quantization_options(c);
+  // Both change the model's tensors during the fit (masks, observers and
+  // fake quantizers), which one average of the weights cannot follow.
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !f.weight_averaging || (!f.pruning && !f.quantization),
+      "weight_averaging.enabled averages one set of weights, which ",
+      f.pruning ? "pruning.enabled" : "quantization.qat",
+      " changes during the fit: turn one of them off");
   return f;
 }
 

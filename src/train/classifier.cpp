@@ -28,6 +28,14 @@ ImageClassifier::ImageClassifier(
       label_smoothing);
 }
 
+std::string ImageClassifier::cuda_graph_obstacle() const {
+  return mixing_.enabled()
+             ? "model.mixup_alpha and model.cutmix_alpha draw a new mix for "
+               "every "
+               "batch on the host, which a captured step would replay as one"
+             : "";
+}
+
 at::Tensor ImageClassifier::training_step(
     const data::Batch& batch, int64_t batch_idx, MetricCollection& metrics) {
   const auto cross_entropy = [&](const at::Tensor& logits,

@@ -250,9 +250,23 @@ void WeightAveraging::on_fit_start(Trainer& trainer, Module& module) {
       "weight averaging: the checkpoint counts ",
       restored_count_,
       " updates of the average but holds none of its tensors");
-  if (restored_.empty()) {
-    return;
+  if (!restored_.empty()) {
+    restore(module);
   }
+  // A checkpoint written at an epoch's end (after its validation, before
+  // on_train_epoch_end) came before that epoch's update: do it now, on the
+  // weights that epoch ended with.
+  const TrainingProgress& progress = trainer.progress();
+  const int64_t finished = progress.epoch - 1;
+  const int64_t start = options_.update_starting_at_epoch();
+  if (progress.epoch_batches == 0 && start >= 0 && finished >= start &&
+      latest_update_epoch_ < finished) {
+    average_.update(module);
+    latest_update_epoch_ = finished;
+  }
+}
+
+void WeightAveraging::restore(Module& module) {
   // The checkpoint's model is the average; its state holds the trained
   // weights, then the averages kept in float32 for reduced-precision ones.
   const at::NoGradGuard no_grad;
@@ -322,10 +336,12 @@ bool WeightAveraging::show(Module& module) {
     return false;
   }
   const at::NoGradGuard no_grad;
+  std::vector<at::Tensor> trained;
   for (const at::Tensor& weight : weights(module)) {
-    trained_.push_back(weight.detach().clone());
+    trained.push_back(weight.detach().clone());
   }
-  average_.copy_to(module);
+  average_.copy_to(module); // kept aside only once the average is in
+  trained_ = std::move(trained);
   return true;
 }
 
@@ -361,13 +377,23 @@ void WeightAveraging::on_save_checkpoint_end(Trainer& trainer, Module& module) {
 }
 
 void WeightAveraging::on_fit_end(Trainer& trainer, Module& module) {
+  // The module ends with the average. The trained weights stay aside, so
+  // that a checkpoint another callback writes after this one still resumes
+  // the training (until the next fit's setup).
+  if (trained_.empty()) {
+    show(module);
+  }
+  shown_for_validation_ = false;
+}
+
+void WeightAveraging::on_exception(
+    Trainer& trainer, Module& module, const std::exception& error) {
+  // A validation that threw leaves the trained weights in the module.
   if (!trained_.empty()) {
     hide(module);
-    shown_for_validation_ = false;
   }
-  if (average_.count() > 0) {
-    average_.copy_to(module);
-  }
+  shown_for_validation_ = false;
+  shown_for_save_ = false;
 }
 
 nlohmann::json WeightAveraging::summary() const {

@@ -2007,6 +2007,13 @@ TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
        "--weight_averaging.average=polyak"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("weight_averaging.average"));
+  r = run_cli(small_fit(
+      dir, {"--weight_averaging.enabled=true", "--pruning.enabled=true"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("weight_averaging.enabled averages one set of weights, which "
+                "pruning.enabled changes during the fit"));
 }
 
 TEST(Cli, MixUpCutMixAndRandomErasingTrainAClassifier) {

@@ -5,6 +5,7 @@
 #include "hotloop/train/classifier.h"
 #include "hotloop/train/metrics.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -87,6 +88,25 @@ TEST(BatchMixing, TheClassifiersLossIsTorchvisionsSoftTargetLoss) {
           << "seed " << seed << " smoothing " << smoothing;
     }
   }
+}
+
+TEST_F(TrainerTest, CudaGraphsRefuseAClassifierThatMixesItsBatches) {
+  ImageClassifier module(
+      torch::nn::AnyModule(models::FashionCnn(small_model())),
+      {},
+      {},
+      1,
+      0.0,
+      BatchMixingOptions().mixup_alpha(0.2));
+  auto train = train_loader();
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(1).cuda_graphs(true)).fit(module, train),
+      "trainer.cuda_graphs=true cannot capture this module's training step: "
+      "model.mixup_alpha and model.cutmix_alpha draw a new mix for every "
+      "batch on the host, which a captured step would replay as one");
+  // Without mixing there is no obstacle.
+  EXPECT_EQ(make_module(0)->cuda_graph_obstacle(), "");
 }
 
 TEST(BatchMixing, BadInputAndOptionsNameTheOption) {

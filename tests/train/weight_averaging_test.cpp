@@ -359,44 +359,131 @@ TEST_F(TrainerTest, WeightAveragingUpdatesOnTheStepsAndEpochsItIsGiven) {
 TEST_F(
     TrainerTest, WeightAveragingCheckpointsHoldTheAverageAndResumeBitForBit) {
   auto train = train_loader();
-  const auto averaged = [] {
-    return std::make_shared<WeightAveraging>(
-        WeightAveragingOptions().average(WeightAverageOptions().decay(0.7)));
-  };
-  auto straight = make_module(0);
-  auto straight_averaging = averaged();
-  Trainer(options().max_epochs(4))
-      .add_callback(straight_averaging)
-      .fit(*straight, train, &val_loader_);
+  // An EMA after every step; SWA's mean of epoch ends, whose epoch-2 update
+  // comes after the checkpoint of epoch 2's validation and is made on resume.
+  for (const WeightAveragingOptions& schedule :
+       {WeightAveragingOptions().average(WeightAverageOptions().decay(0.7)),
+        WeightAveragingOptions()
+            .average(WeightAverageOptions().average("swa"))
+            .update_every_n_steps(0)
+            .update_starting_at_epoch(0)}) {
+    SCOPED_TRACE(schedule.average().average());
+    auto straight = make_module(0);
+    auto straight_averaging = std::make_shared<WeightAveraging>(schedule);
+    Trainer(options().max_epochs(4))
+        .add_callback(straight_averaging)
+        .fit(*straight, train, &val_loader_);
 
-  auto first_half = make_module(0);
-  auto first_averaging = averaged();
-  const FitResult half = Trainer(options().max_epochs(2))
-                             .add_callback(first_averaging)
-                             .fit(*first_half, train, &val_loader_);
-  // The checkpoint's model is the average (which the fit ended with); the
-  // weights being trained are in its callback state.
-  auto loaded = make_module(99);
-  load_checkpoint(half.checkpoint_path, *loaded);
-  const auto in_file = all_weights(*loaded);
-  const auto average = all_weights(*first_half);
-  for (size_t i = 0; i < in_file.size(); ++i) {
-    EXPECT_TRUE(in_file[i].equal(average[i])) << "weight " << i;
+    auto first_half = make_module(0);
+    auto first_averaging = std::make_shared<WeightAveraging>(schedule);
+    const FitResult half = Trainer(options().max_epochs(2))
+                               .add_callback(first_averaging)
+                               .fit(*first_half, train, &val_loader_);
+    // The weights being trained are in the checkpoint's callback state.
+    auto loaded = make_module(99);
+    CheckpointState state;
+    load_checkpoint(half.checkpoint_path, *loaded, &state);
+    ASSERT_EQ(state.callback_tensors.count("WeightAveraging"), 1u);
+    ASSERT_EQ(
+        state.callback_tensors.at("WeightAveraging").size(),
+        all_weights(*loaded).size());
+
+    auto resumed = make_module(99);
+    auto resumed_averaging = std::make_shared<WeightAveraging>(schedule);
+    const FitResult rest =
+        Trainer(options().max_epochs(4))
+            .add_callback(resumed_averaging)
+            .fit(*resumed, train, &val_loader_, half.checkpoint_path);
+    EXPECT_EQ(rest.steps, 32);
+    EXPECT_EQ(
+        resumed_averaging->average().count(),
+        straight_averaging->average().count());
+    const auto a = all_weights(*straight);
+    const auto b = all_weights(*resumed);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].equal(b[i])) << "weight " << i;
+    }
+  }
+}
+
+// Saves a checkpoint in its on_fit_end, after WeightAveraging's.
+class SaveAtFitEnd : public Callback {
+ public:
+  explicit SaveAtFitEnd(std::string path) : path_(std::move(path)) {}
+  std::string state_key() const override {
+    return "SaveAtFitEnd";
+  }
+  void on_fit_end(Trainer& trainer, Module&) override {
+    trainer.save_checkpoint(path_);
   }
 
-  auto resumed = make_module(99);
-  auto resumed_averaging = averaged();
-  const FitResult rest =
-      Trainer(options().max_epochs(4))
-          .add_callback(resumed_averaging)
-          .fit(*resumed, train, &val_loader_, half.checkpoint_path);
-  EXPECT_EQ(rest.steps, 32);
-  EXPECT_EQ(resumed_averaging->average().count(), 32);
-  const auto a = all_weights(*straight);
-  const auto b = all_weights(*resumed);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(a[i].equal(b[i])) << "weight " << i;
+ private:
+  std::string path_;
+};
+
+TEST_F(TrainerTest, WeightAveragingHoldsTheAverageInEveryCheckpointsModel) {
+  // Written at validation's end, and by a callback after the fit's end.
+  auto train = train_loader();
+  auto module = make_module(0);
+  auto averaging = std::make_shared<WeightAveraging>(
+      WeightAveragingOptions().average(WeightAverageOptions().decay(0.6)));
+  auto watcher = std::make_shared<Watcher>(*averaging);
+  const std::string at_end = dir_.path() + "/at_end.ckpt";
+  Trainer trainer(options().max_epochs(2));
+  trainer.add_callback(averaging).add_callback(watcher).add_callback(
+      std::make_shared<SaveAtFitEnd>(at_end));
+  const FitResult result = trainer.fit(*module, train, &val_loader_);
+  const auto average = all_weights(*module); // the fit ended with it
+  for (const std::string& path : {result.checkpoint_path, at_end}) {
+    SCOPED_TRACE(path);
+    auto loaded = make_module(99);
+    CheckpointState state;
+    load_checkpoint(path, *loaded, &state);
+    const auto in_file = all_weights(*loaded);
+    const auto& trained = state.callback_tensors.at("WeightAveraging");
+    for (size_t i = 0; i < in_file.size(); ++i) {
+      EXPECT_TRUE(in_file[i].equal(average[i])) << "weight " << i;
+      // The state keeps the weights the last step left.
+      EXPECT_TRUE(trained[i].equal(watcher->snapshots.back()[i]))
+          << "weight " << i;
+    }
+  }
+}
+
+// Fails from its third validation batch on.
+class FailingValidation : public ImageClassifier {
+ public:
+  explicit FailingValidation(ImageClassifier&& base)
+      : ImageClassifier(std::move(base)) {}
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      MetricCollection& metrics) override {
+    if (++calls_ > 2) {
+      throw Error("validation failed");
+    }
+    ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST_F(TrainerTest, AValidationThatThrowsLeavesTheTrainedWeightsIn) {
+  // Epoch 1's validation has 2 batches; epoch 2's first one fails.
+  FailingValidation module(std::move(*make_module(0)));
+  auto train = train_loader();
+  auto averaging = std::make_shared<WeightAveraging>(
+      WeightAveragingOptions().average(WeightAverageOptions().decay(0.5)));
+  auto watcher = std::make_shared<Watcher>(*averaging);
+  Trainer trainer(options().max_epochs(2).num_sanity_val_steps(0));
+  trainer.add_callback(averaging).add_callback(watcher);
+  EXPECT_THROWS_WITH(
+      Error, trainer.fit(module, train, &val_loader_), "validation failed");
+  const auto now = all_weights(module);
+  for (size_t i = 0; i < now.size(); ++i) {
+    EXPECT_TRUE(now[i].equal(watcher->snapshots.back()[i])) << "weight " << i;
   }
 }
 

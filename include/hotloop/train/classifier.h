@@ -52,6 +52,8 @@ class ImageClassifier : public NetworkModule {
       int64_t batch_idx,
       MetricCollection& metrics) override;
   at::Tensor predict_step(const data::Batch& batch, int64_t batch_idx) override;
+  /// With MixUp or CutMix: each batch's draws are made on the host.
+  std::string cuda_graph_obstacle() const override;
 
  private:
   void evaluate(

@@ -123,6 +123,14 @@ class Module : public torch::nn::Module {
   virtual std::optional<c10::Device> input_device() const {
     return std::nullopt;
   }
+
+  /// Why this module's training step cannot be captured as a CUDA graph
+  /// (trainer.cuda_graphs), in a phrase; empty (the default) when it can.
+  /// A step that draws on the host or reads device values back (MixUp's
+  /// draws) would be replayed with the captured values.
+  virtual std::string cuda_graph_obstacle() const {
+    return "";
+  }
 };
 
 } // namespace hotloop::train

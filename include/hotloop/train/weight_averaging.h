@@ -28,7 +28,8 @@ namespace hotloop::train {
 struct WeightAverageOptions {
   /// "ema": average = decay x average + (1 - decay) x current
   /// (get_ema_avg_fn); "swa": the equally weighted mean of every update,
-  /// average + (current - average) / (n + 1) (AveragedModel's default).
+  /// average + (current - average) / (n + 1) (AveragedModel's default; on
+  /// CUDA, PyTorch 2.x lerps instead, which can differ in the last bit).
   TORCH_ARG(std::string, average) = "ema";
   /// The EMA's weight of the old average; in [0, 1).
   TORCH_ARG(double, decay) = 0.999;
@@ -115,7 +116,9 @@ struct WeightAveragingOptions {
 /// averaged weights; every checkpoint holds them as its model (so `test`,
 /// `export` and `init_from` see the average), with the weights being
 /// trained kept in the callback's state for a resume, which goes on bit for
-/// bit; the fit ends with the average in the model. Before the first update
+/// bit (an epoch-end update that the checkpoint preceded is made on resume);
+/// the fit ends with the average in the model, the trained weights kept by
+/// the callback until the next fit. Before the first update
 /// the average is the model itself. The average lives on the model's device
 /// (one more copy of the weights, two while it is shown).
 class WeightAveraging : public Callback {
@@ -138,6 +141,8 @@ class WeightAveraging : public Callback {
   void on_save_checkpoint(Trainer& trainer, Module& module) override;
   void on_save_checkpoint_end(Trainer& trainer, Module& module) override;
   void on_fit_end(Trainer& trainer, Module& module) override;
+  void on_exception(
+      Trainer& trainer, Module& module, const std::exception& error) override;
   nlohmann::json summary() const override;
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;
@@ -160,6 +165,9 @@ class WeightAveraging : public Callback {
   bool show(Module& module);
   /// Puts the trained weights back.
   void hide(Module& module);
+  /// A checkpoint's weights in: the module's (the file's model, the
+  /// average) into average_, restored_ (the trained ones) into the module.
+  void restore(Module& module);
 
   WeightAveragingOptions options_;
   WeightAverage average_;

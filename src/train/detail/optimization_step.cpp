@@ -57,6 +57,12 @@ OptimizationStep::~OptimizationStep() = default;
 void OptimizationStep::use_cuda_graphs() {
   const std::string conflict = cuda_graphs_conflict(trainer_.options());
   HOTLOOP_CHECK_AS(ConfigError, conflict.empty(), conflict);
+  const std::string obstacle = module_.cuda_graph_obstacle();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      obstacle.empty(),
+      "trainer.cuda_graphs=true cannot capture this module's training step: ",
+      obstacle);
   HOTLOOP_CHECK_AS(
       ConfigError,
       trainer_.strategy().world_size() == 1,
