@@ -1687,9 +1687,8 @@ FitConfig to_fit_config(const Config& c) {
   HOTLOOP_CHECK_AS(
       ConfigError,
       !f.mixing.enabled() || !c.get_bool("trainer.cuda_graphs"),
-      "model.mixup_alpha and model.cutmix_alpha draw a new mix for every "
-      "batch on the host, which a captured step would replay as one: turn "
-      "trainer.cuda_graphs off");
+      f.mixing.cuda_graph_obstacle(),
+      ": turn trainer.cuda_graphs off");
 
   // A regression logs no accuracy: its checkpoints keep the lowest
   // val_loss unless told otherwise.

@@ -28,8 +28,6 @@ MixedBatch mixup(const data::Batch& batch, double alpha) {
   const at::Tensor& x = batch.input;
   MixedBatch mixed;
   mixed.input = x.roll(1, 0).mul_(1.0 - lam).add_(x.mul(lam));
-  mixed.target = batch.target;
-  mixed.rolled_target = batch.target.roll(1, 0);
   mixed.lam = lam;
   return mixed;
 }
@@ -62,8 +60,6 @@ MixedBatch cutmix(const data::Batch& batch, double alpha) {
   mixed.input.index_put_(
       {Ellipsis, Slice(y1, y2), Slice(x1, x2)},
       rolled.index({Ellipsis, Slice(y1, y2), Slice(x1, x2)}));
-  mixed.target = batch.target;
-  mixed.rolled_target = batch.target.roll(1, 0);
   mixed.lam = 1.0 - static_cast<double>((x2 - x1) * (y2 - y1)) /
                         static_cast<double>(width * height);
   return mixed;
@@ -84,23 +80,30 @@ void BatchMixingOptions::check() const {
       cutmix_alpha_);
 }
 
+std::string BatchMixingOptions::cuda_graph_obstacle() const {
+  return enabled() ? "model.mixup_alpha and model.cutmix_alpha draw a new mix "
+                     "for every batch on the host, which a captured step "
+                     "would replay as one"
+                   : "";
+}
+
 MixedBatch mix_batch(
     const data::Batch& batch, const BatchMixingOptions& options) {
   options.check();
   const bool mix = options.mixup_alpha() > 0;
   const bool cut = options.cutmix_alpha() > 0;
+  HOTLOOP_CHECK(mix || cut, "mix_batch: neither MixUp nor CutMix is on");
+  bool use_mixup = mix;
   if (mix && cut) {
     // RandomChoice([MixUp, CutMix]): torch.multinomial over equal odds.
     const at::Tensor odds = at::full({2}, 0.5, at::kFloat);
-    return at::multinomial(odds, 1).item<int64_t>() == 0
-               ? mixup(batch, options.mixup_alpha())
-               : cutmix(batch, options.cutmix_alpha());
+    use_mixup = at::multinomial(odds, 1).item<int64_t>() == 0;
   }
-  if (mix) {
-    return mixup(batch, options.mixup_alpha());
-  }
-  HOTLOOP_CHECK(cut, "mix_batch: neither MixUp nor CutMix is on");
-  return cutmix(batch, options.cutmix_alpha());
+  MixedBatch mixed = use_mixup ? mixup(batch, options.mixup_alpha())
+                           : cutmix(batch, options.cutmix_alpha());
+  mixed.target = batch.target;
+  mixed.rolled_target = batch.target.roll(1, 0);
+  return mixed;
 }
 
 } // namespace hotloop::train

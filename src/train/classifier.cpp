@@ -29,11 +29,7 @@ ImageClassifier::ImageClassifier(
 }
 
 std::string ImageClassifier::cuda_graph_obstacle() const {
-  return mixing_.enabled()
-             ? "model.mixup_alpha and model.cutmix_alpha draw a new mix for "
-               "every "
-               "batch on the host, which a captured step would replay as one"
-             : "";
+  return mixing_.cuda_graph_obstacle();
 }
 
 at::Tensor ImageClassifier::training_step(

@@ -34,6 +34,22 @@ std::vector<at::Tensor> weights(torch::nn::Module& module) {
   return all;
 }
 
+/// Writes `values` into the module's parameters and buffers, in place.
+void copy_into(
+    torch::nn::Module& module, const std::vector<at::Tensor>& values) {
+  const at::NoGradGuard no_grad;
+  std::vector<at::Tensor> current = weights(module);
+  HOTLOOP_CHECK(
+      current.size() == values.size(),
+      "weight averaging: the model has ",
+      current.size(),
+      " parameters and buffers, the average ",
+      values.size());
+  for (const auto i : c10::irange(current.size())) {
+    current[i].copy_(values[i]);
+  }
+}
+
 /// float16 and bfloat16 are averaged in float32.
 at::ScalarType average_type(const at::Tensor& weight) {
   const at::ScalarType type = weight.scalar_type();
@@ -116,17 +132,7 @@ void WeightAverage::update(torch::nn::Module& module) {
 }
 
 void WeightAverage::copy_to(torch::nn::Module& module) const {
-  const at::NoGradGuard no_grad;
-  std::vector<at::Tensor> current = weights(module);
-  HOTLOOP_CHECK(
-      current.size() == tensors_.size(),
-      "weight averaging: the model has ",
-      current.size(),
-      " parameters and buffers, the average ",
-      tensors_.size());
-  for (const auto i : c10::irange(current.size())) {
-    current[i].copy_(tensors_[i]);
-  }
+  copy_into(module, tensors_);
 }
 
 void WeightAverage::set(std::vector<at::Tensor> tensors, int64_t count) {
@@ -346,11 +352,7 @@ bool WeightAveraging::show(Module& module) {
 }
 
 void WeightAveraging::hide(Module& module) {
-  const at::NoGradGuard no_grad;
-  std::vector<at::Tensor> current = weights(module);
-  for (const auto i : c10::irange(current.size())) {
-    current[i].copy_(trained_[i]);
-  }
+  copy_into(module, trained_);
   trained_.clear();
 }
 

@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
+#include <string>
+
 namespace hotloop::train {
 
 /// torchvision.transforms.v2's MixUp and CutMix on training batches (its
@@ -16,6 +18,9 @@ struct BatchMixingOptions {
   }
   /// Throws ConfigError naming an alpha < 0.
   void check() const;
+  /// Why a training step that mixes cannot be captured as a CUDA graph;
+  /// empty when neither is on.
+  std::string cuda_graph_obstacle() const;
 
   /// MixUp's Beta(alpha, alpha) for the mixing weight; 0: no MixUp.
   TORCH_ARG(double, mixup_alpha) = 0;
