@@ -100,7 +100,7 @@ MixedBatch mix_batch(
     use_mixup = at::multinomial(odds, 1).item<int64_t>() == 0;
   }
   MixedBatch mixed = use_mixup ? mixup(batch, options.mixup_alpha())
-                           : cutmix(batch, options.cutmix_alpha());
+                               : cutmix(batch, options.cutmix_alpha());
   mixed.target = batch.target;
   mixed.rolled_target = batch.target.roll(1, 0);
   return mixed;
