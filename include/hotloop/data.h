@@ -10,6 +10,7 @@
 #include "hotloop/data/idx.h"
 #include "hotloop/data/image_dataset.h"
 #include "hotloop/data/image_folder.h"
+#include "hotloop/data/iterable_dataset.h"
 #include "hotloop/data/random.h"
 #include "hotloop/data/sampler.h"
 #include "hotloop/data/subset.h"

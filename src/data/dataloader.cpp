@@ -1,6 +1,7 @@
 #include "hotloop/data/dataloader.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/detail/stream_reader.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -10,22 +11,10 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <limits>
 
 namespace hotloop::data {
 namespace {
-
-std::string message_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    const std::string text = e.what_without_backtrace();
-    return text.substr(0, text.find('\n'));
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 std::vector<int64_t> with_rows(
     int64_t rows, const std::vector<int64_t>& shape) {
@@ -47,14 +36,7 @@ at::Tensor pinned(const at::Tensor& tensor) {
   return tensor.defined() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
 }
 
-} // namespace
-
-DataLoader::DataLoader(
-    std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), options_(std::move(options)) {
-  const auto& o = options_;
-  HOTLOOP_CHECK_AS(
-      ConfigError, dataset_ != nullptr, "DataLoader needs a dataset");
+void check_common_options(const DataLoaderOptions& o) {
   HOTLOOP_CHECK_AS(
       ConfigError,
       o.num_workers() >= 0,
@@ -80,6 +62,30 @@ DataLoader::DataLoader(
       ConfigError,
       !o.persistent_workers() || o.num_workers() > 0,
       "persistent_workers option needs num_workers > 0");
+}
+
+void check_batch_size(const DataLoaderOptions& o) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.batch_size() || !o.drop_last(),
+      "batch_size=None option disables auto-batching and is mutually "
+      "exclusive with drop_last");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.batch_size().value_or(1) > 0,
+      "batch_size should be a positive integer value, but got batch_size=",
+      o.batch_size().value_or(0));
+}
+
+} // namespace
+
+DataLoader::DataLoader(
+    std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  const auto& o = options_;
+  HOTLOOP_CHECK_AS(
+      ConfigError, dataset_ != nullptr, "DataLoader needs a dataset");
+  check_common_options(o);
   HOTLOOP_CHECK_AS(
       ConfigError,
       !(o.sampler() && o.shuffle()),
@@ -92,16 +98,7 @@ DataLoader::DataLoader(
         "sampler, and drop_last");
     batch_sampler_ = o.batch_sampler();
   } else {
-    HOTLOOP_CHECK_AS(
-        ConfigError,
-        o.batch_size() || !o.drop_last(),
-        "batch_size=None option disables auto-batching and is mutually "
-        "exclusive with drop_last");
-    HOTLOOP_CHECK_AS(
-        ConfigError,
-        o.batch_size().value_or(1) > 0,
-        "batch_size should be a positive integer value, but got batch_size=",
-        o.batch_size().value_or(0));
+    check_batch_size(o);
     const int64_t n = dataset_->size();
     std::shared_ptr<const Sampler> sampler = o.sampler();
     if (!sampler) {
@@ -115,6 +112,53 @@ DataLoader::DataLoader(
         std::move(sampler), o.batch_size().value_or(1), o.drop_last());
   }
   spec_ = dataset_->spec();
+  set_up_memory();
+}
+
+DataLoader::DataLoader(
+    std::shared_ptr<const IterableDataset> dataset, DataLoaderOptions options)
+    : iterable_(std::move(dataset)), options_(std::move(options)) {
+  const auto& o = options_;
+  HOTLOOP_CHECK_AS(
+      ConfigError, iterable_ != nullptr, "DataLoader needs a dataset");
+  check_common_options(o);
+  // PyTorch's words: an iterable dataset's order is the streams' own.
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !o.shuffle(),
+      "DataLoader with IterableDataset: expected unspecified shuffle option, "
+      "but got shuffle=True (a stream's order is its own: shuffle inside the "
+      "dataset)");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.sampler() == nullptr,
+      "DataLoader with IterableDataset: expected unspecified sampler option");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.batch_sampler() == nullptr,
+      "DataLoader with IterableDataset: expected unspecified batch_sampler "
+      "option");
+  check_batch_size(o);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      iterable_->size().value_or(0) >= 0,
+      "the IterableDataset's size() is ",
+      iterable_->size().value_or(0),
+      ", expected a count of samples or nullopt");
+  spec_ = iterable_->spec();
+  set_up_memory();
+  streams_ = std::make_unique<detail::StreamReader>(
+      iterable_,
+      options_,
+      [this](
+          int64_t rows,
+          const std::vector<int64_t>& shape,
+          c10::ScalarType dtype) { return take_buffer(rows, shape, dtype); },
+      pin_);
+}
+
+void DataLoader::set_up_memory() {
+  const auto& o = options_;
   prefetch_factor_ = o.prefetch_factor().value_or(2);
   pin_ = o.pin_memory() && at::hasCUDA();
   accelerator_ = o.device() && !o.device()->is_cpu();
@@ -152,6 +196,7 @@ DataLoader::DataLoader(
 }
 
 DataLoader::~DataLoader() {
+  streams_.reset();
   stop_workers();
 }
 
@@ -182,7 +227,38 @@ void DataLoader::stop_workers() {
 }
 
 int64_t DataLoader::num_batches() const {
-  return batch_sampler_->size();
+  const std::optional<int64_t> batches = length();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches.has_value(),
+      "the loader's IterableDataset does not know its size, so neither does "
+      "the loader its number of batches (give the dataset a size())");
+  return *batches;
+}
+
+std::optional<int64_t> DataLoader::length() const {
+  if (!iterable_) {
+    return batch_sampler_->size();
+  }
+  const std::optional<int64_t> samples = iterable_->size();
+  if (!samples || !options_.batch_size()) {
+    return samples;
+  }
+  const int64_t batch_size = *options_.batch_size();
+  return options_.drop_last() ? *samples / batch_size
+                              : (*samples + batch_size - 1) / batch_size;
+}
+
+std::optional<int64_t> DataLoader::dataset_size() const {
+  return iterable_ ? iterable_->size() : std::optional(dataset_->size());
+}
+
+const Dataset& DataLoader::dataset() const {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      dataset_ != nullptr,
+      "the loader reads an IterableDataset: it has no samples by index");
+  return *dataset_;
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
@@ -199,15 +275,18 @@ DataLoaderState DataLoader::state_dict() const {
 }
 
 void DataLoader::load_state_dict(const DataLoaderState& state) {
+  // A stream may give more batches than its dataset's size() says.
+  const int64_t most =
+      iterable_ ? std::numeric_limits<int64_t>::max() : num_batches();
   HOTLOOP_CHECK_AS(
       ConfigError,
-      state.batches_consumed >= 0 && state.batches_consumed <= num_batches(),
+      state.batches_consumed >= 0 && state.batches_consumed <= most,
       "loader state says ",
       state.batches_consumed,
       " batches of epoch ",
       state.epoch,
       " were consumed, but an epoch has ",
-      num_batches());
+      iterable_ ? std::string("at least 0") : std::to_string(num_batches()));
   next_epoch_ = state.epoch;
   start_position_ = state.batches_consumed;
 }
@@ -222,6 +301,16 @@ DataLoader::Iterator DataLoader::end() {
 }
 
 void DataLoader::start_epoch() {
+  if (streams_) {
+    in_flight_.reset();
+    epoch_active_ = false;
+    streams_->start(next_epoch_, start_position_);
+    epoch_ = next_epoch_++;
+    next_to_consume_ = start_position_;
+    start_position_ = 0;
+    epoch_active_ = true;
+    return;
+  }
   auto batches = std::make_shared<const IndexBatches>(
       batch_sampler_->batches(next_epoch_));
   const bool restart_workers =
@@ -342,11 +431,16 @@ Batch DataLoader::make_batch(
             " of epoch ",
             epoch,
             "): ",
-            message_of(std::current_exception())));
+            hotloop::detail::message_of(std::current_exception())));
       }
     }
     throw DataError(hotloop::detail::str_cat(
-        "batch ", batch_index, " of epoch ", epoch, ": ", message_of(error)));
+        "batch ",
+        batch_index,
+        " of epoch ",
+        epoch,
+        ": ",
+        hotloop::detail::message_of(error)));
   }
 }
 
@@ -364,14 +458,8 @@ void DataLoader::start_copy(Batch batch) {
 }
 
 void DataLoader::worker_loop(int64_t worker_id) {
-  std::exception_ptr init_error;
-  if (options_.worker_init_fn()) {
-    try {
-      options_.worker_init_fn()(worker_id);
-    } catch (...) {
-      init_error = std::current_exception();
-    }
-  }
+  const std::exception_ptr init_error =
+      detail::run_worker_init(options_, worker_id);
   const int64_t capacity = options_.num_workers() * prefetch_factor_;
   std::unique_lock<std::mutex> lock(mutex_);
   ++workers_started_;
@@ -392,11 +480,7 @@ void DataLoader::worker_loop(int64_t worker_id) {
     lock.unlock();
     Ready ready;
     if (init_error) {
-      ready.error = std::make_exception_ptr(DataError(hotloop::detail::str_cat(
-          "worker_init_fn failed in worker ",
-          worker_id,
-          ": ",
-          message_of(init_error))));
+      ready.error = init_error;
     } else {
       try {
         ready.batch = make_batch((*batches)[index], epoch, index);
@@ -416,6 +500,14 @@ void DataLoader::worker_loop(int64_t worker_id) {
 bool DataLoader::next_host(Batch& out) {
   if (!epoch_active_) {
     return false;
+  }
+  if (streams_) {
+    if (!streams_->next(out)) {
+      epoch_active_ = false;
+      return false;
+    }
+    ++next_to_consume_;
+    return true;
   }
   if (next_to_consume_ >= static_cast<int64_t>(batches_->size())) {
     epoch_active_ = false;
@@ -519,6 +611,13 @@ std::unique_ptr<DataLoader> shard(
     int64_t rank,
     bool training) {
   DataLoaderOptions options = loader.options();
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !loader.iterable(),
+      "a loader of an IterableDataset cannot be split across the ",
+      num_replicas,
+      " processes of a data-parallel run: its streams are the dataset's own "
+      "(give it a map-style Dataset, or run one process)");
   HOTLOOP_CHECK_AS(
       ConfigError,
       options.sampler() == nullptr && options.batch_sampler() == nullptr,

@@ -72,7 +72,7 @@ class Search {
     }
     std::unique_ptr<data::DataLoader> loader = loader_for_(size);
     HOTLOOP_CHECK(loader != nullptr, "scale_batch_size: no loader for ", size);
-    dataset_size_ = loader->dataset().size();
+    dataset_size_ = loader->dataset_size().value_or(detail::kUntilStreamsEnd);
     snapshot_.restore(); // every trial starts from the same weights
     release_freed_host_memory();
     reset_peak_resident_bytes();
@@ -80,7 +80,12 @@ class Search {
       std::ostream quiet(nullptr);
       Trainer run(
           detail::trial_options(
-              trainer_, options_.steps_per_trial(), loader->num_batches()),
+              trainer_,
+              options_.steps_per_trial(),
+              detail::resolve_limit(
+                  trainer_.limit_train_batches(),
+                  loader->length(),
+                  "limit_train_batches")),
           quiet);
       const FitResult fit = run.fit(module_, *loader);
       trial.measured = true;

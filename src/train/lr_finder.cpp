@@ -191,7 +191,10 @@ LrFinder lr_find(
   trainer = detail::trial_options(
                 std::move(trainer),
                 finder.options().num_training(),
-                train.num_batches())
+                detail::resolve_limit(
+                    trainer.limit_train_batches(),
+                    train.length(),
+                    "limit_train_batches"))
                 .on_nonfinite_loss("ignore");
   std::ostream quiet(nullptr);
   try {

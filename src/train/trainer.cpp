@@ -487,7 +487,7 @@ std::map<std::string, double> Trainer::evaluate(
   }
   const int64_t limit = detail::resolve_limit(
       test ? options_.limit_test_batches() : options_.limit_val_batches(),
-      shared.num_batches(),
+      shared.length(),
       test ? "limit_test_batches" : "limit_val_batches");
   const MetricCollection pass =
       detail::EvaluationLoop(*this, module, precision, callbacks_)
@@ -516,7 +516,7 @@ std::vector<at::Tensor> Trainer::predict(
           loader,
           detail::resolve_limit(
               options_.limit_predict_batches(),
-              loader.num_batches(),
+              loader.length(),
               "limit_predict_batches"));
 }
 
@@ -544,21 +544,26 @@ ProfileContext Trainer::profile_context(
     context.convolutional = context.convolutional || parameter.dim() == 4;
   }
   context.cuda_graphs = options_.cuda_graphs();
-  context.batch_can_grow = train.options().batch_size() <
-                           static_cast<int64_t>(train.dataset().size());
+  const std::optional<int64_t> samples = train.dataset_size();
+  context.batch_can_grow =
+      !samples || train.options().batch_size().value_or(1) < *samples;
   return context;
 }
 
 log::ModelSummary Trainer::summarize(
     Module& module, data::DataLoader& train, const Precision& precision) {
   // One sample through predict_step gives the layers' output shapes when
-  // the model is a chain of Sequentials; any failure just leaves them out.
+  // the model is a chain of Sequentials (zeros of the spec when the data is
+  // a stream); any failure just leaves them out.
   at::Tensor example;
   try {
+    const data::SampleSpec& spec = train.spec();
     example = prepare_batch(
                   precision,
                   data::Batch{
-                      train.dataset().get(0, data::SampleContext{}).input,
+                      train.iterable()
+                          ? at::zeros(spec.input_shape, spec.input_dtype)
+                          : train.dataset().get(0, data::SampleContext{}).input,
                       at::Tensor()})
                   .input.unsqueeze(0);
   } catch (const std::exception&) {

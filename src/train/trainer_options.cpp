@@ -214,6 +214,23 @@ int64_t resolve_limit(double limit, int64_t available, const char* name) {
   return std::min(available, static_cast<int64_t>(limit));
 }
 
+int64_t resolve_limit(
+    double limit, std::optional<int64_t> available, const char* name) {
+  if (available) {
+    return resolve_limit(limit, *available, name);
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !(limit > 0 && limit < 1),
+      "trainer.",
+      name,
+      "=",
+      limit,
+      " is a fraction of a loader whose IterableDataset does not know its "
+      "size: give a whole number of batches");
+  return limit < 0 ? kUntilStreamsEnd : static_cast<int64_t>(limit);
+}
+
 int64_t val_check_batches(
     double interval, int64_t batches_per_epoch, int64_t accumulate) {
   if (interval == 1.0) {

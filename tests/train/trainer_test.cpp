@@ -74,6 +74,143 @@ TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
       second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
 }
 
+// A map-style dataset read as a stream: worker w of W reads samples w,
+// w + W, w + 2W, ... in order, with the loader's seed and epoch.
+class StreamOf : public data::IterableDataset {
+ public:
+  StreamOf(std::shared_ptr<const data::Dataset> dataset, bool sized)
+      : dataset_(std::move(dataset)), sized_(sized) {}
+  data::SampleSpec spec() const override {
+    return dataset_->spec();
+  }
+  std::optional<int64_t> size() const override {
+    return sized_ ? std::optional(dataset_->size()) : std::nullopt;
+  }
+  std::unique_ptr<data::SampleStream> stream(
+      const data::StreamContext& context) const override {
+    return std::make_unique<Reader>(*dataset_, context);
+  }
+
+ private:
+  class Reader : public data::SampleStream {
+   public:
+    Reader(const data::Dataset& dataset, const data::StreamContext& context)
+        : dataset_(dataset), context_(context), next_(context.worker_id) {}
+    std::optional<data::Example> next() override {
+      if (next_ >= dataset_.size()) {
+        return std::nullopt;
+      }
+      const int64_t index = next_;
+      next_ += context_.num_workers;
+      return dataset_.get(
+          index, data::SampleContext{context_.seed, context_.epoch});
+    }
+
+   private:
+    const data::Dataset& dataset_;
+    data::StreamContext context_;
+    int64_t next_;
+  };
+  std::shared_ptr<const data::Dataset> dataset_;
+  bool sized_;
+};
+
+TEST_F(TrainerTest, FitsValidatesAndPredictsOnAStreamAsOnTheSameSamples) {
+  // No shuffle: the stream's order is the index order.
+  data::DataLoader by_index(train_set_, data::DataLoaderOptions(32));
+  auto expected_module = make_module(0);
+  Trainer expected_trainer(options().max_epochs(2));
+  const FitResult expected =
+      expected_trainer.fit(*expected_module, by_index, &val_loader_);
+
+  data::DataLoader stream(
+      std::make_shared<StreamOf>(train_set_, /*sized=*/true),
+      data::DataLoaderOptions(32));
+  data::DataLoader val_stream(
+      std::make_shared<StreamOf>(val_set_, /*sized=*/false),
+      data::DataLoaderOptions(40));
+  auto module = make_module(0);
+  std::ostringstream log;
+  Trainer trainer(options().max_epochs(2).enable_progress_bar(true), log);
+  const FitResult result = trainer.fit(*module, stream, &val_stream);
+  EXPECT_THAT(log.str(), HasSubstr("fit: 256 training samples, 8 batches"));
+  EXPECT_EQ(result.steps, expected.steps);
+  EXPECT_EQ(result.metrics, expected.metrics);
+  const auto a = expected_module->parameters();
+  const auto b = module->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].equal(b[i])) << i;
+  }
+
+  // A stream of unknown length: evaluation reads it to its end, a fit
+  // needs the batches of an epoch as a count.
+  EXPECT_EQ(
+      trainer.validate(*module, val_stream),
+      expected_trainer.validate(*expected_module, val_loader_));
+  const std::vector<at::Tensor> predicted =
+      trainer.predict(*module, val_stream);
+  const std::vector<at::Tensor> predicted_by_index =
+      trainer.predict(*module, val_loader_);
+  ASSERT_EQ(predicted.size(), 2u);
+  ASSERT_EQ(predicted_by_index.size(), 2u);
+  EXPECT_TRUE(predicted[0].equal(predicted_by_index[0]));
+  EXPECT_TRUE(predicted[1].equal(predicted_by_index[1]));
+  data::DataLoader unsized(
+      std::make_shared<StreamOf>(train_set_, /*sized=*/false),
+      data::DataLoaderOptions(32).num_workers(2));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(1)).fit(*make_module(0), unsized),
+      "trainer.limit_train_batches: the training loader's IterableDataset "
+      "does not know its size");
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(1).limit_train_batches(0.5))
+          .fit(*make_module(0), unsized),
+      "trainer.limit_train_batches=0.5 is a fraction of a loader whose "
+      "IterableDataset does not know its size");
+  const FitResult limited =
+      Trainer(options().max_epochs(1).limit_train_batches(3))
+          .fit(*make_module(0), unsized);
+  EXPECT_EQ(limited.steps, 3);
+}
+
+TEST_F(TrainerTest, AStreamShorterThanTheEpochsCountEndsTheEpochWithAStep) {
+  // 8 batches a stream (two workers), accumulated 3 at a time: steps after
+  // batches 3, 6 and 8 of each epoch, whatever limit the epoch has - as on
+  // the same samples by index.
+  const TrainerOptions accumulate =
+      options().max_epochs(2).accumulate_grad_batches(3).limit_val_batches(0);
+  data::DataLoader by_index(train_set_, data::DataLoaderOptions(32));
+  auto expected_module = make_module(0);
+  const FitResult expected =
+      Trainer(accumulate).fit(*expected_module, by_index);
+  ASSERT_EQ(expected.steps, 6);
+
+  // The stream's batches in the index order: worker w reads samples w,
+  // w + 2, ..., so a batch of 32 from each worker in turn is no longer the
+  // index order; with one worker it is.
+  for (const int64_t workers : {0, 1}) {
+    SCOPED_TRACE(workers);
+    data::DataLoader unsized(
+        std::make_shared<StreamOf>(train_set_, /*sized=*/false),
+        data::DataLoaderOptions(32).num_workers(workers));
+    auto module = make_module(0);
+    Trainer trainer(TrainerOptions(accumulate).limit_train_batches(20));
+    const FitResult result = trainer.fit(*module, unsized);
+    EXPECT_EQ(result.steps, 6);
+    EXPECT_EQ(result.epochs, 2);
+    EXPECT_EQ(trainer.progress().epoch, 2);
+    EXPECT_EQ(trainer.progress().epoch_batches, 0);
+    const auto a = expected_module->parameters();
+    const auto b = module->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].equal(b[i])) << i;
+    }
+  }
+}
+
 at::Tensor make_nan(const at::Tensor& loss) {
   return loss * std::numeric_limits<double>::quiet_NaN();
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -70,6 +71,10 @@ inline std::string counted(
 #define HOTLOOP_CHECK(cond, ...) HOTLOOP_CHECK_AS(Error, cond, __VA_ARGS__)
 
 namespace hotloop::detail {
+/// The first line of `error`'s message (a c10::Error's without its
+/// backtrace), to pass it on inside another error's message.
+std::string message_of(const std::exception_ptr& error);
+
 /// Throws DataError `<path>: no such file` unless `path` is a regular file.
 inline void require_file(const std::string& path) {
   std::error_code ec;

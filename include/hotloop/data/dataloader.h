@@ -2,6 +2,7 @@
 
 #include "hotloop/data/batch.h"
 #include "hotloop/data/dataset.h"
+#include "hotloop/data/iterable_dataset.h"
 #include "hotloop/data/sampler.h"
 
 #include <c10/core/Device.h>
@@ -22,6 +23,9 @@
 #include <vector>
 
 namespace hotloop::data {
+namespace detail {
+class StreamReader;
+} // namespace detail
 
 /// Builds a batch from samples (PyTorch's `collate_fn`).
 using CollateFn = std::function<Batch(std::vector<Example> samples)>;
@@ -33,7 +37,8 @@ using WorkerInitFn = std::function<void(int64_t worker_id)>;
 /// meaning. Validated when the DataLoader is built, with PyTorch's rules:
 /// batch_sampler excludes batch_size, shuffle, sampler and drop_last;
 /// sampler excludes shuffle; prefetch_factor and persistent_workers need
-/// num_workers > 0.
+/// num_workers > 0; an IterableDataset takes none of shuffle, sampler and
+/// batch_sampler.
 ///
 /// Differences from PyTorch: workers are threads, not processes (no pickling,
 /// no copies); `seed` replaces `generator` (the shuffle of epoch e is
@@ -91,7 +96,8 @@ struct DataLoaderState {
   int64_t batches_consumed = 0;
 };
 
-/// Loads batches from a Dataset in sampler order, on threads.
+/// Loads batches from a Dataset in sampler order, or from an
+/// IterableDataset's streams, on threads.
 ///
 /// The epoch's order and each sample's augmentation are pure functions of
 /// (seed, epoch, index), so an epoch is bitwise identical for any
@@ -106,6 +112,17 @@ struct DataLoaderState {
 /// An exception in a worker reaches the consumer as `DataError` naming the
 /// sample index and the original message.
 ///
+/// An IterableDataset is read as PyTorch reads one: every epoch each worker
+/// thread (or the caller's thread, without workers) opens a stream of its
+/// own and batches it - a stream's last batch may be short, or is dropped
+/// with drop_last - and the batches are handed out round-robin over the
+/// workers whose streams have not ended. Its batches depend on num_workers
+/// (the dataset splits its samples by worker) but not on prefetch_factor or
+/// timing. A resumed epoch (`load_state_dict`) reads its streams again from
+/// the start and drops the batches already consumed. The epoch ends when
+/// every stream has; `num_batches()` is the dataset's `size()` in batches,
+/// as `len(loader)` is, which the streams may give more or fewer of.
+///
 /// Not thread-safe: one consumer thread iterates. Owns its threads, so it
 /// cannot be copied; the destructor stops and joins them, mid-epoch too.
 class DataLoader {
@@ -115,6 +132,11 @@ class DataLoader {
   /// Throws ConfigError naming the options when they are invalid or
   /// incompatible.
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  /// A loader of an iterable-style dataset; also throws ConfigError when
+  /// the options name shuffle, a sampler or a batch_sampler.
+  DataLoader(
+      std::shared_ptr<const IterableDataset> dataset,
+      DataLoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -124,8 +146,22 @@ class DataLoader {
   Iterator begin();
   Iterator end();
 
-  /// Batches in one epoch (`len(dataloader)`).
+  /// Batches in one epoch (`len(dataloader)`); for an IterableDataset,
+  /// `size()` samples in batches. Throws ConfigError when that is unknown.
   int64_t num_batches() const;
+  /// `num_batches()`, or nullopt for an IterableDataset of unknown size.
+  std::optional<int64_t> length() const;
+  /// Samples in the dataset, or nullopt for an IterableDataset of unknown
+  /// size.
+  std::optional<int64_t> dataset_size() const;
+  /// Shape and dtype of every sample.
+  const SampleSpec& spec() const {
+    return spec_;
+  }
+  /// Whether the loader reads an IterableDataset.
+  bool iterable() const {
+    return iterable_ != nullptr;
+  }
   /// The epoch the next `begin()` starts.
   int64_t epoch() const {
     return next_epoch_;
@@ -143,13 +179,17 @@ class DataLoader {
   const DataLoaderOptions& options() const {
     return options_;
   }
-  const Dataset& dataset() const {
-    return *dataset_;
-  }
-  /// The dataset, shared: another loader over it (one process's share,
-  /// say) can be made from it and options().
+  /// The map-style dataset; throws ConfigError for an IterableDataset.
+  const Dataset& dataset() const;
+  /// The map-style dataset, shared: another loader over it (one process's
+  /// share, say) can be made from it and options(). Null for an
+  /// IterableDataset.
   const std::shared_ptr<const Dataset>& dataset_ptr() const {
     return dataset_;
+  }
+  /// The iterable-style dataset, or null for a map-style one.
+  const std::shared_ptr<const IterableDataset>& iterable_dataset_ptr() const {
+    return iterable_;
   }
 
   /// An input iterator over the batches of the current epoch. The Batch it
@@ -194,6 +234,7 @@ class DataLoader {
     std::exception_ptr error;
   };
 
+  void set_up_memory();
   void start_epoch();
   void start_workers();
   void stop_workers();
@@ -211,6 +252,7 @@ class DataLoader {
   void worker_loop(int64_t worker_id);
 
   std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const IterableDataset> iterable_;
   DataLoaderOptions options_;
   std::shared_ptr<const BatchSampler> batch_sampler_;
   SampleSpec spec_;
@@ -250,6 +292,10 @@ class DataLoader {
   // Batch buffers the loader hands out and takes back once unreferenced.
   std::mutex pool_mutex_;
   std::vector<at::Tensor> pool_;
+
+  // An IterableDataset's streams and workers (null for a map-style one);
+  // last, so it stops its workers before the pool goes.
+  std::unique_ptr<detail::StreamReader> streams_;
 };
 
 } // namespace hotloop::data
@@ -261,7 +307,8 @@ namespace hotloop::data {
 /// `loader` is, with its seed, padded to equal shares as PyTorch's), for
 /// evaluation a ShardSampler (every sample counted once). Throws
 /// ConfigError when `loader` has a sampler or batch_sampler of its own,
-/// which cannot be split.
+/// which cannot be split, or reads an IterableDataset, whose streams the
+/// loader cannot split across processes.
 std::unique_ptr<DataLoader> shard(
     const DataLoader& loader,
     int64_t num_replicas,

@@ -3,6 +3,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace hotloop::train {
@@ -214,6 +215,16 @@ inline int64_t limited(int64_t available, int64_t limit) {
 /// leaves of a loader's `available` ones; ConfigError naming
 /// `trainer.<name>` when a fraction leaves none.
 int64_t resolve_limit(double limit, int64_t available, const char* name);
+
+/// Stands for "every batch the streams give" of a loader of unknown length.
+inline constexpr int64_t kUntilStreamsEnd = INT64_MAX;
+
+/// `resolve_limit` for a loader whose length may be unknown (nullopt: an
+/// IterableDataset without a size): then -1 gives kUntilStreamsEnd, a whole
+/// number is taken as is, and a fraction is a ConfigError naming
+/// `trainer.<name>`.
+int64_t resolve_limit(
+    double limit, std::optional<int64_t> available, const char* name);
 
 /// Training batches between validations within an epoch, from
 /// val_check_interval; ConfigError when a count does not fit the epoch or

@@ -54,15 +54,21 @@ void EvaluationLoop::for_each_batch(
     const NoGradScope no_grad(trainer_.options().inference_mode());
     // A pruned model's masked weights as its parameters are now.
     compress::PrunedForward().recompute(module_);
-    const int64_t batches = limited(loader.num_batches(), limit);
+    const int64_t batches =
+        limited(loader.length().value_or(kUntilStreamsEnd), limit);
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time
-    for (auto it = loader.begin(); it != loader.end() && batch_idx < batches;
-         ++it, ++batch_idx) {
-      const data::Batch batch = trainer_.prepare_batch(precision_, *it);
-      const CudnnBenchmarkOff one_off(is_short_batch(batch, loader));
-      const AutocastGuard autocast = precision_.autocast();
-      step(batch, batch_idx);
+    if (batches > 0) {
+      // No batch past the limit is read: a stream's reads may cost.
+      for (auto it = loader.begin(); it != loader.end(); ++it) {
+        const data::Batch batch = trainer_.prepare_batch(precision_, *it);
+        const CudnnBenchmarkOff one_off(is_short_batch(batch, loader));
+        const AutocastGuard autocast = precision_.autocast();
+        step(batch, batch_idx);
+        if (++batch_idx == batches) {
+          break;
+        }
+      }
     }
   }
   module_.train(was_training);

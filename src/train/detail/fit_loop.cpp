@@ -23,6 +23,58 @@
 namespace hotloop::train::detail {
 namespace {
 
+// One epoch's batches, at most `limit`, each with whether it is the epoch's
+// last. A map-style loader's count is exact; a stream's end shows only
+// when a read finds nothing, so for a stream the next batch is read ahead
+// (Lightning's data fetcher looks one ahead for the same reason). No batch
+// past the limit is read.
+class EpochBatches {
+ public:
+  EpochBatches(data::DataLoader& loader, int64_t done, int64_t limit)
+      : it_(loader.begin()),
+        end_(loader.end()),
+        read_ahead_(loader.iterable()),
+        done_(done),
+        limit_(limit) {}
+
+  // The next batch into `out`; false at the epoch's end.
+  bool next(data::Batch& out, bool& last) {
+    if (advance_) {
+      ++it_;
+      advance_ = false;
+    }
+    if (done_ >= limit_ || it_ == end_) {
+      return false;
+    }
+    out = std::move(*it_);
+    ++done_;
+    if (done_ == limit_) {
+      last = true;
+    } else if (read_ahead_) {
+      ++it_;
+      last = it_ == end_;
+    } else {
+      advance_ = true;
+      last = false;
+    }
+    return true;
+  }
+
+  // Whether the loader ran out before the limit (a stream shorter than its
+  // size or the limit says).
+  bool ran_out() const {
+    return done_ < limit_ && it_ == end_;
+  }
+
+ private:
+  data::DataLoader::Iterator it_;
+  data::DataLoader::Iterator end_;
+  bool read_ahead_;
+  bool advance_ = false;
+  int64_t done_;
+  int64_t limit_;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
@@ -124,7 +176,7 @@ LoaderFingerprint loader_fingerprint(
   loader.seed = options.seed();
   loader.batches_per_epoch = batches_per_epoch;
   loader.batch_size = options.batch_size().value_or(0);
-  loader.dataset_size = train.dataset().size();
+  loader.dataset_size = train.dataset_size().value_or(-1);
   loader.shuffle = options.shuffle();
   return loader;
 }
@@ -221,20 +273,27 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   const double overfit = options.overfit_batches();
   batches_per_epoch_ = resolve_limit(
       overfit > 0 ? overfit : options.limit_train_batches(),
-      train_->num_batches(),
+      train_->length(),
       overfit > 0 ? "overfit_batches" : "limit_train_batches");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batches_per_epoch_ != kUntilStreamsEnd,
+      "trainer.limit_train_batches: the training loader's IterableDataset "
+      "does not know its size, so an epoch has no length: give "
+      "limit_train_batches a whole number of batches per epoch (or the "
+      "dataset a size())");
   HOTLOOP_CHECK_AS(
       ConfigError,
       batches_per_epoch_ > 0,
       "the training set gives no batch (",
-      train_->dataset().size(),
+      train_->dataset_size().value_or(-1),
       " samples, ",
-      train_->num_batches(),
+      train_->length().value_or(-1),
       " batches per epoch)");
   check_same_everywhere(
       strategy,
       "the training set",
-      {{"samples", train_->dataset().size()},
+      {{"samples", train_->dataset_size().value_or(-1)},
        {"batches per epoch", batches_per_epoch_}});
   accumulate_ = options.accumulate_grad_batches();
   val_check_batches_ = val_check_batches(
@@ -244,7 +303,7 @@ void FitLoop::prepare(const std::string& ckpt_path) {
           ? 0
           : resolve_limit(
                 overfit > 0 ? overfit : options.limit_val_batches(),
-                val_->num_batches(),
+                val_->length(),
                 overfit > 0 ? "overfit_batches" : "limit_val_batches");
   trainer.has_validation_ = val_ != nullptr && limit_val_batches_ != 0;
 
@@ -306,8 +365,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   step_.emplace(
       trainer, module_, setup_, *precision_, *scaler_, *clock_, accumulate_);
   if (trainer.shows_progress()) {
-    trainer.out_ << "fit: " << train_->dataset().size() << " training samples, "
-                 << batches_per_epoch_ << " batches/epoch";
+    const std::optional<int64_t> samples = train_->dataset_size();
+    trainer.out_ << "fit: " << (samples ? std::to_string(*samples) : "streamed")
+                 << " training samples, " << batches_per_epoch_
+                 << " batches/epoch";
     if (strategy.world_size() > 1) {
       trainer.out_ << " per process, " << strategy.world_size() << " processes";
     }
@@ -493,19 +554,20 @@ bool FitLoop::run_epoch(int64_t epoch) {
   StepClock& clock = *clock_;
   clock.start_epoch();
   bool stop = false;
-  for (auto it = train_->begin(); it != train_->end() && batch_idx < batches;
-       ++it) {
+  EpochBatches epoch_batches(*train_, batch_idx, batches);
+  data::Batch loaded;
+  bool last_of_epoch = false;
+  while (epoch_batches.next(loaded, last_of_epoch)) {
     if (batch_idx % accumulate_ == 0) {
       trace_steps();
       clock.start_step(progress.global_step);
     }
     // The step ends with the accumulation's last micro-batch, or the
     // epoch's last batch.
-    const bool last =
-        (batch_idx + 1) % accumulate_ == 0 || batch_idx + 1 == batches;
+    const bool last = (batch_idx + 1) % accumulate_ == 0 || last_of_epoch;
 
     clock.begin(Phase::kH2D);
-    const data::Batch batch = trainer.prepare_batch(*precision_, *it);
+    const data::Batch batch = trainer.prepare_batch(*precision_, loaded);
     {
       // Hooks inside the step (an input grid, say) are logging time.
       const auto logging = clock.time(Phase::kLogging);
@@ -556,7 +618,8 @@ bool FitLoop::run_epoch(int64_t epoch) {
   if (interrupted_) {
     return true;
   }
-  const bool complete = batch_idx >= batches;
+  // A stream may end before the epoch's count: its epoch is complete too.
+  const bool complete = batch_idx >= batches || epoch_batches.ran_out();
   if (complete) {
     progress.epoch = epoch + 1;
     progress.epoch_batches = 0;
