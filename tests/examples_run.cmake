@@ -2,7 +2,8 @@
 # CLI from there, then builds the programs of examples/ (SOURCE_DIR) against
 # it with find_package(hotloop), with the build's GENERATOR and
 # CXX_COMPILER, and runs them: the README's library example
-# trains an epoch of Fashion-MNIST (DATA_ROOT), and own_model trains,
+# trains an epoch of Fashion-MNIST (DATA_ROOT), stream_regression fits a
+# regressor on an IterableDataset's streams, and own_model trains,
 # resumes, validates and reports a model and dataset it registers.
 if(DEFINED ENV{HOTLOOP_FASHION_MNIST_ROOT})
   set(DATA_ROOT $ENV{HOTLOOP_FASHION_MNIST_ROOT})
@@ -60,6 +61,11 @@ file(GLOB events ${WORK_DIR}/runs/fashion_mnist/version_0/events.out.tfevents.*)
 if(NOT events)
   message(FATAL_ERROR "the library fit wrote no TensorBoard event file")
 endif()
+
+# Training on a stream: two workers' streams of a simulated sensor, whose
+# value (standard deviation 1.85) it learns to within 0.2.
+run_step(COMMAND ${WORK_DIR}/build/stream_regression 5
+  MATCHES "val_rmse 0\\.(0|1)")
 
 # A registered model and dataset behave as the built-in ones.
 set(own ${WORK_DIR}/build/own_model)

@@ -23,38 +23,79 @@ std::string describe(const SampleSpec& spec) {
       spec.target_dtype);
 }
 
-} // namespace
-
-ConcatDataset::ConcatDataset(
-    std::vector<std::shared_ptr<const Dataset>> datasets)
-    : datasets_(std::move(datasets)) {
-  HOTLOOP_CHECK_AS(
-      DataError, !datasets_.empty(), "ConcatDataset: no datasets given");
-  int64_t end = 0;
-  std::string first;
-  for (size_t k = 0; k < datasets_.size(); ++k) {
+// Throws DataError for no parts, a null one, or one whose samples differ
+// from the first's; `what` names the whole.
+template <typename Part>
+void check_parts(
+    const char* what, const std::vector<std::shared_ptr<const Part>>& parts) {
+  HOTLOOP_CHECK_AS(DataError, !parts.empty(), what, ": no datasets given");
+  const std::string first =
+      parts.front() != nullptr ? describe(parts.front()->spec()) : "";
+  for (size_t k = 0; k < parts.size(); ++k) {
     HOTLOOP_CHECK_AS(
-        DataError,
-        datasets_[k] != nullptr,
-        "ConcatDataset: dataset ",
-        k,
-        " is null");
-    const int64_t size = datasets_[k]->size();
-    HOTLOOP_CHECK_AS(
-        DataError, size > 0, "ConcatDataset: dataset ", k, " is empty");
-    const std::string spec = describe(datasets_[k]->spec());
-    if (k == 0) {
-      first = spec;
-    }
+        DataError, parts[k] != nullptr, what, ": dataset ", k, " is null");
+    const std::string spec = describe(parts[k]->spec());
     HOTLOOP_CHECK_AS(
         DataError,
         spec == first,
-        "ConcatDataset: dataset ",
+        what,
+        ": dataset ",
         k,
         "'s samples are ",
         spec,
         ", dataset 0's ",
         first);
+  }
+}
+
+// The chained datasets' streams for one context, each opened when the one
+// before ends.
+class ChainStream final : public SampleStream {
+ public:
+  ChainStream(
+      std::vector<std::shared_ptr<const IterableDataset>> datasets,
+      const StreamContext& context)
+      : datasets_(std::move(datasets)), context_(context) {}
+
+  std::optional<Example> next() override {
+    while (true) {
+      if (!current_) {
+        if (next_dataset_ == datasets_.size()) {
+          return std::nullopt;
+        }
+        current_ = datasets_[next_dataset_++]->stream(context_);
+        HOTLOOP_CHECK(
+            current_ != nullptr,
+            "ChainDataset: dataset ",
+            next_dataset_ - 1,
+            "'s stream() gave no stream");
+      }
+      std::optional<Example> sample = current_->next();
+      if (sample) {
+        return sample;
+      }
+      current_.reset();
+    }
+  }
+
+ private:
+  std::vector<std::shared_ptr<const IterableDataset>> datasets_;
+  StreamContext context_;
+  size_t next_dataset_ = 0;
+  std::unique_ptr<SampleStream> current_;
+};
+
+} // namespace
+
+ConcatDataset::ConcatDataset(
+    std::vector<std::shared_ptr<const Dataset>> datasets)
+    : datasets_(std::move(datasets)) {
+  check_parts("ConcatDataset", datasets_);
+  int64_t end = 0;
+  for (size_t k = 0; k < datasets_.size(); ++k) {
+    const int64_t size = datasets_[k]->size();
+    HOTLOOP_CHECK_AS(
+        DataError, size > 0, "ConcatDataset: dataset ", k, " is empty");
     end += size;
     ends_.push_back(end);
   }
@@ -108,6 +149,33 @@ void ConcatDataset::get_batch(
   if (!run.empty()) {
     read_run(rows);
   }
+}
+
+ChainDataset::ChainDataset(
+    std::vector<std::shared_ptr<const IterableDataset>> datasets)
+    : datasets_(std::move(datasets)) {
+  check_parts("ChainDataset", datasets_);
+}
+
+SampleSpec ChainDataset::spec() const {
+  return datasets_.front()->spec();
+}
+
+std::unique_ptr<SampleStream> ChainDataset::stream(
+    const StreamContext& context) const {
+  return std::make_unique<ChainStream>(datasets_, context);
+}
+
+std::optional<int64_t> ChainDataset::size() const {
+  int64_t total = 0;
+  for (const auto& dataset : datasets_) {
+    const std::optional<int64_t> size = dataset->size();
+    if (!size) {
+      return std::nullopt;
+    }
+    total += *size;
+  }
+  return total;
 }
 
 } // namespace hotloop::data

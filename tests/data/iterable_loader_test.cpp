@@ -1,4 +1,5 @@
 #include "hotloop/core/error.h"
+#include "hotloop/data/concat_dataset.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/iterable_dataset.h"
 #include "test_util.h"
@@ -24,6 +25,8 @@ namespace {
 struct StreamsOptions {
   std::vector<int64_t> lengths;
   bool sized = true;
+  int64_t offset = 0;                      // added to every target
+  c10::ScalarType spec_dtype = at::kFloat; // the input dtype spec() says
   int64_t slow_worker = -1;
   int64_t fail_at = -1;      // target value whose read throws
   int64_t misshapen_at = -1; // target value given as a [3] input
@@ -36,7 +39,7 @@ class Streams : public IterableDataset {
   explicit Streams(StreamsOptions options) : options_(std::move(options)) {}
 
   SampleSpec spec() const override {
-    return SampleSpec{{2}, at::kFloat, {}, at::kLong};
+    return SampleSpec{{2}, options_.spec_dtype, {}, at::kLong};
   }
   std::optional<int64_t> size() const override {
     if (!options_.sized) {
@@ -78,7 +81,8 @@ class Streams : public IterableDataset {
       if (w == options_.slow_worker) {
         std::this_thread::sleep_for(std::chrono::milliseconds(15));
       }
-      const int64_t t = 1000 * context_.epoch + 100 * w + k_++;
+      const int64_t t =
+          options_.offset + 1000 * context_.epoch + 100 * w + k_++;
       if (t == options_.fail_at) {
         throw std::runtime_error("sensor " + std::to_string(t) + " is off");
       }
@@ -421,16 +425,10 @@ TEST(IterableLoader, BadSamplesAndStreamsThatCannotStartAreNamed) {
       "and target [] but the dataset's spec says [2] and []");
 
   // A cast would hide a float target truncated to a class index.
-  class DoubleStreams : public Streams {
-   public:
-    using Streams::Streams;
-    SampleSpec spec() const override {
-      return SampleSpec{{2}, at::kDouble, {}, at::kLong};
-    }
-  };
+  StreamsOptions doubles{{4}};
+  doubles.spec_dtype = at::kDouble;
   DataLoader double_loader(
-      std::make_shared<DoubleStreams>(StreamsOptions{{4}}),
-      DataLoaderOptions(2));
+      std::make_shared<Streams>(doubles), DataLoaderOptions(2));
   EXPECT_THROWS_WITH(
       DataError,
       epoch_targets(double_loader),
@@ -472,6 +470,50 @@ TEST(IterableLoader, TimesOutOnAStreamThatStallsAndStillShutsDown) {
     // The stalled worker is joined once its read returns.
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(ChainDataset, EachWorkerReadsTheDatasetsStreamsOneAfterAnother) {
+  StreamsOptions second{{1, 2}};
+  second.offset = 50;
+  const auto chain = std::make_shared<ChainDataset>(
+      std::vector<std::shared_ptr<const IterableDataset>>{
+          std::make_shared<Streams>(StreamsOptions{{3, 2}}),
+          std::make_shared<Streams>(second)});
+  EXPECT_EQ(chain->size(), 8);
+  DataLoader loader(chain, DataLoaderOptions(2).num_workers(2));
+  // Worker 0: 0 1 2, then 50; worker 1: 100 101, then 150 151.
+  EXPECT_EQ(
+      epoch_targets(loader),
+      (std::vector<std::vector<int64_t>>{
+          {0, 1}, {100, 101}, {2, 50}, {150, 151}}));
+  DataLoader inline_loader(chain, DataLoaderOptions(3));
+  inline_loader.set_epoch(2);
+  EXPECT_EQ(
+      epoch_targets(inline_loader),
+      (std::vector<std::vector<int64_t>>{{2000, 2001, 2002}, {2050}}));
+
+  StreamsOptions unsized{{1}};
+  unsized.sized = false;
+  EXPECT_EQ(
+      ChainDataset({chain, std::make_shared<Streams>(unsized)}).size(),
+      std::nullopt);
+}
+
+TEST(ChainDataset, RefusesNoDatasetsANullOneAndOtherSamples) {
+  const auto streams = std::make_shared<Streams>(StreamsOptions{{1}});
+  StreamsOptions doubles{{1}};
+  doubles.spec_dtype = at::kDouble;
+  EXPECT_THROWS_WITH(
+      DataError, ChainDataset({}), "ChainDataset: no datasets given");
+  EXPECT_THROWS_WITH(
+      DataError,
+      ChainDataset({streams, nullptr}),
+      "ChainDataset: dataset 1 is null");
+  EXPECT_THROWS_WITH(
+      DataError,
+      ChainDataset({streams, std::make_shared<Streams>(doubles)}),
+      "ChainDataset: dataset 1's samples are input [2] Double, target [] "
+      "Long, dataset 0's input [2] Float, target [] Long");
 }
 
 } // namespace

@@ -1,9 +1,11 @@
 #pragma once
 
 #include "hotloop/data/dataset.h"
+#include "hotloop/data/iterable_dataset.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace hotloop::data {
@@ -37,6 +39,28 @@ class ConcatDataset final : public Dataset {
   // ends_[k]: the number of samples in datasets 0..k (PyTorch's
   // cumulative_sizes).
   std::vector<int64_t> ends_;
+};
+
+/// Iterable datasets one after another (PyTorch's
+/// torch.utils.data.ChainDataset): a stream reads the first dataset's
+/// stream for the same StreamContext to its end, then the second's, and so
+/// on; each is opened when the one before ends. So each dataset splits its
+/// samples among the loader's workers as it would alone.
+class ChainDataset final : public IterableDataset {
+ public:
+  /// Throws DataError for no datasets, a null one, or one whose samples'
+  /// shapes or dtypes differ from the first's (naming it by position).
+  explicit ChainDataset(
+      std::vector<std::shared_ptr<const IterableDataset>> datasets);
+
+  SampleSpec spec() const override;
+  std::unique_ptr<SampleStream> stream(
+      const StreamContext& context) const override;
+  /// The sum of the datasets' sizes; nullopt when any is unknown.
+  std::optional<int64_t> size() const override;
+
+ private:
+  std::vector<std::shared_ptr<const IterableDataset>> datasets_;
 };
 
 } // namespace hotloop::data
