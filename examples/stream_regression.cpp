@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
       std::make_shared<Sensor>(8192),
       data::DataLoaderOptions(128).num_workers(2));
   data::DataLoader val_loader(
-      std::make_shared<Sensor>(1024), data::DataLoaderOptions(512).seed(1));
+      std::make_shared<Sensor>(1024),
+      data::DataLoaderOptions(512).seed(1000000)); // none of training's
 
   optim::OptimizerOptions adam;
   adam.name = "adam";

@@ -3,6 +3,7 @@
 // Every public header of hotloop::data.
 
 #include "hotloop/data/batch.h"
+#include "hotloop/data/concat_dataset.h"
 #include "hotloop/data/csv_dataset.h"
 #include "hotloop/data/dataloader.h"
 #include "hotloop/data/dataset.h"

@@ -24,16 +24,20 @@ std::string describe(const SampleSpec& spec) {
 }
 
 // Throws DataError for no parts, a null one, or one whose samples differ
-// from the first's; `what` names the whole.
-template <typename Part>
+// from the first's; `what` names the whole. `check(k)` checks part k more,
+// before its samples are compared.
+template <typename Part, typename Check>
 void check_parts(
-    const char* what, const std::vector<std::shared_ptr<const Part>>& parts) {
+    const char* what,
+    const std::vector<std::shared_ptr<const Part>>& parts,
+    Check&& check) {
   HOTLOOP_CHECK_AS(DataError, !parts.empty(), what, ": no datasets given");
   const std::string first =
       parts.front() != nullptr ? describe(parts.front()->spec()) : "";
   for (size_t k = 0; k < parts.size(); ++k) {
     HOTLOOP_CHECK_AS(
         DataError, parts[k] != nullptr, what, ": dataset ", k, " is null");
+    check(k);
     const std::string spec = describe(parts[k]->spec());
     HOTLOOP_CHECK_AS(
         DataError,
@@ -90,15 +94,14 @@ class ChainStream final : public SampleStream {
 ConcatDataset::ConcatDataset(
     std::vector<std::shared_ptr<const Dataset>> datasets)
     : datasets_(std::move(datasets)) {
-  check_parts("ConcatDataset", datasets_);
   int64_t end = 0;
-  for (size_t k = 0; k < datasets_.size(); ++k) {
+  check_parts("ConcatDataset", datasets_, [&](size_t k) {
     const int64_t size = datasets_[k]->size();
     HOTLOOP_CHECK_AS(
         DataError, size > 0, "ConcatDataset: dataset ", k, " is empty");
     end += size;
     ends_.push_back(end);
-  }
+  });
 }
 
 int64_t ConcatDataset::size() const {
@@ -154,7 +157,7 @@ void ConcatDataset::get_batch(
 ChainDataset::ChainDataset(
     std::vector<std::shared_ptr<const IterableDataset>> datasets)
     : datasets_(std::move(datasets)) {
-  check_parts("ChainDataset", datasets_);
+  check_parts("ChainDataset", datasets_, [](size_t) {});
 }
 
 SampleSpec ChainDataset::spec() const {
@@ -168,11 +171,19 @@ std::unique_ptr<SampleStream> ChainDataset::stream(
 
 std::optional<int64_t> ChainDataset::size() const {
   int64_t total = 0;
-  for (const auto& dataset : datasets_) {
-    const std::optional<int64_t> size = dataset->size();
+  for (size_t k = 0; k < datasets_.size(); ++k) {
+    const std::optional<int64_t> size = datasets_[k]->size();
     if (!size) {
       return std::nullopt;
     }
+    HOTLOOP_CHECK_AS(
+        DataError,
+        *size >= 0,
+        "ChainDataset: dataset ",
+        k,
+        "'s size() is ",
+        *size,
+        ", expected a count of samples or nullopt");
     total += *size;
   }
   return total;

@@ -110,6 +110,11 @@ TEST(ConcatDataset, RefusesNoneAnEmptyOneAndOtherSampleShapesNamingThem) {
       ConcatDataset(List{a, wide}),
       "ConcatDataset: dataset 1's samples are input [2] Float, target [] "
       "Long, dataset 0's input [1] Float, target [] Long");
+  // In position order: the first fault is named.
+  EXPECT_THROWS_WITH(
+      DataError,
+      ConcatDataset(List{a, std::make_shared<IndexDataset>(0), wide}),
+      "ConcatDataset: dataset 1 is empty");
 }
 
 TEST(DataLoader, SequentialBatchesCoverTheDatasetInOrderWithASmallerLastBatch) {

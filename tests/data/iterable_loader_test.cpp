@@ -514,6 +514,10 @@ TEST(ChainDataset, RefusesNoDatasetsANullOneAndOtherSamples) {
       ChainDataset({streams, std::make_shared<Streams>(doubles)}),
       "ChainDataset: dataset 1's samples are input [2] Double, target [] "
       "Long, dataset 0's input [2] Float, target [] Long");
+  const ChainDataset negative(
+      {streams, std::make_shared<Streams>(StreamsOptions{{-3}})});
+  EXPECT_THROWS_WITH(
+      DataError, negative.size(), "ChainDataset: dataset 1's size() is -3");
 }
 
 } // namespace

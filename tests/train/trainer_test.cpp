@@ -211,6 +211,44 @@ TEST_F(TrainerTest, AStreamShorterThanTheEpochsCountEndsTheEpochWithAStep) {
   }
 }
 
+TEST_F(TrainerTest, AFitAndAValidationRunTheirLoadersEpochsToTheirEnd) {
+  // Ended, not left one batch short: a loader's workers stop between
+  // epochs, and its position is the next epoch's start.
+  auto train = train_loader(/*workers=*/1);
+  Trainer trainer(options().max_epochs(2));
+  trainer.fit(*make_module(0), train, &val_loader_);
+  EXPECT_EQ(train.state_dict().epoch, 2);
+  EXPECT_EQ(train.state_dict().batches_consumed, 0);
+  EXPECT_EQ(val_loader_.state_dict().epoch, 1);
+  EXPECT_EQ(val_loader_.state_dict().batches_consumed, 0);
+}
+
+TEST_F(TrainerTest, AStreamsLastBatchValidatesAtTheEpochsEndNotWithin) {
+  // 4 batches a stream, an epoch limit of 8, validation every 2 batches:
+  // after batch 2 within the epoch, and after batch 4 at the epoch's end,
+  // with the epoch counted (as its checkpoints then record).
+  struct Positions : Callback {
+    std::vector<std::pair<int64_t, int64_t>> seen; // (epoch, epoch_batches)
+    void on_validation_end(Trainer& trainer, Module&) override {
+      if (!trainer.sanity_checking()) {
+        seen.emplace_back(
+            trainer.progress().epoch, trainer.progress().epoch_batches);
+      }
+    }
+  };
+  data::DataLoader unsized(
+      std::make_shared<StreamOf>(train_set_, /*sized=*/false),
+      data::DataLoaderOptions(64));
+  auto positions = std::make_shared<Positions>();
+  Trainer trainer(
+      options().max_epochs(2).limit_train_batches(8).val_check_interval(2));
+  trainer.add_callback(positions);
+  trainer.fit(*make_module(0), unsized, &val_loader_);
+  const std::vector<std::pair<int64_t, int64_t>> expected{
+      {0, 2}, {1, 0}, {1, 2}, {2, 0}};
+  EXPECT_EQ(positions->seen, expected);
+}
+
 at::Tensor make_nan(const at::Tensor& loss) {
   return loss * std::numeric_limits<double>::quiet_NaN();
 }

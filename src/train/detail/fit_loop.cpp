@@ -34,6 +34,7 @@ class EpochBatches {
       : it_(loader.begin()),
         end_(loader.end()),
         read_ahead_(loader.iterable()),
+        finishes_epoch_(!read_ahead_ && loader.length() == limit),
         done_(done),
         limit_(limit) {}
 
@@ -50,6 +51,11 @@ class EpochBatches {
     ++done_;
     if (done_ == limit_) {
       last = true;
+      if (finishes_epoch_) {
+        // Reads nothing: it ends the loader's epoch (and stops its workers
+        // unless they persist), as a loop to the loader's end does.
+        ++it_;
+      }
     } else if (read_ahead_) {
       ++it_;
       last = it_ == end_;
@@ -70,6 +76,7 @@ class EpochBatches {
   data::DataLoader::Iterator it_;
   data::DataLoader::Iterator end_;
   bool read_ahead_;
+  bool finishes_epoch_; // the limit is a map-style loader's whole epoch
   bool advance_ = false;
   int64_t done_;
   int64_t limit_;
@@ -588,7 +595,8 @@ bool FitLoop::run_epoch(int64_t epoch) {
     trainer.each_callback([&](Callback& c) {
       c.on_train_batch_end(trainer, module_, loss, batch, batch_idx - 1);
     });
-    stop = last && end_step(epoch, validate_this_epoch, batch_idx);
+    stop =
+        last && end_step(epoch, validate_this_epoch, batch_idx, last_of_epoch);
     if (bar_ && !interrupted_ && bar_->due(batch_idx)) {
       // Reading the loss may wait for the device: logging time, not data.
       bar_->set_tokens_per_sample(module_.tokens_per_sample());
@@ -661,7 +669,10 @@ bool FitLoop::run_epoch(int64_t epoch) {
 }
 
 bool FitLoop::end_step(
-    int64_t epoch, bool validate_this_epoch, int64_t batch_idx) {
+    int64_t epoch,
+    bool validate_this_epoch,
+    int64_t batch_idx,
+    bool last_of_epoch) {
   Trainer& trainer = trainer_;
   const TrainerOptions& options = trainer.options();
   const int64_t global_step = trainer.progress_.global_step;
@@ -683,7 +694,9 @@ bool FitLoop::end_step(
     interrupt();
     return true;
   }
-  if (!steps_done && validate_this_epoch && batch_idx < batches_per_epoch_ &&
+  // The epoch's last batch validates at the epoch's end, after its
+  // schedules step (a stream may end before batches_per_epoch_).
+  if (!steps_done && validate_this_epoch && !last_of_epoch &&
       batch_idx % val_check_batches_ == 0) {
     validate(/*epoch_end=*/false);
   }

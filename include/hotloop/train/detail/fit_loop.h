@@ -70,7 +70,11 @@ class FitLoop {
   bool run_epoch(int64_t epoch);
   // After an optimizer step, in the epoch's `batch_idx`-th batch: logs,
   // validates when due, flushes, and answers whether the fit should end.
-  bool end_step(int64_t epoch, bool validate_this_epoch, int64_t batch_idx);
+  bool end_step(
+      int64_t epoch,
+      bool validate_this_epoch,
+      int64_t batch_idx,
+      bool last_of_epoch);
   // epoch_end: the validation at the end of an epoch, after which the
   // schedules that watch a metric step.
   void validate(bool epoch_end);
