@@ -10,7 +10,6 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
-#include <chrono>
 #include <limits>
 
 namespace hotloop::data {
@@ -523,19 +522,12 @@ bool DataLoader::next_host(Batch& out) {
   }
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t index = next_to_consume_;
-  auto is_ready = [&] { return ready_.count(index) > 0; };
-  if (options_.timeout() > 0) {
-    const auto limit = std::chrono::duration<double>(options_.timeout());
-    HOTLOOP_CHECK(
-        ready_cv_.wait_for(lock, limit, is_ready),
-        "DataLoader timed out after ",
-        options_.timeout(),
-        " s waiting for batch ",
-        index,
-        " (timeout option)");
-  } else {
-    ready_cv_.wait(lock, is_ready);
-  }
+  detail::wait_for_batch(
+      ready_cv_,
+      lock,
+      options_.timeout(),
+      [&] { return ready_.count(index) > 0; },
+      [&] { return hotloop::detail::str_cat("batch ", index); });
   auto node = ready_.extract(index);
   ++next_to_consume_;
   lock.unlock();

@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <utility>
 
 namespace hotloop::data::detail {
@@ -365,21 +364,15 @@ bool StreamReader::next(Batch& out) {
       }
     }
     Lane& lane = lanes_[turn];
-    const auto has_turn = [&] { return !lane.ready.empty() || lane.ended; };
-    if (options_.timeout() > 0) {
-      const auto limit = std::chrono::duration<double>(options_.timeout());
-      HOTLOOP_CHECK(
-          ready_cv_.wait_for(lock, limit, has_turn),
-          "DataLoader timed out after ",
-          options_.timeout(),
-          " s waiting for batch ",
-          handed_out_,
-          " from ",
-          reader_name(turn, num_workers_),
-          " (timeout option)");
-    } else {
-      ready_cv_.wait(lock, has_turn);
-    }
+    wait_for_batch(
+        ready_cv_,
+        lock,
+        options_.timeout(),
+        [&] { return !lane.ready.empty() || lane.ended; },
+        [&] {
+          return hotloop::detail::str_cat(
+              "batch ", handed_out_, " from ", reader_name(turn, num_workers_));
+        });
     cursor_ = (turn + 1) % lanes;
     if (lane.ready.empty()) {
       lane.active = false; // its stream ended

@@ -1,11 +1,13 @@
 #pragma once
 
+#include "hotloop/core/error.h"
 #include "hotloop/data/batch.h"
 #include "hotloop/data/iterable_dataset.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -14,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +30,31 @@ namespace hotloop::data::detail {
 /// a failure as the DataError each batch of that worker then reports.
 std::exception_ptr run_worker_init(
     const DataLoaderOptions& options, int64_t worker_id);
+
+/// Waits on `ready_cv` (with `lock` held) until `ready()`; with a positive
+/// `timeout` (the loader's option, in seconds) at most that long, then
+/// throws Error "DataLoader timed out after <timeout> s waiting for
+/// <what()> (timeout option)".
+template <typename Ready, typename What>
+void wait_for_batch(
+    std::condition_variable& ready_cv,
+    std::unique_lock<std::mutex>& lock,
+    double timeout,
+    Ready&& ready,
+    What&& what) {
+  if (timeout <= 0) {
+    ready_cv.wait(lock, ready);
+    return;
+  }
+  if (!ready_cv.wait_for(lock, std::chrono::duration<double>(timeout), ready)) {
+    throw Error(hotloop::detail::str_cat(
+        "DataLoader timed out after ",
+        timeout,
+        " s waiting for ",
+        what(),
+        " (timeout option)"));
+  }
+}
 
 /// A batch part of `rows` rows of `shape` and `dtype`, from the loader's
 /// buffers.
