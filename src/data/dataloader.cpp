@@ -29,12 +29,6 @@ at::Tensor moved(
   return tensor.defined() ? tensor.to(device, non_blocking) : tensor;
 }
 
-// A batch part in page-locked memory, so its copy to the GPU is
-// asynchronous.
-at::Tensor pinned(const at::Tensor& tensor) {
-  return tensor.defined() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
-}
-
 void check_common_options(const DataLoaderOptions& o) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -149,6 +143,7 @@ DataLoader::DataLoader(
   streams_ = std::make_unique<detail::StreamReader>(
       iterable_,
       options_,
+      prefetch_factor_,
       [this](
           int64_t rows,
           const std::vector<int64_t>& shape,
@@ -378,12 +373,7 @@ Batch DataLoader::collate(
   for (int64_t index : indices) {
     samples.push_back(dataset_->get(index, context));
   }
-  if (options_.collate()) {
-    return options_.collate()(std::move(samples));
-  }
-  // batch_size=None: the sample itself, without a batch dimension.
-  TORCH_INTERNAL_ASSERT(samples.size() == 1);
-  return Batch{std::move(samples[0].input), std::move(samples[0].target)};
+  return detail::collated(std::move(samples), options_, pin_);
 }
 
 Batch DataLoader::make_batch(
@@ -402,12 +392,7 @@ Batch DataLoader::make_batch(
   try {
     if (options_.collate() ||
         (!options_.batch_size() && !options_.batch_sampler())) {
-      Batch batch = collate(indices, epoch);
-      if (pin_) {
-        // As torch's pin_memory: every batch, the collate's too.
-        batch = Batch{pinned(batch.input), pinned(batch.target)};
-      }
-      return batch;
+      return collate(indices, epoch);
     }
     const auto rows = static_cast<int64_t>(indices.size());
     Batch batch{

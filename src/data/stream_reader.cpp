@@ -10,6 +10,8 @@
 namespace hotloop::data::detail {
 namespace {
 
+// A batch part in page-locked memory, so its copy to the GPU is
+// asynchronous.
 at::Tensor pinned(const at::Tensor& tensor) {
   return tensor.defined() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
 }
@@ -21,6 +23,22 @@ std::string reader_name(int64_t worker_id, int64_t num_workers) {
 }
 
 } // namespace
+
+Batch collated(
+    std::vector<Example> samples, const DataLoaderOptions& options, bool pin) {
+  Batch batch;
+  if (options.collate()) {
+    batch = options.collate()(std::move(samples));
+  } else {
+    // batch_size=None: the sample itself, without a batch dimension.
+    TORCH_INTERNAL_ASSERT(samples.size() == 1);
+    batch = Batch{std::move(samples[0].input), std::move(samples[0].target)};
+  }
+  if (pin) {
+    batch = Batch{pinned(batch.input), pinned(batch.target)};
+  }
+  return batch;
+}
 
 std::exception_ptr run_worker_init(
     const DataLoaderOptions& options, int64_t worker_id) {
@@ -42,6 +60,7 @@ std::exception_ptr run_worker_init(
 StreamReader::StreamReader(
     std::shared_ptr<const IterableDataset> dataset,
     const DataLoaderOptions& options,
+    int64_t prefetch_factor,
     BufferFn buffer,
     bool pin)
     : dataset_(std::move(dataset)),
@@ -50,7 +69,7 @@ StreamReader::StreamReader(
       pin_(pin),
       spec_(dataset_->spec()),
       num_workers_(options.num_workers()),
-      prefetch_factor_(options.prefetch_factor().value_or(2)) {}
+      prefetch_factor_(prefetch_factor) {}
 
 StreamReader::~StreamReader() {
   stop();
@@ -107,9 +126,11 @@ Batch StreamReader::stack(std::vector<Example>& samples) const {
         spec_.input_dtype,
         labelled ? hotloop::detail::str_cat(" and ", spec_.target_dtype)
                  : std::string());
+    const c10::IntArrayRef input_shape(spec_.input_shape);
+    const c10::IntArrayRef target_shape(spec_.target_shape);
     HOTLOOP_CHECK(
-        sample.input.sizes() == batch.input[k].sizes() &&
-            (!labelled || sample.target.sizes() == batch.target[k].sizes()),
+        sample.input.sizes() == input_shape &&
+            (!labelled || sample.target.sizes() == target_shape),
         "sample ",
         k,
         " of the batch has input ",
@@ -118,8 +139,8 @@ Batch StreamReader::stack(std::vector<Example>& samples) const {
             ? hotloop::detail::str_cat(" and target ", sample.target.sizes())
             : std::string(),
         " but the dataset's spec says ",
-        batch.input[k].sizes(),
-        labelled ? hotloop::detail::str_cat(" and ", batch.target[k].sizes())
+        input_shape,
+        labelled ? hotloop::detail::str_cat(" and ", target_shape)
                  : std::string());
     batch.input[k].copy_(sample.input);
     if (labelled) {
@@ -151,15 +172,7 @@ std::optional<Batch> StreamReader::read_batch(
     if (!options_.collate() && options_.batch_size()) {
       return stack(samples);
     }
-    // batch_size=None gives the sample itself, without a batch dimension.
-    Batch out =
-        options_.collate()
-            ? options_.collate()(std::move(samples))
-            : Batch{std::move(samples[0].input), std::move(samples[0].target)};
-    if (pin_) {
-      out = Batch{pinned(out.input), pinned(out.target)};
-    }
-    return out;
+    return collated(std::move(samples), options_, pin_);
   } catch (...) {
     throw DataError(hotloop::detail::str_cat(
         "batch ",

@@ -79,13 +79,7 @@ class Search {
     try {
       std::ostream quiet(nullptr);
       Trainer run(
-          detail::trial_options(
-              trainer_,
-              options_.steps_per_trial(),
-              detail::resolve_limit(
-                  trainer_.limit_train_batches(),
-                  loader->length(),
-                  "limit_train_batches")),
+          detail::trial_options(trainer_, options_.steps_per_trial(), *loader),
           quiet);
       const FitResult fit = run.fit(module_, *loader);
       trial.measured = true;

@@ -189,12 +189,7 @@ LrFinder lr_find(
   detail::ModuleSnapshot snapshot(module);
   // The test's own rates decide; a non-finite loss ends it (record).
   trainer = detail::trial_options(
-                std::move(trainer),
-                finder.options().num_training(),
-                detail::resolve_limit(
-                    trainer.limit_train_batches(),
-                    train.length(),
-                    "limit_train_batches"))
+                std::move(trainer), finder.options().num_training(), train)
                 .on_nonfinite_loss("ignore");
   std::ostream quiet(nullptr);
   try {

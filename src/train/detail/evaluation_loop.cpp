@@ -3,6 +3,7 @@
 #include "hotloop/compress/parametrization.h"
 #include "hotloop/train/callback.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
+#include "hotloop/train/detail/epoch_batches.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -58,19 +59,15 @@ void EvaluationLoop::for_each_batch(
         limited(loader.length().value_or(kUntilStreamsEnd), limit);
     int64_t batch_idx = 0;
     loader.set_epoch(0); // evaluation sees the same order every time
-    // No batch past the limit is read (a stream's reads may cost), but a
-    // map-style loader's whole epoch runs to its end, which ends its epoch.
-    const bool whole_epoch =
-        !loader.iterable() && loader.length() == std::optional(batches);
     if (batches > 0) {
-      for (auto it = loader.begin(); it != loader.end(); ++it) {
-        const data::Batch batch = trainer_.prepare_batch(precision_, *it);
+      EpochBatches pass(loader, /*done=*/0, batches);
+      data::Batch loaded;
+      bool last = false;
+      while (pass.next(loaded, last)) {
+        const data::Batch batch = trainer_.prepare_batch(precision_, loaded);
         const CudnnBenchmarkOff one_off(is_short_batch(batch, loader));
         const AutocastGuard autocast = precision_.autocast();
-        step(batch, batch_idx);
-        if (++batch_idx == batches && !whole_epoch) {
-          break;
-        }
+        step(batch, batch_idx++);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
+#include "hotloop/train/detail/epoch_batches.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/model_checkpoint.h"
@@ -22,65 +23,6 @@
 
 namespace hotloop::train::detail {
 namespace {
-
-// One epoch's batches, at most `limit`, each with whether it is the epoch's
-// last. A map-style loader's count is exact; a stream's end shows only
-// when a read finds nothing, so for a stream the next batch is read ahead
-// (Lightning's data fetcher looks one ahead for the same reason). No batch
-// past the limit is read.
-class EpochBatches {
- public:
-  EpochBatches(data::DataLoader& loader, int64_t done, int64_t limit)
-      : it_(loader.begin()),
-        end_(loader.end()),
-        read_ahead_(loader.iterable()),
-        finishes_epoch_(!read_ahead_ && loader.length() == limit),
-        done_(done),
-        limit_(limit) {}
-
-  // The next batch into `out`; false at the epoch's end.
-  bool next(data::Batch& out, bool& last) {
-    if (advance_) {
-      ++it_;
-      advance_ = false;
-    }
-    if (done_ >= limit_ || it_ == end_) {
-      return false;
-    }
-    out = std::move(*it_);
-    ++done_;
-    if (done_ == limit_) {
-      last = true;
-      if (finishes_epoch_) {
-        // Reads nothing: it ends the loader's epoch (and stops its workers
-        // unless they persist), as a loop to the loader's end does.
-        ++it_;
-      }
-    } else if (read_ahead_) {
-      ++it_;
-      last = it_ == end_;
-    } else {
-      advance_ = true;
-      last = false;
-    }
-    return true;
-  }
-
-  // Whether the loader ran out before the limit (a stream shorter than its
-  // size or the limit says).
-  bool ran_out() const {
-    return done_ < limit_ && it_ == end_;
-  }
-
- private:
-  data::DataLoader::Iterator it_;
-  data::DataLoader::Iterator end_;
-  bool read_ahead_;
-  bool finishes_epoch_; // the limit is a map-style loader's whole epoch
-  bool advance_ = false;
-  int64_t done_;
-  int64_t limit_;
-};
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

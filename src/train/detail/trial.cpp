@@ -35,8 +35,11 @@ void ModuleSnapshot::restore() {
 }
 
 TrainerOptions trial_options(
-    TrainerOptions options, int64_t steps, int64_t batches_per_epoch) {
-  const int64_t batches = std::max<int64_t>(batches_per_epoch, 1);
+    TrainerOptions options, int64_t steps, const data::DataLoader& train) {
+  const int64_t batches = std::max<int64_t>(
+      resolve_limit(
+          options.limit_train_batches(), train.length(), "limit_train_batches"),
+      1);
   const int64_t per_epoch = std::max<int64_t>(
       batches / std::max<int64_t>(options.accumulate_grad_batches(), 1), 1);
   return options.max_steps(steps)

@@ -31,6 +31,12 @@ namespace hotloop::data::detail {
 std::exception_ptr run_worker_init(
     const DataLoaderOptions& options, int64_t worker_id);
 
+/// `samples` as one batch without the loader's own batching: through the
+/// options' collate, or (batch_size=None) the one sample itself; in
+/// page-locked memory with `pin`, as torch's pin_memory does every batch.
+Batch collated(
+    std::vector<Example> samples, const DataLoaderOptions& options, bool pin);
+
 /// Waits on `ready_cv` (with `lock` held) until `ready()`; with a positive
 /// `timeout` (the loader's option, in seconds) at most that long, then
 /// throws Error "DataLoader timed out after <timeout> s waiting for
@@ -73,10 +79,12 @@ using BufferFn = std::function<at::Tensor(
 /// worker_init_fn, persistent_workers, errors as DataError) describe.
 class StreamReader {
  public:
-  /// `options` must outlive the reader (the loader's own).
+  /// `options` must outlive the reader (the loader's own);
+  /// `prefetch_factor` is the loader's, resolved.
   StreamReader(
       std::shared_ptr<const IterableDataset> dataset,
       const DataLoaderOptions& options,
+      int64_t prefetch_factor,
       BufferFn buffer,
       bool pin);
   ~StreamReader();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "hotloop/data/dataloader.h"
 #include "hotloop/train/checkpoint.h"
 #include "hotloop/train/trainer_options.h"
 
@@ -29,11 +30,12 @@ class ModuleSnapshot {
   RngStates rng_;
 };
 
-/// `options` for a tuner's trial of `steps` optimizer steps over a loader
-/// of `batches_per_epoch` batches: the same device, precision,
-/// accumulation and clipping; no validation, sanity check, checkpoints,
-/// loggers, run folder, progress output, timer or signal handling.
+/// `options` for a tuner's trial of `steps` optimizer steps over `train`
+/// (its batches per epoch as `options.limit_train_batches` leaves them):
+/// the same device, precision, accumulation and clipping; no validation,
+/// sanity check, checkpoints, loggers, run folder, progress output, timer
+/// or signal handling.
 TrainerOptions trial_options(
-    TrainerOptions options, int64_t steps, int64_t batches_per_epoch);
+    TrainerOptions options, int64_t steps, const data::DataLoader& train);
 
 } // namespace hotloop::train::detail
