@@ -14,8 +14,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdlib>
 #include <iostream>
-#include <string>
 
 using namespace hotloop;
 
@@ -80,7 +80,17 @@ struct RegressorNetImpl : torch::nn::Module {
 TORCH_MODULE(RegressorNet);
 
 int main(int argc, char** argv) {
-  const int64_t epochs = argc > 1 ? std::stoll(argv[1]) : 5;
+  int64_t epochs = 5;
+  if (argc > 1) {
+    char* end = nullptr;
+    epochs = std::strtoll(argv[1], &end, 10);
+    if (*argv[1] == '\0' || *end != '\0' || epochs < 1) {
+      std::cerr << "stream_regression: EPOCHS must be a whole number >= 1, "
+                   "got '"
+                << argv[1] << "'\n";
+      return 2;
+    }
+  }
   train::seed_everything(0); // the network's initial weights
   data::DataLoader train_loader(
       std::make_shared<Sensor>(8192),

@@ -66,6 +66,8 @@ endif()
 # value (standard deviation 1.85) it learns to within 0.2.
 run_step(COMMAND ${WORK_DIR}/build/stream_regression 5
   MATCHES "val_rmse 0\\.(0|1)")
+run_step(COMMAND ${WORK_DIR}/build/stream_regression 5x EXPECT_CODE 2
+  MATCHES "EPOCHS must be a whole number >= 1, got '5x'")
 
 # A registered model and dataset behave as the built-in ones.
 set(own ${WORK_DIR}/build/own_model)
