@@ -10,9 +10,9 @@
 namespace hotloop::data {
 namespace {
 
-// "input [1, 28, 28] Float, target [] Long"
+// "input [1, 28, 28] Float, target [] Long, field mask [28] Bool"
 std::string describe(const SampleSpec& spec) {
-  return hotloop::detail::str_cat(
+  std::string text = hotloop::detail::str_cat(
       "input ",
       c10::IntArrayRef(spec.input_shape),
       " ",
@@ -21,6 +21,11 @@ std::string describe(const SampleSpec& spec) {
       c10::IntArrayRef(spec.target_shape),
       " ",
       spec.target_dtype);
+  for (const auto& [name, field] : spec.fields) {
+    text += hotloop::detail::str_cat(
+        ", field ", name, " ", c10::IntArrayRef(field.shape), " ", field.dtype);
+  }
+  return text;
 }
 
 // Throws DataError for no parts, a null one, or one whose samples differ
@@ -133,9 +138,9 @@ void ConcatDataset::get_batch(
   size_t dataset = 0;
   int64_t start = 0;
   const auto read_run = [&](int64_t end) {
-    Batch part;
-    part.input = out.input.narrow(0, start, end - start);
-    part.target = out.target.narrow(0, start, end - start);
+    Batch part = transformed(out, [&](const at::Tensor& rows) {
+      return rows.narrow(0, start, end - start);
+    });
     datasets_[dataset]->get_batch(run, context, part);
   };
   const auto rows = static_cast<int64_t>(indices.size());

@@ -1,6 +1,7 @@
 #include "hotloop/data/dataloader.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/detail/batch_buffers.h"
 #include "hotloop/data/detail/stream_reader.h"
 
 #include <ATen/ATen.h>
@@ -20,13 +21,6 @@ std::vector<int64_t> with_rows(
   std::vector<int64_t> sizes{rows};
   sizes.insert(sizes.end(), shape.begin(), shape.end());
   return sizes;
-}
-
-// A batch part on `device`; a batch may leave its target undefined
-// (prediction data, a collate without labels).
-at::Tensor moved(
-    const at::Tensor& tensor, c10::Device device, bool non_blocking = false) {
-  return tensor.defined() ? tensor.to(device, non_blocking) : tensor;
 }
 
 void check_common_options(const DataLoaderOptions& o) {
@@ -141,17 +135,16 @@ DataLoader::DataLoader(
   spec_ = iterable_->spec();
   set_up_memory();
   streams_ = std::make_unique<detail::StreamReader>(
-      iterable_,
-      options_,
-      prefetch_factor_,
-      [this](
-          int64_t rows,
-          const std::vector<int64_t>& shape,
-          c10::ScalarType dtype) { return take_buffer(rows, shape, dtype); },
-      pin_);
+      iterable_, options_, prefetch_factor_, buffer_fn_, pin_);
 }
 
 void DataLoader::set_up_memory() {
+  buffer_fn_ = [this](
+                   int64_t rows,
+                   const std::vector<int64_t>& shape,
+                   c10::ScalarType dtype) {
+    return take_buffer(rows, shape, dtype);
+  };
   const auto& o = options_;
   prefetch_factor_ = o.prefetch_factor().value_or(2);
   pin_ = o.pin_memory() && at::hasCUDA();
@@ -339,11 +332,12 @@ at::Tensor DataLoader::take_buffer(
     return at::empty(
         sizes, at::TensorOptions().dtype(dtype).pinned_memory(true));
   }
-  // Enough for every batch in flight (input and target each) plus the few
-  // the caller typically still holds; buffers the caller keeps longer are
-  // forgotten rather than waited for.
+  // Enough for every batch in flight (input, target and fields each) plus
+  // the few the caller typically still holds; buffers the caller keeps
+  // longer are forgotten rather than waited for.
   const size_t capacity =
-      static_cast<size_t>(2 * (options_.num_workers() * prefetch_factor_ + 3));
+      (2 + spec_.fields.size()) *
+      static_cast<size_t>(options_.num_workers() * prefetch_factor_ + 3);
   std::lock_guard<std::mutex> lock(pool_mutex_);
   for (const at::Tensor& buffer : pool_) {
     // Free when the pool holds the only reference to the tensor and its
@@ -394,10 +388,11 @@ Batch DataLoader::make_batch(
         (!options_.batch_size() && !options_.batch_sampler())) {
       return collate(indices, epoch);
     }
-    const auto rows = static_cast<int64_t>(indices.size());
-    Batch batch{
-        take_buffer(rows, spec_.input_shape, spec_.input_dtype),
-        take_buffer(rows, spec_.target_shape, spec_.target_dtype)};
+    Batch batch = detail::batch_buffers(
+        spec_,
+        static_cast<int64_t>(indices.size()),
+        /*labelled=*/true,
+        buffer_fn_);
     dataset_->get_batch(indices, SampleContext{options_.seed(), epoch}, batch);
     return batch;
   } catch (...) {
@@ -433,9 +428,9 @@ void DataLoader::start_copy(Batch batch) {
   const c10::StreamGuard on_copy_stream(*copy_stream_);
   // From pinned memory these copies are asynchronous: they overlap the
   // consumer's work on its own stream.
-  Batch copied{
-      moved(batch.input, device, /*non_blocking=*/true),
-      moved(batch.target, device, /*non_blocking=*/true)};
+  Batch copied = transformed(batch, [device](const at::Tensor& tensor) {
+    return tensor.to(device, /*non_blocking=*/true);
+  });
   c10::Event done(device.type());
   done.record(*copy_stream_);
   in_flight_.emplace(InFlight{std::move(copied), std::move(done)});
@@ -532,9 +527,9 @@ bool DataLoader::next(Batch& out) {
     if (!next_host(out)) {
       return false;
     }
-    out = Batch{
-        moved(out.input, *options_.device()),
-        moved(out.target, *options_.device())};
+    const c10::Device device = *options_.device();
+    out = transformed(
+        out, [device](const at::Tensor& tensor) { return tensor.to(device); });
     return true;
   }
   Batch host;
@@ -551,11 +546,9 @@ bool DataLoader::next(Batch& out) {
   const c10::impl::VirtualGuardImpl guard(device_.type());
   const c10::Stream consumer = guard.getStream(device_);
   ready.done.block(consumer);
-  for (at::Tensor* tensor : {&ready.batch.input, &ready.batch.target}) {
-    if (tensor->defined()) {
-      tensor->record_stream(consumer);
-    }
-  }
+  for_each_tensor(ready.batch, [&](const at::Tensor& tensor) {
+    at::Tensor(tensor).record_stream(consumer);
+  });
   out = std::move(ready.batch);
   // Start the next copy now, so it runs while the caller uses this batch.
   if (next_host(host)) {

@@ -1,6 +1,7 @@
 #include "hotloop/data/dataset.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/detail/batch_buffers.h"
 
 #include <ATen/ATen.h>
 
@@ -28,6 +29,12 @@ void Dataset::get_batch(
         out.target[row].sizes());
     out.input[row].copy_(example.input);
     out.target[row].copy_(example.target);
+    detail::write_fields(
+        example,
+        out,
+        row,
+        /*exact_dtype=*/false,
+        hotloop::detail::str_cat("sample ", indices[k]));
   }
 }
 

@@ -32,10 +32,13 @@ Batch collated(
   } else {
     // batch_size=None: the sample itself, without a batch dimension.
     TORCH_INTERNAL_ASSERT(samples.size() == 1);
-    batch = Batch{std::move(samples[0].input), std::move(samples[0].target)};
+    batch = Batch{
+        std::move(samples[0].input),
+        std::move(samples[0].target),
+        std::move(samples[0].fields)};
   }
   if (pin) {
-    batch = Batch{pinned(batch.input), pinned(batch.target)};
+    batch = transformed(batch, pinned);
   }
   return batch;
 }
@@ -96,10 +99,7 @@ std::unique_ptr<SampleStream> StreamReader::open(
 Batch StreamReader::stack(std::vector<Example>& samples) const {
   const auto rows = static_cast<int64_t>(samples.size());
   const bool labelled = samples.front().target.defined();
-  Batch batch{
-      buffer_(rows, spec_.input_shape, spec_.input_dtype),
-      labelled ? buffer_(rows, spec_.target_shape, spec_.target_dtype)
-               : at::Tensor()};
+  Batch batch = batch_buffers(spec_, rows, labelled, buffer_);
   for (int64_t k = 0; k < rows; ++k) {
     const Example& sample = samples[k];
     HOTLOOP_CHECK(
@@ -146,6 +146,12 @@ Batch StreamReader::stack(std::vector<Example>& samples) const {
     if (labelled) {
       batch.target[k].copy_(sample.target);
     }
+    write_fields(
+        sample,
+        batch,
+        k,
+        /*exact_dtype=*/true,
+        hotloop::detail::str_cat("sample ", k, " of the batch"));
   }
   return batch;
 }

@@ -5,11 +5,12 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <string>
 
 namespace hotloop::data {
 namespace {
 
-at::Tensor checked(at::Tensor tensor, const char* name) {
+at::Tensor checked(at::Tensor tensor, const std::string& name) {
   HOTLOOP_CHECK_AS(
       DataError,
       tensor.defined() && tensor.dim() >= 1,
@@ -24,12 +25,17 @@ at::Tensor checked(at::Tensor tensor, const char* name) {
   return tensor.contiguous();
 }
 
+// "field 'mask'", as messages name it.
+std::string field_name(const std::string& name) {
+  return hotloop::detail::str_cat("field '", name, "'");
+}
+
 // Copies row indices[k] of `src` into row k of `dst`: one memcpy per row.
 void gather_rows(
     const at::Tensor& src,
     c10::ArrayRef<int64_t> indices,
     at::Tensor& dst,
-    const char* name) {
+    const std::string& name) {
   const int64_t n = src.size(0);
   const int64_t row_bytes = n > 0 ? src.nbytes() / n : 0;
   HOTLOOP_CHECK(
@@ -65,7 +71,8 @@ void gather_rows(
 
 } // namespace
 
-TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets)
+TensorDataset::TensorDataset(
+    at::Tensor inputs, at::Tensor targets, Fields fields)
     : inputs_(checked(std::move(inputs), "inputs")),
       targets_(checked(std::move(targets), "targets")) {
   HOTLOOP_CHECK_AS(
@@ -76,6 +83,20 @@ TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets)
       " inputs but ",
       targets_.size(0),
       " targets");
+  for (auto& [name, tensor] : fields) {
+    const std::string what = field_name(name);
+    at::Tensor field = checked(std::move(tensor), what);
+    HOTLOOP_CHECK_AS(
+        DataError,
+        field.size(0) == inputs_.size(0),
+        "there are ",
+        inputs_.size(0),
+        " inputs but ",
+        field.size(0),
+        " rows of ",
+        what);
+    fields_.emplace(name, std::move(field));
+  }
 }
 
 int64_t TensorDataset::size() const {
@@ -83,17 +104,26 @@ int64_t TensorDataset::size() const {
 }
 
 SampleSpec TensorDataset::spec() const {
-  return SampleSpec{
+  SampleSpec spec{
       inputs_.sizes().slice(1).vec(),
       inputs_.scalar_type(),
       targets_.sizes().slice(1).vec(),
       targets_.scalar_type()};
+  for (const auto& [name, field] : fields_) {
+    spec.fields.emplace(
+        name, FieldSpec{field.sizes().slice(1).vec(), field.scalar_type()});
+  }
+  return spec;
 }
 
 Example TensorDataset::get(
     int64_t index, const SampleContext& /*context*/) const {
   check_index(index);
-  return Example{inputs_[index].clone(), targets_[index].clone()};
+  Example example{inputs_[index].clone(), targets_[index].clone()};
+  for (const auto& [name, field] : fields_) {
+    example.fields.emplace(name, field[index].clone());
+  }
+  return example;
 }
 
 void TensorDataset::get_batch(
@@ -102,6 +132,12 @@ void TensorDataset::get_batch(
     Batch& out) const {
   gather_rows(inputs_, indices, out.input, "input");
   gather_rows(targets_, indices, out.target, "target");
+  for (const auto& [name, field] : fields_) {
+    const auto found = out.fields.find(name);
+    HOTLOOP_CHECK(
+        found != out.fields.end(), "the batch has no ", field_name(name));
+    gather_rows(field, indices, found->second, field_name(name));
+  }
 }
 
 } // namespace hotloop::data

@@ -300,19 +300,29 @@ void Trainer::prepare_module(Module& module) {
 
 data::Batch Trainer::prepare_batch(
     const Precision& precision, const data::Batch& batch) const {
-  at::Tensor input = batch.input;
-  at::Tensor target = batch.target;
-  if (input.defined() && input.device() != input_device_) {
-    // Pinned host memory makes these copies asynchronous.
-    input = input.to(input_device_, /*non_blocking=*/true);
+  // Pinned host memory makes these copies asynchronous.
+  data::Batch placed =
+      data::transformed(batch, [this](const at::Tensor& tensor) {
+        return tensor.device() == input_device_
+                   ? tensor
+                   : tensor.to(input_device_, /*non_blocking=*/true);
+      });
+  // The model's inputs (the input and floating fields, such as a second
+  // image) take its memory format and, under a true precision, its compute
+  // dtype; the target stays as loaded, for the loss.
+  auto model_input = [&](at::Tensor& tensor) {
+    if (options_.channels_last() && tensor.dim() == 4) {
+      tensor = tensor.contiguous(at::MemoryFormat::ChannelsLast);
+    }
+    tensor = precision.convert_input(tensor);
+  };
+  model_input(placed.input);
+  for (auto& [name, field] : placed.fields) {
+    if (field.is_floating_point()) {
+      model_input(field);
+    }
   }
-  if (target.defined() && target.device() != input_device_) {
-    target = target.to(input_device_, /*non_blocking=*/true);
-  }
-  if (options_.channels_last() && input.dim() == 4) {
-    input = input.contiguous(at::MemoryFormat::ChannelsLast);
-  }
-  return data::Batch{precision.convert_input(input), target};
+  return placed;
 }
 
 Precision Trainer::precision_for(Module& module) const {
@@ -555,25 +565,32 @@ log::ModelSummary Trainer::summarize(
   // One sample through predict_step gives the layers' output shapes when
   // the model is a chain of Sequentials (zeros of the spec when the data is
   // a stream); any failure just leaves them out.
-  at::Tensor example;
+  data::Batch example;
   try {
     const data::SampleSpec& spec = train.spec();
-    example = prepare_batch(
-                  precision,
-                  data::Batch{
-                      train.iterable()
-                          ? at::zeros(spec.input_shape, spec.input_dtype)
-                          : train.dataset().get(0, data::SampleContext{}).input,
-                      at::Tensor()})
-                  .input.unsqueeze(0);
+    data::Batch sample;
+    if (train.iterable()) {
+      sample.input = at::zeros(spec.input_shape, spec.input_dtype);
+      for (const auto& [name, field] : spec.fields) {
+        sample.fields.emplace(name, at::zeros(field.shape, field.dtype));
+      }
+    } else {
+      data::Example first = train.dataset().get(0, data::SampleContext{});
+      sample.input = std::move(first.input);
+      sample.fields = std::move(first.fields);
+    }
+    example = data::transformed(
+        prepare_batch(precision, sample),
+        [](const at::Tensor& tensor) { return tensor.unsqueeze(0); });
   } catch (const std::exception&) {
-    example = at::Tensor();
+    example = data::Batch{};
   }
   // One sample is no shape to tune convolutions for.
   const detail::CudnnBenchmarkOff one_off;
   return log::summarize_model(
-      module, /*max_depth=*/3, example, [&](const at::Tensor& input) {
-        return module.predict_step(data::Batch{input, at::Tensor()}, 0);
+      module, /*max_depth=*/3, example.input, [&](const at::Tensor& input) {
+        return module.predict_step(
+            data::Batch{input, at::Tensor(), example.fields}, 0);
       });
 }
 

@@ -2,6 +2,7 @@
 
 #include "hotloop/data/batch.h"
 #include "hotloop/data/dataset.h"
+#include "hotloop/data/detail/batch_buffers.h"
 #include "hotloop/data/iterable_dataset.h"
 #include "hotloop/data/sampler.h"
 
@@ -256,6 +257,8 @@ class DataLoader {
   DataLoaderOptions options_;
   std::shared_ptr<const BatchSampler> batch_sampler_;
   SampleSpec spec_;
+  // take_buffer, for the batching of both kinds of dataset.
+  detail::BufferFn buffer_fn_;
   int64_t prefetch_factor_ = 0;
   bool pin_ = false;
   int64_t next_epoch_ = 0;

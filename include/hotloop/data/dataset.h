@@ -8,9 +8,18 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace hotloop::data {
+
+/// Shape and dtype of one named field of a sample.
+struct FieldSpec {
+  /// shape without the batch dimension ({} for one number per sample)
+  std::vector<int64_t> shape;
+  c10::ScalarType dtype = c10::kFloat;
+};
 
 /// Shapes and dtypes of one sample, so the loader can allocate a whole batch
 /// before any sample is read.
@@ -21,6 +30,10 @@ struct SampleSpec {
   /// target shape without the batch dimension ({} for a class index)
   std::vector<int64_t> target_shape;
   c10::ScalarType target_dtype = c10::kLong;
+  /// The sample's named fields beside input and target (masks, lengths, a
+  /// second input); every sample has each of them. A batch stacks each
+  /// field as it does the input: [B, shape...].
+  std::map<std::string, FieldSpec> fields = {};
 };
 
 /// Where a batch is read in the run: augmentation seeds derive from these
@@ -36,6 +49,8 @@ struct Example {
   at::Tensor input;
   /// target: the shape and dtype of `SampleSpec::target_shape/target_dtype`
   at::Tensor target;
+  /// fields: one per entry of `SampleSpec::fields`, of its shape and dtype
+  Fields fields = {};
 };
 
 /// A map-style dataset (PyTorch's `__getitem__` + `__len__`) with a batched
@@ -60,10 +75,10 @@ class Dataset {
   /// from `context` and `index` only.
   virtual Example get(int64_t index, const SampleContext& context) const = 0;
 
-  /// Writes sample `indices[k]` into row k of `out.input` and `out.target`,
-  /// which are contiguous, have leading dimension `indices.size()` and the
-  /// shapes and dtypes of `spec()`. The default copies `get()` of each
-  /// index; datasets override it to write in place.
+  /// Writes sample `indices[k]` into row k of `out.input`, `out.target` and
+  /// each of `out.fields`, which are contiguous, have leading dimension
+  /// `indices.size()` and the shapes and dtypes of `spec()`. The default copies
+  /// `get()` of each index; datasets override it to write in place.
   virtual void get_batch(
       c10::ArrayRef<int64_t> indices,
       const SampleContext& context,

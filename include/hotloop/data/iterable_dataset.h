@@ -32,9 +32,10 @@ class SampleStream {
  public:
   virtual ~SampleStream() = default;
   /// The next sample, or nullopt at the end of the stream. Each sample has
-  /// the shapes and dtypes of the dataset's `spec()` (its target may be
-  /// left undefined, in every sample of the stream, for data without
-  /// labels); the loader's own batching checks them and names a mismatch.
+  /// the shapes and dtypes of the dataset's `spec()`, its fields included
+  /// (its target may be left undefined, in every sample of the stream, for
+  /// data without labels); the loader's own batching checks them and names
+  /// a mismatch.
   /// A stream that throws is not read again that epoch.
   virtual std::optional<Example> next() = 0;
 };

@@ -32,7 +32,8 @@ struct BatchMixingOptions {
 /// A batch mixed with itself rolled by one sample: its label weights are
 /// `lam` for `target` and 1 - lam for `rolled_target` (one-hot labels
 /// mixed so; a cross-entropy, linear in its target, is the same mix of the
-/// two losses).
+/// two losses). The batch's fields are not mixed (as torchvision's MixUp
+/// and CutMix mix images and labels only).
 struct MixedBatch {
   at::Tensor input;
   at::Tensor target;

@@ -52,12 +52,18 @@ struct Layout {
     c10::Device device;
   };
   explicit Layout(const data::Batch& batch)
-      : input(batch.input), target(batch.target) {}
+      : input(batch.input), target(batch.target) {
+    for (const auto& [name, tensor] : batch.fields) {
+      fields.emplace_back(name, Of(tensor));
+    }
+  }
   bool operator==(const Layout& other) const {
-    return input == other.input && target == other.target;
+    return input == other.input && target == other.target &&
+           fields == other.fields;
   }
   Of input;
   Of target;
+  std::vector<std::pair<std::string, Of>> fields;
 };
 
 // Where an optimizer's scalars live (none: it steps no parameter).
@@ -160,11 +166,9 @@ at::Tensor GraphedStep::run(
   };
   wait_for(graph.stream, caller);
   // The batch came for the caller's stream; it is read on this one too.
-  for (const at::Tensor& tensor : {batch.input, batch.target}) {
-    if (tensor.defined()) {
-      at::Tensor(tensor).record_stream(graph.stream);
-    }
-  }
+  data::for_each_tensor(batch, [&](const at::Tensor& tensor) {
+    at::Tensor(tensor).record_stream(graph.stream);
+  });
   at::Tensor loss;
   {
     const c10::cuda::CUDAStreamGuard on_graph_stream(graph.stream);
@@ -246,9 +250,8 @@ void GraphedStep::check_not_stale() const {
 at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
 #if HOTLOOP_HAS_CUDA_GRAPHS
   Graph& graph = *graph_;
-  static_batch_ = {
-      batch.input.defined() ? batch.input.clone() : at::Tensor(),
-      batch.target.defined() ? batch.target.clone() : at::Tensor()};
+  static_batch_ = data::transformed(
+      batch, [](const at::Tensor& tensor) { return tensor.clone(); });
   static_metrics_.reset();
   // The scalars of this step: a capture records the work, it runs none.
   prepare_optimizers();
@@ -325,9 +328,13 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
 at::Tensor GraphedStep::replay(
     const data::Batch& batch, MetricCollection& metrics) {
 #if HOTLOOP_HAS_CUDA_GRAPHS
-  for (auto [from, to] :
-       {std::pair{batch.input, static_batch_.input},
-        std::pair{batch.target, static_batch_.target}}) {
+  // The layout matched the captured one: the same parts and fields.
+  std::vector<std::pair<at::Tensor, at::Tensor>> parts{
+      {batch.input, static_batch_.input}, {batch.target, static_batch_.target}};
+  for (const auto& [name, to] : static_batch_.fields) {
+    parts.emplace_back(batch.fields.at(name), to);
+  }
+  for (const auto& [from, to] : parts) {
     if (from.defined()) {
       to.copy_(from, /*non_blocking=*/true);
     }

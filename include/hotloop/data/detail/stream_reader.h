@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 #include "hotloop/data/batch.h"
+#include "hotloop/data/detail/batch_buffers.h"
 #include "hotloop/data/iterable_dataset.h"
 
 #include <ATen/core/Tensor.h>
@@ -61,11 +62,6 @@ void wait_for_batch(
         " (timeout option)"));
   }
 }
-
-/// A batch part of `rows` rows of `shape` and `dtype`, from the loader's
-/// buffers.
-using BufferFn = std::function<at::Tensor(
-    int64_t rows, const std::vector<int64_t>& shape, c10::ScalarType dtype)>;
 
 /// The batches of an IterableDataset in PyTorch's order: one stream per
 /// worker thread (one, read in the caller's thread, without workers), each
