@@ -51,6 +51,35 @@ void check_common_options(const DataLoaderOptions& o) {
       "persistent_workers option needs num_workers > 0");
 }
 
+// Throws DataError unless an epoch's batches are as many as the batch
+// sampler's size() says and none is empty (a batch sampler of the user's
+// own may err).
+void check_batches(
+    const std::vector<std::vector<int64_t>>& batches,
+    int64_t size,
+    int64_t epoch) {
+  HOTLOOP_CHECK_AS(
+      DataError,
+      static_cast<int64_t>(batches.size()) == size,
+      "the batch sampler gave ",
+      batches.size(),
+      " batches for epoch ",
+      epoch,
+      " but its size() is ",
+      size,
+      "; the loader's length comes from size()");
+  for (size_t k = 0; k < batches.size(); ++k) {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        !batches[k].empty(),
+        "the batch sampler's batch ",
+        k,
+        " of epoch ",
+        epoch,
+        " is empty; every batch needs at least one sample index");
+  }
+}
+
 void check_batch_size(const DataLoaderOptions& o) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -300,6 +329,9 @@ void DataLoader::start_epoch() {
   }
   auto batches = std::make_shared<const IndexBatches>(
       batch_sampler_->batches(next_epoch_));
+  if (options_.batch_sampler()) { // the built-in one counts right
+    check_batches(*batches, batch_sampler_->size(), next_epoch_);
+  }
   const bool restart_workers =
       !options_.persistent_workers() || workers_.empty();
   if (restart_workers) {
@@ -594,7 +626,8 @@ std::unique_ptr<DataLoader> shard(
       "a loader with its own sampler or batch_sampler cannot be split "
       "across the ",
       num_replicas,
-      " processes of a data-parallel run: give it shuffle instead");
+      " processes of a data-parallel run (its order is the sampler's): give "
+      "it shuffle, or run one process");
   const int64_t n = loader.dataset().size();
   std::shared_ptr<const Sampler> sampler;
   if (training) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -268,6 +269,75 @@ int64_t DistributedSampler::size() const {
 
 int64_t DistributedSampler::total_size() const {
   return num_samples_ * num_replicas_;
+}
+
+LengthGroupedSampler::LengthGroupedSampler(
+    std::vector<int64_t> lengths,
+    int64_t batch_size,
+    uint64_t seed,
+    std::optional<int64_t> mega_batch_mult)
+    : lengths_(std::move(lengths)), megabatch_size_(0), seed_(seed) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batch_size > 0,
+      "LengthGroupedSampler: batch_size should be a positive integer value, "
+      "but got batch_size=",
+      batch_size);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      !mega_batch_mult || *mega_batch_mult > 0,
+      "LengthGroupedSampler: mega_batch_mult should be positive, got ",
+      mega_batch_mult.value_or(0));
+  for (size_t i = 0; i < lengths_.size(); ++i) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        lengths_[i] >= 0,
+        "LengthGroupedSampler: lengths[",
+        i,
+        "] is ",
+        lengths_[i],
+        ", expected a length >= 0");
+  }
+  const auto n = static_cast<int64_t>(lengths_.size());
+  const int64_t mult = mega_batch_mult.value_or(
+      std::max<int64_t>(std::min<int64_t>(n / batch_size / 4, 50), 1));
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      mult <= std::numeric_limits<int64_t>::max() / batch_size,
+      "LengthGroupedSampler: mega_batch_mult=",
+      mult,
+      " times batch_size=",
+      batch_size,
+      " overflows");
+  megabatch_size_ = mult * batch_size;
+}
+
+std::vector<int64_t> LengthGroupedSampler::indices(int64_t epoch) const {
+  const auto n = static_cast<int64_t>(lengths_.size());
+  std::vector<int64_t> out;
+  out.reserve(lengths_.size());
+  append(out, at::randperm(n, epoch_generator(seed_, epoch), at::kLong));
+  if (n == 0) {
+    return out;
+  }
+  auto longer = [&](int64_t a, int64_t b) {
+    return lengths_[static_cast<size_t>(a)] > lengths_[static_cast<size_t>(b)];
+  };
+  int64_t longest = 0; // the start of the megabatch with the longest sample
+  for (int64_t start = 0; start < n; start += megabatch_size_) {
+    const auto first = out.begin() + start;
+    std::stable_sort(
+        first, out.begin() + std::min(n, start + megabatch_size_), longer);
+    if (longer(*first, out[static_cast<size_t>(longest)])) {
+      longest = start;
+    }
+  }
+  std::swap(out.front(), out[static_cast<size_t>(longest)]);
+  return out;
+}
+
+int64_t LengthGroupedSampler::size() const {
+  return static_cast<int64_t>(lengths_.size());
 }
 
 BatchSampler::BatchSampler(

@@ -495,6 +495,109 @@ TEST(DataLoader, AFailingWorkerInitFnReachesTheConsumer) {
           "worker_init_fn failed in worker 0: no GPU for you")));
 }
 
+// Batches of a budget of "tokens", as fairseq makes them: sample i has
+// length lengths[i]; the samples, shortest first, go into one batch while
+// its count times its longest length stays within `budget`, so batches
+// differ in size. They are packed once; each epoch shuffles their order.
+class TokenBudgetBatches : public BatchSamplerBase {
+ public:
+  TokenBudgetBatches(const std::vector<int64_t>& lengths, int64_t budget) {
+    std::vector<int64_t> order(lengths.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return lengths[static_cast<size_t>(a)] < lengths[static_cast<size_t>(b)];
+    });
+    for (int64_t index : order) {
+      const int64_t length = lengths[static_cast<size_t>(index)];
+      if (packed_.empty() ||
+          static_cast<int64_t>(packed_.back().size() + 1) * length > budget) {
+        packed_.emplace_back();
+      }
+      packed_.back().push_back(index);
+    }
+  }
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override {
+    std::vector<std::vector<int64_t>> out;
+    const RandomSampler shuffle(
+        static_cast<int64_t>(packed_.size()), false, std::nullopt, 7);
+    for (int64_t k : shuffle.indices(epoch)) {
+      out.push_back(packed_[static_cast<size_t>(k)]);
+    }
+    return out;
+  }
+  int64_t size() const override {
+    return static_cast<int64_t>(packed_.size()) + size_error;
+  }
+  int64_t size_error = 0; // a size() that disagrees with the batches
+
+ private:
+  std::vector<std::vector<int64_t>> packed_;
+};
+
+TEST(DataLoader, ABatchSamplerOfYourOwnGivesBatchesOfAnySize) {
+  std::vector<int64_t> lengths(50);
+  for (int64_t i = 0; i < 50; ++i) {
+    lengths[static_cast<size_t>(i)] = (i * 17) % 50 + 1;
+  }
+  auto batches = std::make_shared<TokenBudgetBatches>(lengths, 120);
+  const auto epoch0 = batches->batches(0);
+  const auto epoch1 = batches->batches(1);
+  std::set<size_t> sizes;
+  for (const auto& batch : epoch0) {
+    sizes.insert(batch.size());
+  }
+  ASSERT_GT(sizes.size(), 2u); // sizes differ
+  ASSERT_NE(epoch0, epoch1);   // and so does the order, epoch to epoch
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(
+        std::make_shared<Indices>(50),
+        DataLoaderOptions().batch_sampler(batches).num_workers(workers));
+    EXPECT_EQ(loader.num_batches(), static_cast<int64_t>(epoch0.size()));
+    EXPECT_EQ(targets_of(loader), epoch0) << workers << " workers";
+    EXPECT_EQ(targets_of(loader), epoch1) << workers << " workers";
+  }
+  // A resume gives the rest of the epoch's batches.
+  DataLoader resumed(
+      std::make_shared<Indices>(50),
+      DataLoaderOptions().batch_sampler(batches));
+  resumed.load_state_dict({1, 3});
+  EXPECT_EQ(
+      targets_of(resumed),
+      std::vector<std::vector<int64_t>>(epoch1.begin() + 3, epoch1.end()));
+}
+
+// Batches [0], [], [1]: the second one is empty.
+class WithAnEmptyBatch : public BatchSamplerBase {
+ public:
+  std::vector<std::vector<int64_t>> batches(int64_t) const override {
+    return {{0}, {}, {1}};
+  }
+  int64_t size() const override {
+    return 3;
+  }
+};
+
+TEST(DataLoader, ABatchSamplersEmptyBatchOrWrongSizeIsNamed) {
+  auto dataset = std::make_shared<Indices>(50);
+  DataLoader empty(
+      dataset,
+      DataLoaderOptions().batch_sampler(std::make_shared<WithAnEmptyBatch>()));
+  EXPECT_THAT(
+      [&] { targets_of(empty); },
+      ::testing::ThrowsMessage<DataError>(::testing::StrEq(
+          "the batch sampler's batch 1 of epoch 0 is empty; every batch "
+          "needs at least one sample index")));
+  auto miscounted =
+      std::make_shared<TokenBudgetBatches>(std::vector<int64_t>(50, 10), 40);
+  miscounted->size_error = 1;
+  DataLoader wrong(dataset, DataLoaderOptions().batch_sampler(miscounted));
+  EXPECT_THAT(
+      [&] { targets_of(wrong); },
+      ::testing::ThrowsMessage<DataError>(::testing::StrEq(
+          "the batch sampler gave 13 batches for epoch 0 but its size() is "
+          "14; the loader's length comes from size()")));
+}
+
 TEST(DataLoader, AResumedStateGivesTheSameRemainingBatches) {
   auto dataset = std::make_shared<Indices>(40);
   const auto options =

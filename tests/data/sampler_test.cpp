@@ -414,7 +414,77 @@ TEST(BatchSampler, ExposesItsOptions) {
   EXPECT_TRUE(batch_sampler.drop_last());
 }
 
+TEST(LengthGroupedSampler, MatchesTheReferenceGrouping) {
+  for (const Case& c : reference_cases("length_grouped")) {
+    std::optional<int64_t> mult;
+    if (c.has("mega_batch_mult")) {
+      mult = c.integer("mega_batch_mult");
+    }
+    const LengthGroupedSampler sampler(
+        c.list<int64_t>("lengths"), c.integer("batch_size"), c.seed(), mult);
+    EXPECT_EQ(sampler.indices(c.integer("epoch")), c.expected) << c.line;
+    EXPECT_EQ(sampler.size(), static_cast<int64_t>(c.expected.size()));
+  }
+}
+
+TEST(LengthGroupedSampler, BatchesSamplesOfSimilarLengthLongestFirst) {
+  // 400 samples of lengths 1..400 in a scrambled order.
+  std::vector<int64_t> lengths(400);
+  for (int64_t i = 0; i < 400; ++i) {
+    lengths[static_cast<size_t>(i)] = (i * 7919) % 400 + 1;
+  }
+  const LengthGroupedSampler sampler(lengths, 8, /*seed=*/3);
+  EXPECT_EQ(sampler.megabatch_size(), 8 * 12); // 400 / 32 = 12
+  const std::vector<int64_t> order = sampler.indices(0);
+  std::vector<int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> all(400);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(sorted, all); // each index once
+  EXPECT_EQ(lengths[static_cast<size_t>(order[0])], 400);
+  // Padding to each batch's longest: far less than with a random order.
+  auto padding = [&](const std::vector<int64_t>& indices) {
+    int64_t pad = 0;
+    for (size_t start = 0; start < indices.size(); start += 8) {
+      int64_t longest = 0;
+      int64_t sum = 0;
+      for (size_t k = start; k < start + 8; ++k) {
+        const int64_t length = lengths[static_cast<size_t>(indices[k])];
+        longest = std::max(longest, length);
+        sum += length;
+      }
+      pad += 8 * longest - sum;
+    }
+    return pad;
+  };
+  const int64_t grouped = padding(order);
+  const int64_t random =
+      padding(RandomSampler(400, false, std::nullopt, 3).indices(0));
+  EXPECT_LT(grouped * 5, random) << grouped << " against " << random;
+  EXPECT_NE(sampler.indices(1), order); // a new order every epoch
+  // The default megabatch: n / (4 batch_size), within [1, 50].
+  EXPECT_EQ(LengthGroupedSampler(lengths, 1).megabatch_size(), 50);
+  EXPECT_EQ(LengthGroupedSampler(lengths, 200).megabatch_size(), 200);
+  EXPECT_EQ(LengthGroupedSampler(lengths, 8, 0, 3).megabatch_size(), 24);
+}
+
 TEST(Samplers, InvalidArgumentsNameTheArgumentAndValue) {
+  expect_config_error(
+      [] {
+        LengthGroupedSampler({3, 1}, 0);
+      },
+      "LengthGroupedSampler: batch_size should be a positive integer value, "
+      "but got batch_size=0");
+  expect_config_error(
+      [] {
+        LengthGroupedSampler({3, 1}, 2, 0, 0);
+      },
+      "LengthGroupedSampler: mega_batch_mult should be positive, got 0");
+  expect_config_error(
+      [] {
+        LengthGroupedSampler({3, -1}, 2);
+      },
+      "LengthGroupedSampler: lengths[1] is -1, expected a length >= 0");
   expect_config_error(
       [] { SequentialSampler(-1); },
       "n should be a non-negative integer value, but got n=-1");

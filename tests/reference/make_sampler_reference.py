@@ -160,6 +160,53 @@ def batch_cases():
                    [i for b in batches for i in b])
 
 
+def length_grouped(lengths, batch_size, mega_batch_mult, g):
+    """Hugging Face's length grouping (transformers' LengthGroupedSampler),
+    written out from its documented steps: a random permutation, cut into
+    megabatches, each sorted by length (longest first, stable), and the
+    longest megabatch's first index traded with the very first."""
+    if mega_batch_mult is None:
+        mega_batch_mult = max(min(len(lengths) // (batch_size * 4), 50), 1)
+    order = torch.randperm(len(lengths), generator=g).tolist()
+    size = mega_batch_mult * batch_size
+    groups = [sorted(order[i:i + size], key=lambda i: lengths[i], reverse=True)
+              for i in range(0, len(order), size)]
+    if not groups:
+        return []
+    longest = int(torch.argmax(torch.tensor([lengths[m[0]] for m in groups])))
+    groups[0][0], groups[longest][0] = groups[longest][0], groups[0][0]
+    return [i for m in groups for i in m]
+
+
+def length_grouped_cases():
+    g = torch.Generator().manual_seed(123)
+    short = torch.randint(1, 9, (23,), generator=g).tolist()  # many ties
+    long = torch.randint(5, 400, (203,), generator=g).tolist()
+    ties = torch.randint(1, 9, (200,), generator=g).tolist()
+    # (lengths, batch_size, mega_batch_mult or None, seed, epoch)
+    cases = [
+        (short, 4, None, 0, 0),  # 23 // 16 = 1: megabatches of 4
+        (short, 4, None, 0, 1),
+        (short, 2, 3, 7, 0),  # megabatches of 6, the last of 5
+        (short, 8, None, 7, 2),  # one short megabatch at the end
+        (long, 4, None, 5, 0),  # 203 // 16 = 12: megabatches of 48
+        (long, 1, None, 5, 3),  # capped at 50
+        (long, 16, 2, 11, 0),
+        ([3], 4, None, 0, 0),
+        ([], 4, None, 0, 0),
+        (ties, 4, None, 2, 0),  # megabatches of 48 with many equal lengths
+        (long + short, 1, None, 4, 1),  # 226 // 4 = 56, capped at 50
+    ]
+    for lengths, batch_size, mult, seed, epoch in cases:
+        args = {"lengths": lengths, "batch_size": batch_size}
+        if mult is not None:
+            args["mega_batch_mult"] = mult
+        args.update(seed=seed, epoch=epoch)
+        yield line("length_grouped", args,
+                   length_grouped(lengths, batch_size, mult,
+                                  generator(seed, epoch)))
+
+
 def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "samplers.txt")
@@ -168,7 +215,8 @@ def main():
                   f"with PyTorch {torch.__version__}; do not edit.\n")
         out.write("# <sampler> <key>=<value> ... : <indices...>\n")
         for cases in [sequential_cases, random_cases, subset_cases,
-                      weighted_cases, distributed_cases, batch_cases]:
+                      weighted_cases, distributed_cases, batch_cases,
+                      length_grouped_cases]:
             for text in cases():
                 out.write(text + "\n")
     print(f"wrote {path}")

@@ -60,8 +60,9 @@ struct DataLoaderOptions {
   /// Where sample indices come from; null: sequential, or random with
   /// shuffle.
   TORCH_ARG(std::shared_ptr<const Sampler>, sampler);
-  /// Where whole batches of indices come from.
-  TORCH_ARG(std::shared_ptr<const BatchSampler>, batch_sampler);
+  /// Where whole batches of indices come from: a BatchSampler, or one of
+  /// your own (a BatchSamplerBase) whose batches may differ in size.
+  TORCH_ARG(std::shared_ptr<const BatchSamplerBase>, batch_sampler);
   /// Threads that build batches; 0 builds them in the caller's thread.
   TORCH_ARG(int64_t, num_workers) = 0;
   /// Builds batches from `Dataset::get` samples instead of the dataset's
@@ -106,9 +107,9 @@ struct DataLoaderState {
 /// first `begin()` runs epoch 0, the next epoch 1, unless `set_epoch` or
 /// `load_state_dict` says otherwise. Leaving an epoch early is fine.
 ///
-/// Without a collate function or batch_sampler, batches are written in
-/// place by `Dataset::get_batch` into buffers the loader reuses once the
-/// caller has dropped every reference to them.
+/// Unless a collate function is given or batch_size is None, batches are
+/// written in place by `Dataset::get_batch` into buffers the loader reuses
+/// once the caller has dropped every reference to them.
 ///
 /// An exception in a worker reaches the consumer as `DataError` naming the
 /// sample index and the original message.
@@ -255,7 +256,7 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<const IterableDataset> iterable_;
   DataLoaderOptions options_;
-  std::shared_ptr<const BatchSampler> batch_sampler_;
+  std::shared_ptr<const BatchSamplerBase> batch_sampler_;
   SampleSpec spec_;
   // take_buffer, for the batching of both kinds of dataset.
   detail::BufferFn buffer_fn_;

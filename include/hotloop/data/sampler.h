@@ -178,10 +178,79 @@ class ShardSampler final : public Sampler {
   int64_t rank_;
 };
 
+/// Indices in random order, grouped so that every run of `batch_size` holds
+/// samples of similar length, for batches padded to their longest sample
+/// (Hugging Face's LengthGroupedSampler, its Trainer's `group_by_length`):
+/// less padding, so less work per sample, while the order stays random.
+///
+/// Each epoch: `torch.randperm(n)` (as RandomSampler), cut into megabatches
+/// of `mega_batch_mult * batch_size`, each sorted by length, longest first
+/// (a stable sort); then the first sample of the megabatch with the longest
+/// sample trades places with the very first, so the epoch's first batch is
+/// its largest and an out-of-memory shows at once. Batch the indices with
+/// the same `batch_size` (DataLoaderOptions::batch_size with this as its
+/// `sampler`).
+///
+/// For n > 0 the indices equal transformers'
+/// `get_length_grouped_indices(lengths, batch_size, mega_batch_mult,
+/// generator=torch.Generator().manual_seed(seed + epoch))`. Differences
+/// from its Trainer: that draws from the global generator across epochs
+/// (here each epoch is seeded, as every sampler here is) and groups by
+/// batch_size x gradient accumulation steps (pass that product to match);
+/// no lengths give an empty epoch (there, an error). A data-parallel fit
+/// refuses a loader with a sampler of its own (`shard`).
+class LengthGroupedSampler final : public Sampler {
+ public:
+  /// `lengths[i]`: sample i's length (tokens, frames), >= 0. Without
+  /// `mega_batch_mult`, min(n / (4 batch_size), 50), at least 1. Requires
+  /// batch_size > 0 and mega_batch_mult > 0 (else `hotloop::ConfigError`).
+  LengthGroupedSampler(
+      std::vector<int64_t> lengths,
+      int64_t batch_size,
+      uint64_t seed = 0,
+      std::optional<int64_t> mega_batch_mult = std::nullopt);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+  /// Samples per megabatch: mega_batch_mult x batch_size.
+  int64_t megabatch_size() const {
+    return megabatch_size_;
+  }
+
+ private:
+  std::vector<int64_t> lengths_;
+  int64_t megabatch_size_;
+  uint64_t seed_;
+};
+
+/// Produces the batches of one epoch: PyTorch's `batch_sampler`, any
+/// sampler of index lists. Subclass it for batches of your own making
+/// (a token budget per batch, buckets of equal shape); each list is one
+/// batch, of any size but not empty, and every epoch has `size()` of them
+/// (the loader's length; it names an epoch that has not). So pack the
+/// batches once and shuffle their order per epoch, as fairseq does.
+///
+/// Like Sampler: the batches of epoch e depend only on the constructor
+/// arguments and e (a loader resumes mid-epoch from that), and `batches`
+/// and `size` may be called from any number of threads at once. A
+/// data-parallel fit refuses a loader with a batch_sampler (`shard`).
+class BatchSamplerBase {
+ public:
+  virtual ~BatchSamplerBase() = default;
+
+  /// The batches of epoch `epoch` (any value; 0 is the first epoch), in
+  /// order; `size()` of them.
+  virtual std::vector<std::vector<int64_t>> batches(int64_t epoch) const = 0;
+
+  /// Batches per epoch (`len(batch_sampler)`).
+  virtual int64_t size() const = 0;
+};
+
 /// Groups a sampler's indices into batches of `batch_size` (`BatchSampler`);
 /// the last batch is smaller, or dropped with `drop_last`. Thread-safe like
 /// the samplers.
-class BatchSampler final {
+class BatchSampler final : public BatchSamplerBase {
  public:
   /// Requires a sampler and batch_size > 0 (else `hotloop::ConfigError`).
   BatchSampler(
@@ -191,10 +260,10 @@ class BatchSampler final {
 
   /// The batches of epoch `epoch`: the sampler's `indices(epoch)` in order,
   /// `size()` batches.
-  std::vector<std::vector<int64_t>> batches(int64_t epoch) const;
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
 
   /// Batches per epoch (`len(batch_sampler)`).
-  int64_t size() const;
+  int64_t size() const override;
 
   const Sampler& sampler() const {
     return *sampler_;
