@@ -8,17 +8,14 @@
 //   fit_fashion_mnist [DATA_ROOT] [EPOCHS]
 #include <hotloop/hotloop.h>
 
+#include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <string>
 
-int main(int argc, char** argv) {
-  using namespace hotloop;
-  // Restarts once where OpenBLAS runs older kernels than this CPU has.
-  use_fastest_blas_kernels(argv);
-  const std::string root =
-      argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
-  const int64_t epochs = argc > 2 ? std::stoll(argv[2]) : 15;
+using namespace hotloop;
 
+int fit(const std::string& root, int64_t epochs) {
   data::ImageTransformOptions augment;
   augment.crop_padding = 2;
   augment.horizontal_flip = true;
@@ -50,4 +47,28 @@ int main(int argc, char** argv) {
   std::cout << "val_acc " << result.metrics.at("val_acc") << ", run folder "
             << trainer.log_dir() << "\n";
   return 0;
+}
+
+int main(int argc, char** argv) {
+  // Restarts once where OpenBLAS runs older kernels than this CPU has.
+  use_fastest_blas_kernels(argv);
+  const std::string root =
+      argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 15;
+  if (argc > 2) {
+    char* end = nullptr;
+    epochs = std::strtoll(argv[2], &end, 10);
+    if (*argv[2] == '\0' || *end != '\0' || epochs < 1) {
+      std::cerr << "fit_fashion_mnist: EPOCHS must be a whole number >= 1, "
+                   "got '"
+                << argv[2] << "'\n";
+      return 2;
+    }
+  }
+  try {
+    return fit(root, epochs);
+  } catch (const std::exception& error) { // a missing file, a bad option
+    std::cerr << "fit_fashion_mnist: " << error.what() << "\n";
+    return 1;
+  }
 }

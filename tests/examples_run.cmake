@@ -61,6 +61,11 @@ file(GLOB events ${WORK_DIR}/runs/fashion_mnist/version_0/events.out.tfevents.*)
 if(NOT events)
   message(FATAL_ERROR "the library fit wrote no TensorBoard event file")
 endif()
+# Bad arguments are named with a non-zero exit, not an abort.
+run_step(COMMAND ${WORK_DIR}/build/fit_fashion_mnist ${DATA_ROOT} 1x
+  EXPECT_CODE 2 MATCHES "EPOCHS must be a whole number >= 1, got '1x'")
+run_step(COMMAND ${WORK_DIR}/build/fit_fashion_mnist ${WORK_DIR}/no-such-data 1
+  EXPECT_CODE 1 MATCHES "fit_fashion_mnist: .*no-such-data")
 
 # Training on a stream: two workers' streams of a simulated sensor, whose
 # value (standard deviation 1.85) it learns to within 0.2.
