@@ -133,10 +133,8 @@ void TensorDataset::get_batch(
   gather_rows(inputs_, indices, out.input, "input");
   gather_rows(targets_, indices, out.target, "target");
   for (const auto& [name, field] : fields_) {
-    const auto found = out.fields.find(name);
-    HOTLOOP_CHECK(
-        found != out.fields.end(), "the batch has no ", field_name(name));
-    gather_rows(field, indices, found->second, field_name(name));
+    at::Tensor rows = out.field(name); // the same storage as out's
+    gather_rows(field, indices, rows, field_name(name));
   }
 }
 

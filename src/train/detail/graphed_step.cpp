@@ -328,16 +328,16 @@ at::Tensor GraphedStep::capture(const data::Batch& batch, int64_t batch_idx) {
 at::Tensor GraphedStep::replay(
     const data::Batch& batch, MetricCollection& metrics) {
 #if HOTLOOP_HAS_CUDA_GRAPHS
-  // The layout matched the captured one: the same parts and fields.
-  std::vector<std::pair<at::Tensor, at::Tensor>> parts{
-      {batch.input, static_batch_.input}, {batch.target, static_batch_.target}};
-  for (const auto& [name, to] : static_batch_.fields) {
-    parts.emplace_back(batch.fields.at(name), to);
-  }
-  for (const auto& [from, to] : parts) {
+  auto copy_in = [](const at::Tensor& from, const at::Tensor& to) {
     if (from.defined()) {
       to.copy_(from, /*non_blocking=*/true);
     }
+  };
+  copy_in(batch.input, static_batch_.input);
+  copy_in(batch.target, static_batch_.target);
+  // The layout matched the captured one: the same fields.
+  for (const auto& [name, to] : static_batch_.fields) {
+    copy_in(batch.fields.at(name), to);
   }
   prepare_optimizers();
   for (size_t i = 0; i < optimizers_.size(); ++i) {
