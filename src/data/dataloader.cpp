@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <limits>
+#include <optional>
 
 namespace hotloop::data {
 namespace {
@@ -49,35 +50,6 @@ void check_common_options(const DataLoaderOptions& o) {
       ConfigError,
       !o.persistent_workers() || o.num_workers() > 0,
       "persistent_workers option needs num_workers > 0");
-}
-
-// Throws DataError unless an epoch's batches are as many as the batch
-// sampler's size() says and none is empty (a batch sampler of the user's
-// own may err).
-void check_batches(
-    const std::vector<std::vector<int64_t>>& batches,
-    int64_t size,
-    int64_t epoch) {
-  HOTLOOP_CHECK_AS(
-      DataError,
-      static_cast<int64_t>(batches.size()) == size,
-      "the batch sampler gave ",
-      batches.size(),
-      " batches for epoch ",
-      epoch,
-      " but its size() is ",
-      size,
-      "; the loader's length comes from size()");
-  for (size_t k = 0; k < batches.size(); ++k) {
-    HOTLOOP_CHECK_AS(
-        DataError,
-        !batches[k].empty(),
-        "the batch sampler's batch ",
-        k,
-        " of epoch ",
-        epoch,
-        " is empty; every batch needs at least one sample index");
-  }
 }
 
 void check_batch_size(const DataLoaderOptions& o) {
@@ -330,7 +302,7 @@ void DataLoader::start_epoch() {
   auto batches = std::make_shared<const IndexBatches>(
       batch_sampler_->batches(next_epoch_));
   if (options_.batch_sampler()) { // the built-in one counts right
-    check_batches(*batches, batch_sampler_->size(), next_epoch_);
+    detail::check_batches(*batches, batch_sampler_->size(), next_epoch_);
   }
   const bool restart_workers =
       !options_.persistent_workers() || workers_.empty();
@@ -607,6 +579,66 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
 
 namespace hotloop::data {
 
+namespace {
+
+// The (rank, num_replicas) of a sampler that already is one rank's share,
+// as a user who split the data by hand passes it.
+std::optional<std::pair<int64_t, int64_t>> share_taken(const Sampler* sampler) {
+  if (const auto* s = dynamic_cast<const DistributedSampler*>(sampler)) {
+    return std::make_pair(s->rank(), s->num_replicas());
+  }
+  if (const auto* s = dynamic_cast<const ShardSampler*>(sampler)) {
+    return std::make_pair(s->rank(), s->num_replicas());
+  }
+  if (const auto* s = dynamic_cast<const DistributedSamplerWrapper*>(sampler)) {
+    return std::make_pair(s->rank(), s->num_replicas());
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<int64_t, int64_t>> share_taken(
+    const BatchSamplerBase* batch_sampler) {
+  if (const auto* s =
+          dynamic_cast<const DistributedBatchSampler*>(batch_sampler)) {
+    return std::make_pair(s->rank(), s->num_replicas());
+  }
+  if (const auto* s = dynamic_cast<const BatchSampler*>(batch_sampler)) {
+    return share_taken(&s->sampler());
+  }
+  return std::nullopt;
+}
+
+// Whether the loader's own sampler is this process's share already; throws
+// when it is another process's share.
+bool is_share_of(
+    const std::optional<std::pair<int64_t, int64_t>>& taken,
+    const char* what,
+    int64_t num_replicas,
+    int64_t rank) {
+  if (!taken) {
+    return false;
+  }
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      *taken == std::make_pair(rank, num_replicas),
+      "the loader's ",
+      what,
+      " is the share of rank ",
+      taken->first,
+      " of ",
+      taken->second,
+      ", but this process is rank ",
+      rank,
+      " of ",
+      num_replicas,
+      ": give the loader the whole data's sampler (each process takes its "
+      "share of it), or build its share with this process's rank and "
+      "world size");
+  return true;
+}
+
+} // namespace
+
 std::unique_ptr<DataLoader> shard(
     const DataLoader& loader,
     int64_t num_replicas,
@@ -620,23 +652,32 @@ std::unique_ptr<DataLoader> shard(
       num_replicas,
       " processes of a data-parallel run: its streams are the dataset's own "
       "(give it a map-style Dataset, or run one process)");
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      options.sampler() == nullptr && options.batch_sampler() == nullptr,
-      "a loader with its own sampler or batch_sampler cannot be split "
-      "across the ",
-      num_replicas,
-      " processes of a data-parallel run (its order is the sampler's): give "
-      "it shuffle, or run one process");
-  const int64_t n = loader.dataset().size();
-  std::shared_ptr<const Sampler> sampler;
-  if (training) {
-    sampler = std::make_shared<DistributedSampler>(
-        n, num_replicas, rank, options.shuffle(), options.seed());
+  if (const auto& batch_sampler = options.batch_sampler()) {
+    if (!is_share_of(
+            share_taken(batch_sampler.get()),
+            "batch_sampler",
+            num_replicas,
+            rank)) {
+      options.batch_sampler(std::make_shared<DistributedBatchSampler>(
+          batch_sampler, num_replicas, rank, /*pad=*/training));
+    }
+  } else if (const auto& sampler = options.sampler()) {
+    if (!is_share_of(
+            share_taken(sampler.get()), "sampler", num_replicas, rank)) {
+      options.sampler(std::make_shared<DistributedSamplerWrapper>(
+          sampler, num_replicas, rank, /*pad=*/training));
+    }
   } else {
-    sampler = std::make_shared<ShardSampler>(n, num_replicas, rank);
+    const int64_t n = loader.dataset().size();
+    std::shared_ptr<const Sampler> share;
+    if (training) {
+      share = std::make_shared<DistributedSampler>(
+          n, num_replicas, rank, options.shuffle(), options.seed());
+    } else {
+      share = std::make_shared<ShardSampler>(n, num_replicas, rank);
+    }
+    options.shuffle(false).sampler(std::move(share));
   }
-  options.shuffle(false).sampler(std::move(sampler));
   return std::make_unique<DataLoader>(loader.dataset_ptr(), std::move(options));
 }
 

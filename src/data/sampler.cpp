@@ -50,7 +50,75 @@ void check_num_samples(int64_t num_samples) {
       num_samples);
 }
 
+void check_rank(const char* what, int64_t num_replicas, int64_t rank) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      num_replicas > 0 && rank >= 0 && rank < num_replicas,
+      what,
+      ": expected 0 <= rank < num_replicas, got rank ",
+      rank,
+      " of ",
+      num_replicas);
+}
+
+// How many of `total` items rank `rank` of `num_replicas` takes: positions
+// rank, rank + num_replicas, ... of the list, padded (continued from its
+// start) to a multiple of num_replicas when `pad`.
+int64_t share_size(
+    int64_t total, int64_t num_replicas, int64_t rank, bool pad) {
+  if (pad) {
+    return ceil_div(total, num_replicas);
+  }
+  return total > rank ? ceil_div(total - rank, num_replicas) : 0;
+}
+
+// Rank `rank`'s share of `items` (share_size of them); position p of the
+// padded list is items[p % size], so an item may be taken twice.
+template <typename T>
+std::vector<T> take_share(
+    const std::vector<T>& items, int64_t num_replicas, int64_t rank, bool pad) {
+  const int64_t total = static_cast<int64_t>(items.size());
+  const int64_t count = share_size(total, num_replicas, rank, pad);
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k) {
+    out.push_back(
+        items[static_cast<size_t>((rank + k * num_replicas) % total)]);
+  }
+  return out;
+}
+
 } // namespace
+
+namespace detail {
+
+void check_batches(
+    const std::vector<std::vector<int64_t>>& batches,
+    int64_t size,
+    int64_t epoch) {
+  HOTLOOP_CHECK_AS(
+      DataError,
+      static_cast<int64_t>(batches.size()) == size,
+      "the batch sampler gave ",
+      batches.size(),
+      " batches for epoch ",
+      epoch,
+      " but its size() is ",
+      size,
+      "; the loader's length comes from size()");
+  for (size_t k = 0; k < batches.size(); ++k) {
+    HOTLOOP_CHECK_AS(
+        DataError,
+        !batches[k].empty(),
+        "the batch sampler's batch ",
+        k,
+        " of epoch ",
+        epoch,
+        " is empty; every batch needs at least one sample index");
+  }
+}
+
+} // namespace detail
 
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
   check_size(n);
@@ -271,6 +339,30 @@ int64_t DistributedSampler::total_size() const {
   return num_samples_ * num_replicas_;
 }
 
+DistributedSamplerWrapper::DistributedSamplerWrapper(
+    std::shared_ptr<const Sampler> sampler,
+    int64_t num_replicas,
+    int64_t rank,
+    bool pad)
+    : sampler_(std::move(sampler)),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      pad_(pad) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      sampler_ != nullptr,
+      "DistributedSamplerWrapper: expected a sampler, got a null pointer");
+  check_rank("DistributedSamplerWrapper", num_replicas, rank);
+}
+
+std::vector<int64_t> DistributedSamplerWrapper::indices(int64_t epoch) const {
+  return take_share(sampler_->indices(epoch), num_replicas_, rank_, pad_);
+}
+
+int64_t DistributedSamplerWrapper::size() const {
+  return share_size(sampler_->size(), num_replicas_, rank_, pad_);
+}
+
 LengthGroupedSampler::LengthGroupedSampler(
     std::vector<int64_t> lengths,
     int64_t batch_size,
@@ -374,6 +466,34 @@ std::vector<std::vector<int64_t>> BatchSampler::batches(int64_t epoch) const {
 int64_t BatchSampler::size() const {
   const int64_t total = sampler_->size();
   return drop_last_ ? total / batch_size_ : ceil_div(total, batch_size_);
+}
+
+DistributedBatchSampler::DistributedBatchSampler(
+    std::shared_ptr<const BatchSamplerBase> batch_sampler,
+    int64_t num_replicas,
+    int64_t rank,
+    bool pad)
+    : batch_sampler_(std::move(batch_sampler)),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      pad_(pad) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      batch_sampler_ != nullptr,
+      "DistributedBatchSampler: expected a batch sampler, got a null pointer");
+  check_rank("DistributedBatchSampler", num_replicas, rank);
+}
+
+std::vector<std::vector<int64_t>> DistributedBatchSampler::batches(
+    int64_t epoch) const {
+  const std::vector<std::vector<int64_t>> all = batch_sampler_->batches(epoch);
+  // Checked before the split, which would hide a miscount or an empty batch.
+  detail::check_batches(all, batch_sampler_->size(), epoch);
+  return take_share(all, num_replicas_, rank_, pad_);
+}
+
+int64_t DistributedBatchSampler::size() const {
+  return share_size(batch_sampler_->size(), num_replicas_, rank_, pad_);
 }
 
 } // namespace hotloop::data

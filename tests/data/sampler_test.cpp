@@ -414,6 +414,153 @@ TEST(BatchSampler, ExposesItsOptions) {
   EXPECT_TRUE(batch_sampler.drop_last());
 }
 
+// A sampler of the user's own: `order` rotated left by the epoch.
+class Rotating final : public Sampler {
+ public:
+  explicit Rotating(std::vector<int64_t> order) : order_(std::move(order)) {}
+  std::vector<int64_t> indices(int64_t epoch) const override {
+    std::vector<int64_t> out = order_;
+    if (!out.empty()) {
+      std::rotate(
+          out.begin(),
+          out.begin() + epoch % static_cast<int64_t>(out.size()),
+          out.end());
+    }
+    return out;
+  }
+  int64_t size() const override {
+    return static_cast<int64_t>(order_.size());
+  }
+
+ private:
+  std::vector<int64_t> order_;
+};
+
+TEST(DistributedSamplerWrapper, TakesEveryRanksPositionOfTheWrappedEpoch) {
+  auto inner = std::make_shared<Rotating>(std::vector<int64_t>{7, 3, 9, 1, 5});
+  // Training: [7 3 9 1 5] padded with its start to [7 3 9 1 5 7].
+  EXPECT_THAT(
+      DistributedSamplerWrapper(inner, 2, 0).indices(0), ElementsAre(7, 9, 5));
+  EXPECT_THAT(
+      DistributedSamplerWrapper(inner, 2, 1).indices(0), ElementsAre(3, 1, 7));
+  // Evaluation: every index once.
+  EXPECT_THAT(
+      DistributedSamplerWrapper(inner, 2, 1, false).indices(0),
+      ElementsAre(3, 1));
+  EXPECT_EQ(DistributedSamplerWrapper(inner, 2, 1, false).size(), 2);
+  // The wrapped sampler's epoch: [3 9 1 5 7] in epoch 1.
+  EXPECT_THAT(
+      DistributedSamplerWrapper(inner, 2, 0).indices(1), ElementsAre(3, 1, 7));
+  // Fewer indices than ranks: the list repeats as often as needed.
+  auto two = std::make_shared<Rotating>(std::vector<int64_t>{4, 6});
+  for (int64_t rank = 0; rank < 5; ++rank) {
+    EXPECT_THAT(
+        DistributedSamplerWrapper(two, 5, rank).indices(0),
+        ElementsAre(rank % 2 == 0 ? 4 : 6));
+  }
+}
+
+TEST(DistributedSamplerWrapper, SplitsAsDistributedSamplerSplitsTheDataset) {
+  // Lightning's wrapper is a DistributedSampler without shuffling over the
+  // wrapped sampler's list: position for position the same split.
+  for (int64_t n = 0; n <= 11; ++n) {
+    std::vector<int64_t> order;
+    for (int64_t i = n; i > 0; --i) {
+      order.push_back(10 * i + 3);
+    }
+    auto wrapped = std::make_shared<Rotating>(order);
+    const std::vector<int64_t> list = wrapped->indices(3);
+    for (int64_t replicas = 1; replicas <= 4; ++replicas) {
+      for (int64_t rank = 0; rank < replicas; ++rank) {
+        for (bool pad : {true, false}) {
+          const DistributedSamplerWrapper share(wrapped, replicas, rank, pad);
+          std::vector<int64_t> expected;
+          const std::vector<int64_t> positions =
+              pad ? DistributedSampler(n, replicas, rank, false).indices(3)
+                  : ShardSampler(n, replicas, rank).indices(3);
+          for (int64_t position : positions) {
+            expected.push_back(list[static_cast<size_t>(position)]);
+          }
+          EXPECT_EQ(share.indices(3), expected)
+              << "n=" << n << " replicas=" << replicas << " rank=" << rank
+              << " pad=" << pad;
+          EXPECT_EQ(share.size(), static_cast<int64_t>(expected.size()));
+        }
+      }
+    }
+  }
+}
+
+// A batch sampler of the user's own: fixed batches of varying size.
+class FixedBatches final : public BatchSamplerBase {
+ public:
+  explicit FixedBatches(
+      std::vector<std::vector<int64_t>> batches, int64_t size = -1)
+      : batches_(std::move(batches)),
+        size_(size < 0 ? static_cast<int64_t>(batches_.size()) : size) {}
+  std::vector<std::vector<int64_t>> batches(int64_t /*epoch*/) const override {
+    return batches_;
+  }
+  int64_t size() const override {
+    return size_;
+  }
+
+ private:
+  std::vector<std::vector<int64_t>> batches_;
+  int64_t size_;
+};
+
+std::vector<std::vector<int64_t>> five_batches() {
+  return {{0, 1}, {2}, {3, 4, 5}, {6}, {7, 8}};
+}
+
+TEST(DistributedBatchSampler, TakesEveryRanksBatchPaddedWithTheFirstOnes) {
+  using Batches = std::vector<std::vector<int64_t>>;
+  auto inner = std::make_shared<FixedBatches>(five_batches());
+  const DistributedBatchSampler rank0(inner, 2, 0);
+  const DistributedBatchSampler rank1(inner, 2, 1);
+  EXPECT_EQ(rank0.batches(0), (Batches{{0, 1}, {3, 4, 5}, {7, 8}}));
+  // Batches 1 and 3, then batch 5 is batch 0 again: both ranks take 3.
+  EXPECT_EQ(rank1.batches(0), (Batches{{2}, {6}, {0, 1}}));
+  EXPECT_EQ(rank0.size(), 3);
+  EXPECT_EQ(rank1.size(), 3);
+  const DistributedBatchSampler unpadded(inner, 2, 1, /*pad=*/false);
+  EXPECT_EQ(unpadded.batches(0), (Batches{{2}, {6}}));
+  EXPECT_EQ(unpadded.size(), 2);
+  EXPECT_EQ(
+      DistributedBatchSampler(inner, 3, 2, false).batches(0),
+      (Batches{{3, 4, 5}}));
+  EXPECT_EQ(&rank1.batch_sampler(), inner.get());
+}
+
+TEST(DistributedBatchSampler, NamesAMiscountOrAnEmptyBatchOfTheWrappedOne) {
+  // The split would hide both: 4 batches said, 5 given, gives 2 each.
+  const DistributedBatchSampler miscounted(
+      std::make_shared<FixedBatches>(five_batches(), 4), 2, 0);
+  try {
+    miscounted.batches(2);
+    ADD_FAILURE() << "expected a DataError";
+  } catch (const DataError& error) {
+    EXPECT_STREQ(
+        error.what(),
+        "the batch sampler gave 5 batches for epoch 2 but its size() is 4; "
+        "the loader's length comes from size()");
+  }
+  auto batches = five_batches();
+  batches[3].clear();
+  const DistributedBatchSampler with_empty(
+      std::make_shared<FixedBatches>(batches), 2, 0);
+  try {
+    with_empty.batches(0);
+    ADD_FAILURE() << "expected a DataError";
+  } catch (const DataError& error) {
+    EXPECT_STREQ(
+        error.what(),
+        "the batch sampler's batch 3 of epoch 0 is empty; every batch needs "
+        "at least one sample index");
+  }
+}
+
 TEST(LengthGroupedSampler, MatchesTheReferenceGrouping) {
   for (const Case& c : reference_cases("length_grouped")) {
     std::optional<int64_t> mult;
@@ -562,6 +709,26 @@ TEST(Samplers, InvalidArgumentsNameTheArgumentAndValue) {
   expect_config_error(
       [] { DistributedSampler(10, 3, -1); },
       "Invalid rank -1, rank should be in the interval [0, 2]");
+
+  expect_config_error(
+      [] { DistributedSamplerWrapper(nullptr, 2, 0); },
+      "DistributedSamplerWrapper: expected a sampler, got a null pointer");
+  expect_config_error(
+      [] {
+        DistributedSamplerWrapper(std::make_shared<SequentialSampler>(4), 2, 2);
+      },
+      "DistributedSamplerWrapper: expected 0 <= rank < num_replicas, got "
+      "rank 2 of 2");
+  expect_config_error(
+      [] { DistributedBatchSampler(nullptr, 2, 0); },
+      "DistributedBatchSampler: expected a batch sampler, got a null pointer");
+  expect_config_error(
+      [] {
+        DistributedBatchSampler(
+            std::make_shared<FixedBatches>(five_batches()), 0, 0);
+      },
+      "DistributedBatchSampler: expected 0 <= rank < num_replicas, got "
+      "rank 0 of 0");
 
   expect_config_error(
       [] { BatchSampler(nullptr, 2, false); },

@@ -40,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -202,14 +203,77 @@ TEST(Shard, EvaluationSharesCountEverySampleOnceWithoutPadding) {
   EXPECT_EQ(
       targets_of(*data::shard(loader, 3, 2, false)),
       (std::vector<int64_t>{2, 5, 8}));
-  data::DataLoader sampled(
+}
+
+TEST(Shard, ALoadersOwnSamplerIsSplitPositionByPosition) {
+  auto sampler = std::make_shared<data::WeightedRandomSampler>(
+      std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 9, true, 3);
+  data::DataLoader loader(
+      numbered(10), data::DataLoaderOptions(2).sampler(sampler));
+  for (const bool training : {true, false}) {
+    std::vector<int64_t> expected;
+    const std::vector<int64_t> drawn = sampler->indices(4);
+    // Positions 1, 3, 5, 7 (and 9 % 9 = 0 when padded for training).
+    for (int64_t p = 1; p < (training ? 10 : 9); p += 2) {
+      expected.push_back(drawn[static_cast<size_t>(p % 9)]);
+    }
+    auto share = data::shard(loader, 2, 1, training);
+    share->set_epoch(4);
+    EXPECT_EQ(targets_of(*share), expected) << "training=" << training;
+    EXPECT_EQ(share->num_batches(), training ? 3 : 2);
+  }
+}
+
+TEST(Shard, ALoadersOwnBatchSamplerIsSplitBatchByBatch) {
+  // Batches [0 1 2] [3 4 5] [6 7 8] [9]; rank 1 of 3 takes batch 1, then
+  // for training batch 4 % 4 = 0, so every rank takes two.
+  data::DataLoader loader(
       numbered(10),
-      data::DataLoaderOptions(4).sampler(
-          std::make_shared<data::SequentialSampler>(10)));
+      data::DataLoaderOptions().batch_sampler(
+          std::make_shared<data::BatchSampler>(
+              std::make_shared<data::SequentialSampler>(10), 3, false)));
+  auto training = data::shard(loader, 3, 1, true);
+  EXPECT_EQ(targets_of(*training), (std::vector<int64_t>{3, 4, 5, 0, 1, 2}));
+  EXPECT_EQ(training->num_batches(), 2);
+  EXPECT_EQ(
+      targets_of(*data::shard(loader, 3, 1, false)),
+      (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(
+      targets_of(*data::shard(loader, 3, 0, false)),
+      (std::vector<int64_t>{0, 1, 2, 9}));
+}
+
+TEST(Shard, AShareBuiltByHandIsKeptForItsRankAndNamedForAnother) {
+  auto own = std::make_shared<data::DistributedSampler>(10, 2, 1, true, 5);
+  data::DataLoader loader(
+      numbered(10), data::DataLoaderOptions(4).sampler(own));
+  EXPECT_EQ(targets_of(*data::shard(loader, 2, 1, true)), own->indices(0));
   EXPECT_THROWS_WITH(
       ConfigError,
-      data::shard(sampled, 2, 0, true),
-      "a loader with its own sampler or batch_sampler cannot be split");
+      data::shard(loader, 2, 0, true),
+      "the loader's sampler is the share of rank 1 of 2, but this process is "
+      "rank 0 of 2: give the loader the whole data's sampler (each process "
+      "takes its share of it), or build its share with this process's rank "
+      "and world size");
+  auto own_batches = std::make_shared<data::DistributedBatchSampler>(
+      std::make_shared<data::BatchSampler>(
+          std::make_shared<data::SequentialSampler>(10), 2, false),
+      2,
+      0);
+  data::DataLoader batch_share(
+      numbered(10), data::DataLoaderOptions().batch_sampler(own_batches));
+  EXPECT_EQ(
+      targets_of(*data::shard(batch_share, 2, 0, true)),
+      (std::vector<int64_t>{0, 1, 4, 5, 8, 9}));
+  data::DataLoader batched(
+      numbered(10),
+      data::DataLoaderOptions().batch_sampler(
+          std::make_shared<data::BatchSampler>(own, 2, false)));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      data::shard(batched, 3, 1, false),
+      "the loader's batch_sampler is the share of rank 1 of 2, but this "
+      "process is rank 1 of 3");
 }
 
 // ---------------------------------------------------------------------------
@@ -550,6 +614,51 @@ std::vector<at::Tensor> load_parameters(const std::string& path) {
   return parameters;
 }
 
+// A batch sampler of the user's own: a permutation of n samples (i -> 37 i
+// + 11 epoch + seed mod 64), cut into batches of `batch_size`.
+class Chunks final : public data::BatchSamplerBase {
+ public:
+  Chunks(int64_t batch_size, uint64_t seed)
+      : batch_size_(batch_size), seed_(static_cast<int64_t>(seed)) {}
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override {
+    std::vector<std::vector<int64_t>> out(kSamples / batch_size_);
+    for (int64_t i = 0; i < kSamples; ++i) {
+      out[i / batch_size_].push_back((37 * i + 11 * epoch + seed_) % kSamples);
+    }
+    return out;
+  }
+  int64_t size() const override {
+    return kSamples / batch_size_;
+  }
+
+ private:
+  int64_t batch_size_;
+  int64_t seed_;
+};
+
+// The training loader's order: the Trainer's shuffle-free split of the
+// dataset (""), a shuffled one ("shuffle", seeded), a sampler of the
+// user's own ("sampler": weighted draws with replacement) or a batch
+// sampler of the user's own ("batch_sampler").
+data::DataLoaderOptions train_loader_options(
+    const std::string& order, int64_t batch_size, uint64_t seed) {
+  if (order == "sampler") {
+    std::vector<double> weights(kSamples);
+    std::iota(weights.begin(), weights.end(), 1.0);
+    return data::DataLoaderOptions(batch_size)
+        .sampler(std::make_shared<data::WeightedRandomSampler>(
+            weights, kSamples, true, seed));
+  }
+  if (order == "batch_sampler") {
+    return data::DataLoaderOptions().batch_sampler(
+        std::make_shared<Chunks>(batch_size, seed));
+  }
+  if (order == "shuffle") {
+    return data::DataLoaderOptions(batch_size).shuffle(true).seed(seed);
+  }
+  return data::DataLoaderOptions(batch_size);
+}
+
 // A fit of mlp_classifier (HOTLOOP_DIST_CNN: the CNN, with
 // SyncBatchNorm unless HOTLOOP_DIST_SYNC_BN=0) on quadrant images: batch
 // HOTLOOP_DIST_BATCH per
@@ -561,9 +670,14 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
   const int64_t samples =
       env.rank == 1 ? environment_int("HOTLOOP_DIST_RANK1_SAMPLES", kSamples)
                     : kSamples;
+  const int64_t seed =
+      env.rank == 1 ? environment_int("HOTLOOP_DIST_RANK1_SEED", 2) : 2;
   data::DataLoader train(
       train::quadrants(samples, 1),
-      data::DataLoaderOptions(environment_int("HOTLOOP_DIST_BATCH", 8)));
+      train_loader_options(
+          environment("HOTLOOP_DIST_ORDER"),
+          environment_int("HOTLOOP_DIST_BATCH", 8),
+          static_cast<uint64_t>(seed)));
   data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
   const bool cnn = !environment("HOTLOOP_DIST_CNN").empty();
   const bool sync = environment("HOTLOOP_DIST_SYNC_BN") != "0";
@@ -705,10 +819,12 @@ struct SingleProcess {
   std::map<std::string, double> metrics;
 };
 
-SingleProcess one_process(int64_t accumulate, bool cnn) {
+SingleProcess one_process(
+    int64_t accumulate, bool cnn, const std::string& order = "") {
   auto single = classifier(cnn, /*sync_batchnorm=*/false);
   data::DataLoader train(
-      train::quadrants(kSamples, 1), data::DataLoaderOptions(16 / accumulate));
+      train::quadrants(kSamples, 1),
+      train_loader_options(order, 16 / accumulate, 2));
   data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
   train::Trainer trainer(
       worker_trainer_options("").max_epochs(2).accumulate_grad_batches(
@@ -724,12 +840,16 @@ SingleProcess one_process(int64_t accumulate, bool cnn) {
 
 // Two processes with batch 8 each (or 4 x 2 accumulated) against one with
 // batch 16: the same samples per step, the same mean gradient.
-void expect_two_ranks_equal_one_process(int64_t accumulate, bool cnn = false) {
+// With a sampler or batch_sampler of the user's own (`order`), the ranks'
+// batches k are the positions (or batches) of one process's batch k.
+void expect_two_ranks_equal_one_process(
+    int64_t accumulate, bool cnn = false, const std::string& order = "") {
   TempDir dir;
   Variables env{
       {"HOTLOOP_DIST_BATCH", std::to_string(8 / accumulate)},
       {"HOTLOOP_DIST_ACCUMULATE", std::to_string(accumulate)},
-      {"HOTLOOP_DIST_EPOCHS", "2"}};
+      {"HOTLOOP_DIST_EPOCHS", "2"},
+      {"HOTLOOP_DIST_ORDER", order}};
   if (cnn) {
     env["HOTLOOP_DIST_CNN"] = "1";
   }
@@ -738,7 +858,7 @@ void expect_two_ranks_equal_one_process(int64_t accumulate, bool cnn = false) {
       << workers.log(0) << workers.error(0) << workers.log(1)
       << workers.error(1);
 
-  const SingleProcess single = one_process(accumulate, cnn);
+  const SingleProcess single = one_process(accumulate, cnn, order);
   const auto a = load_parameters(dir.file("params0.pt"));
   const auto b = load_parameters(dir.file("params1.pt"));
   const auto& expected = single.state;
@@ -773,6 +893,14 @@ TEST(DDPTrainer, TwoRanksOfBatch8EqualOneProcessOfBatch16) {
 
 TEST(DDPTrainer, AccumulatedStepsEqualOneProcesssWholeBatches) {
   expect_two_ranks_equal_one_process(2);
+}
+
+TEST(DDPTrainer, ASamplerOfTheUsersOwnIsSplitAndEqualsOneProcess) {
+  expect_two_ranks_equal_one_process(1, false, "sampler");
+}
+
+TEST(DDPTrainer, ABatchSamplerOfTheUsersOwnIsSplitAndEqualsOneProcess) {
+  expect_two_ranks_equal_one_process(1, false, "batch_sampler");
 }
 
 TEST(DDPTrainer, SyncBatchNormRanksEqualOneProcessWithBatchNorm) {
@@ -955,6 +1083,24 @@ TEST(DDPTrainer, DataOrAModelThatDiffersAcrossRanksStopsBeforeTheFirstStep) {
       data.error(0),
       HasSubstr("the training set differs across the 2 processes: this one "
                 "(rank 0) has 64 samples, others from 64 to 80"));
+  // Rank 1 seeds its loader's shuffle, sampler or batch sampler apart.
+  for (const char* kind : {"shuffle", "sampler", "batch_sampler"}) {
+    TempDir order_dir;
+    const Workers order = run_workers(
+        "fit",
+        2,
+        order_dir.path(),
+        {{"HOTLOOP_DIST_ORDER", kind}, {"HOTLOOP_DIST_RANK1_SEED", "9"}});
+    EXPECT_EQ(order.codes, (std::vector<int>{3, 3})) << kind;
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_THAT(
+          order.error(rank),
+          HasSubstr("the training order differs across the 2 processes "
+                    "(their loaders' seeds, or their samplers' or batch "
+                    "samplers' first epochs, differ)"))
+          << kind;
+    }
+  }
   TempDir model_dir;
   const Workers model = run_workers(
       "fit", 2, model_dir.path(), {{"HOTLOOP_DIST_RANK1_WIDER", "1"}});

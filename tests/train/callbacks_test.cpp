@@ -1543,8 +1543,9 @@ class RankOneStrategy : public Strategy {
     }
   }
   void all_reduce(at::Tensor& values, Reduction op) override {
-    // Before the first step the processes compare their data (the maxima
-    // of the counts and of their negatives); then validation sums.
+    // Before the first step the processes compare their data and orders
+    // (the maxima of the values and of their negatives); then validation
+    // sums.
     ops += op == Reduction::kMax ? "max " : "sum ";
     if (op == Reduction::kSum) {
       values.mul_(2);
@@ -1603,10 +1604,10 @@ TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
   EXPECT_EQ(result.steps, 2);
   EXPECT_EQ(result.world_size, 2);
   EXPECT_EQ(strategy->calls, "setup b B W b B W barrier teardown");
-  // The data compared once, then the sanity check's and the epoch's
-  // validation metrics (their means and confusion counts), one collective
-  // each.
-  EXPECT_EQ(strategy->ops, "max sum sum ");
+  // The data compared, then the training and the validation order, then
+  // the sanity check's and the epoch's validation metrics (their means and
+  // confusion counts), one collective each.
+  EXPECT_EQ(strategy->ops, "max max max sum sum ");
   // Its partner's sums were its own (doubled), so the means are those of
   // rank 1's share of the validation split.
   auto share = data::shard(val_loader_, 2, 1, /*training=*/false);

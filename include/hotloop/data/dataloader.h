@@ -306,13 +306,22 @@ class DataLoader {
 
 namespace hotloop::data {
 
-/// The loader of one of `num_replicas` processes over `loader`'s dataset,
-/// with its options: for training a DistributedSampler (shuffled as
-/// `loader` is, with its seed, padded to equal shares as PyTorch's), for
-/// evaluation a ShardSampler (every sample counted once). Throws
-/// ConfigError when `loader` has a sampler or batch_sampler of its own,
-/// which cannot be split, or reads an IterableDataset, whose streams the
-/// loader cannot split across processes.
+/// The loader of process `rank` of `num_replicas` over `loader`'s dataset,
+/// with its options, as Lightning re-creates a loader for a data-parallel
+/// run. Its share, for training (padded to equal shares, so that the
+/// processes step together) or for evaluation (every sample counted
+/// once):
+/// - with no sampler of its own, a DistributedSampler (shuffled as
+///   `loader` is, with its seed) or a ShardSampler;
+/// - with its own `sampler`, every num_replicas-th index of that sampler's
+///   epoch (DistributedSamplerWrapper);
+/// - with its own `batch_sampler`, every num_replicas-th batch of it
+///   (DistributedBatchSampler).
+/// A sampler that already is a share (a DistributedSampler, ShardSampler
+/// or one of the wrappers, also inside a BatchSampler) is kept when it is
+/// this process's share. Throws ConfigError when it is another process's,
+/// or when `loader` reads an IterableDataset, whose streams the loader
+/// cannot split across processes.
 std::unique_ptr<DataLoader> shard(
     const DataLoader& loader,
     int64_t num_replicas,

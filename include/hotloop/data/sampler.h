@@ -150,6 +150,20 @@ class DistributedSampler final : public Sampler {
   /// Indices of all ranks together per epoch (PyTorch's `total_size`).
   int64_t total_size() const;
 
+  /// The constructor's arguments.
+  int64_t num_replicas() const {
+    return num_replicas_;
+  }
+  int64_t rank() const {
+    return rank_;
+  }
+  bool shuffle() const {
+    return shuffle_;
+  }
+  uint64_t seed() const {
+    return seed_;
+  }
+
  private:
   int64_t n_;
   int64_t num_replicas_;
@@ -172,10 +186,63 @@ class ShardSampler final : public Sampler {
   std::vector<int64_t> indices(int64_t epoch) const override;
   int64_t size() const override;
 
+  /// The constructor's arguments.
+  int64_t num_replicas() const {
+    return num_replicas_;
+  }
+  int64_t rank() const {
+    return rank_;
+  }
+
  private:
   int64_t n_;
   int64_t num_replicas_;
   int64_t rank_;
+};
+
+/// One rank's share of another sampler's epoch, for a data-parallel run
+/// (Lightning's DistributedSamplerWrapper; without `pad`, its
+/// UnrepeatedDistributedSamplerWrapper): positions rank,
+/// rank + num_replicas, rank + 2 * num_replicas, ... of `sampler`'s
+/// indices, in their order. With `pad` (training) the list is first
+/// padded to a multiple of num_replicas by repeating its start, as
+/// DistributedSampler pads, so every rank takes
+/// ceil(size / num_replicas) indices and the ranks step together; without
+/// (evaluation) every index counts once and the shares differ in size by
+/// at most one.
+///
+/// The shares are disjoint only when every rank builds `sampler` alike
+/// (the same arguments and seed), so that all draw the same epoch; a
+/// data-parallel fit checks that their first epochs agree.
+class DistributedSamplerWrapper final : public Sampler {
+ public:
+  /// Requires a sampler, num_replicas > 0 and 0 <= rank < num_replicas
+  /// (else `hotloop::ConfigError`).
+  DistributedSamplerWrapper(
+      std::shared_ptr<const Sampler> sampler,
+      int64_t num_replicas,
+      int64_t rank,
+      bool pad = true);
+
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+  /// The sampler whose epochs are split.
+  const Sampler& sampler() const {
+    return *sampler_;
+  }
+  int64_t num_replicas() const {
+    return num_replicas_;
+  }
+  int64_t rank() const {
+    return rank_;
+  }
+
+ private:
+  std::shared_ptr<const Sampler> sampler_;
+  int64_t num_replicas_;
+  int64_t rank_;
+  bool pad_;
 };
 
 /// Indices in random order, grouped so that every run of `batch_size` holds
@@ -198,7 +265,9 @@ class ShardSampler final : public Sampler {
 /// (here each epoch is seeded, as every sampler here is) and groups by
 /// batch_size x gradient accumulation steps (pass that product to match);
 /// no lengths give an empty epoch (there, an error). A data-parallel fit
-/// refuses a loader with a sampler of its own (`shard`).
+/// splits it as any sampler (DistributedSamplerWrapper): each rank's batch
+/// is every num_replicas-th of num_replicas x batch_size neighbours, so
+/// keep a megabatch several times that.
 class LengthGroupedSampler final : public Sampler {
  public:
   /// `lengths[i]`: sample i's length (tokens, frames), >= 0. Without
@@ -234,7 +303,8 @@ class LengthGroupedSampler final : public Sampler {
 /// Like Sampler: the batches of epoch e depend only on the constructor
 /// arguments and e (a loader resumes mid-epoch from that), and `batches`
 /// and `size` may be called from any number of threads at once. A
-/// data-parallel fit refuses a loader with a batch_sampler (`shard`).
+/// data-parallel fit gives each process every num_replicas-th batch
+/// (DistributedBatchSampler), so every process must build it alike.
 class BatchSamplerBase {
  public:
   virtual ~BatchSamplerBase() = default;
@@ -280,5 +350,61 @@ class BatchSampler final : public BatchSamplerBase {
   int64_t batch_size_;
   bool drop_last_;
 };
+
+/// One rank's share of another batch sampler's epoch, for a data-parallel
+/// run (like accelerate's BatchSamplerShard): batches rank,
+/// rank + num_replicas, rank + 2 * num_replicas, ... of `batch_sampler`'s,
+/// in their order. With `pad` (training) the epoch's batches are first
+/// continued with its first whole batches to a multiple of num_replicas
+/// (accelerate's even_batches pads with the epoch's first samples, cut to
+/// the batch size, instead), so every rank takes ceil(size / num_replicas)
+/// batches and the ranks step together; without (evaluation) every batch
+/// counts once.
+///
+/// Each step then averages the ranks' gradients, each the mean over its own
+/// batch, whatever the batches' sizes. Every rank must build
+/// `batch_sampler` alike (the same arguments and seed); a data-parallel
+/// fit checks that their first epochs agree.
+class DistributedBatchSampler final : public BatchSamplerBase {
+ public:
+  /// Requires a batch sampler, num_replicas > 0 and
+  /// 0 <= rank < num_replicas (else `hotloop::ConfigError`).
+  DistributedBatchSampler(
+      std::shared_ptr<const BatchSamplerBase> batch_sampler,
+      int64_t num_replicas,
+      int64_t rank,
+      bool pad = true);
+
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
+  int64_t size() const override;
+
+  /// The batch sampler whose epochs are split.
+  const BatchSamplerBase& batch_sampler() const {
+    return *batch_sampler_;
+  }
+  int64_t num_replicas() const {
+    return num_replicas_;
+  }
+  int64_t rank() const {
+    return rank_;
+  }
+
+ private:
+  std::shared_ptr<const BatchSamplerBase> batch_sampler_;
+  int64_t num_replicas_;
+  int64_t rank_;
+  bool pad_;
+};
+
+namespace detail {
+
+/// Throws `hotloop::DataError` unless `batches`, a batch sampler's epoch
+/// `epoch`, are `size` lists (its `size()`), none empty.
+void check_batches(
+    const std::vector<std::vector<int64_t>>& batches,
+    int64_t size,
+    int64_t epoch);
+
+} // namespace detail
 
 } // namespace hotloop::data

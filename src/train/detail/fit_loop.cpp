@@ -118,6 +118,70 @@ void check_same_everywhere(
   }
 }
 
+// A digest of the order every process's share is taken from, the same on
+// every process when they load alike: the whole sampler's (or batch
+// sampler's) first epoch, drawn once more here, or a shuffling
+// DistributedSampler's seed.
+int64_t order_digest(const data::DataLoader& share) {
+  uint64_t digest = 1469598103934665603ULL; // FNV-1a
+  const auto mix = [&digest](int64_t value) {
+    digest = (digest ^ static_cast<uint64_t>(value)) * 1099511628211ULL;
+  };
+  const data::DataLoaderOptions& options = share.options();
+  const data::Sampler* sampler = options.sampler().get();
+  if (const auto* batches = dynamic_cast<const data::DistributedBatchSampler*>(
+          options.batch_sampler().get())) {
+    for (const std::vector<int64_t>& batch :
+         batches->batch_sampler().batches(0)) {
+      mix(static_cast<int64_t>(batch.size()));
+      std::for_each(batch.begin(), batch.end(), mix);
+    }
+  } else if (
+      const auto* batches = dynamic_cast<const data::BatchSampler*>(
+          options.batch_sampler().get())) {
+    sampler = &batches->sampler();
+  }
+  if (const auto* wrapper =
+          dynamic_cast<const data::DistributedSamplerWrapper*>(sampler)) {
+    const std::vector<int64_t> indices = wrapper->sampler().indices(0);
+    std::for_each(indices.begin(), indices.end(), mix);
+  } else if (
+      const auto* distributed =
+          dynamic_cast<const data::DistributedSampler*>(sampler)) {
+    // Unshuffled, the seed sets augmentation only, which may differ.
+    mix(distributed->shuffle() ? 1 : 0);
+    if (distributed->shuffle()) {
+      mix(static_cast<int64_t>(distributed->seed()));
+    }
+  }
+  return static_cast<int64_t>(digest >> 2);
+}
+
+// Processes that draw their shares from different orders train (or
+// evaluate) on overlapping shares and miss the rest: stop before the first
+// step. `what`: "training" or "validation".
+void check_same_order(
+    Strategy& strategy, const char* what, const data::DataLoader& share) {
+  if (strategy.world_size() == 1) {
+    return;
+  }
+  const int64_t digest = order_digest(share);
+  at::Tensor extremes = at::tensor({digest, -digest});
+  strategy.all_reduce(extremes, Reduction::kMax);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      extremes[0].item<int64_t>() == -extremes[1].item<int64_t>(),
+      "the ",
+      what,
+      " order differs across the ",
+      strategy.world_size(),
+      " processes (their loaders' seeds, or their samplers' or batch "
+      "samplers' first epochs, differ): every process must build its loader "
+      "alike, with the same seed, or their shares overlap and miss samples; "
+      "a sampler of your own that takes one process's share already must "
+      "give the whole data instead (each process takes its share of it)");
+}
+
 LoaderFingerprint loader_fingerprint(
     const data::DataLoader& train, int64_t batches_per_epoch) {
   const data::DataLoaderOptions& options = train.options();
@@ -244,6 +308,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       "the training set",
       {{"samples", train_->dataset_size().value_or(-1)},
        {"batches per epoch", batches_per_epoch_}});
+  check_same_order(strategy, "training", *train_);
+  if (val_ != nullptr) {
+    check_same_order(strategy, "validation", *val_);
+  }
   accumulate_ = options.accumulate_grad_batches();
   val_check_batches_ = val_check_batches(
       options.val_check_interval(), batches_per_epoch_, accumulate_);
