@@ -554,9 +554,12 @@ ProfileContext Trainer::profile_context(
     context.convolutional = context.convolutional || parameter.dim() == 4;
   }
   context.cuda_graphs = options_.cuda_graphs();
+  // data.batch_size sets the batch unless a batch sampler makes the
+  // batches, or the loader does not batch (batch_size=None).
+  const data::DataLoaderOptions& loading = train.options();
   const std::optional<int64_t> samples = train.dataset_size();
-  context.batch_can_grow =
-      !samples || train.options().batch_size().value_or(1) < *samples;
+  context.batch_can_grow = loading.batch_size() && !loading.batch_sampler() &&
+                           (!samples || *loading.batch_size() < *samples);
   return context;
 }
 

@@ -14,6 +14,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
@@ -1030,6 +1031,59 @@ TEST_F(CallbackTest, HooksInsideTheStepCountAsLoggingTime) {
   EXPECT_THAT(
       nlohmann::json::parse(in).at("profile").at("verdict").get<std::string>(),
       ::testing::StartsWith("logging-bound: "));
+}
+
+// Takes its time in the optimizer step, so that a fit is optimizer-bound.
+class SlowSgd final : public torch::optim::SGD {
+ public:
+  using SGD::SGD;
+  at::Tensor step(LossClosure closure = nullptr) override {
+    std::this_thread::sleep_for(kHookSleep);
+    return SGD::step(std::move(closure));
+  }
+};
+
+class SlowOptimizerClassifier final : public ImageClassifier {
+ public:
+  explicit SlowOptimizerClassifier(ImageClassifier&& module)
+      : ImageClassifier(std::move(module)) {}
+  OptimizerSetup configure_optimizers(const FitPlan&) override {
+    return OptimizerSetup(std::make_unique<SlowSgd>(
+        parameters(), torch::optim::SGDOptions(0.01)));
+  }
+};
+
+TEST_F(CallbackTest, TheProfileAdvisesALargerBatchOnlyWhereTheLoaderSetsIt) {
+  const auto verdict = [&](data::DataLoader& train) {
+    SlowOptimizerClassifier module(std::move(*make_module(0)));
+    Trainer trainer(options().max_epochs(1).limit_train_batches(5));
+    trainer.fit(module, train);
+    std::ifstream in(trainer.log_dir() + "/summary.json");
+    return nlohmann::json::parse(in)
+        .at("profile")
+        .at("verdict")
+        .get<std::string>();
+  };
+  auto plain = train_loader();
+  const std::string by_batch_size = verdict(plain);
+  EXPECT_THAT(by_batch_size, ::testing::StartsWith("optimizer-bound: "));
+  EXPECT_THAT(
+      by_batch_size,
+      ::testing::EndsWith(
+          " - raise data.batch_size or trainer.accumulate_grad_batches"));
+  // A batch sampler of the user's own makes the batches, not batch_size.
+  data::DataLoader sampled(
+      train_set_,
+      data::DataLoaderOptions().batch_sampler(
+          std::make_shared<data::BatchSampler>(
+              std::make_shared<data::SequentialSampler>(train_set_->size()),
+              32,
+              false)));
+  const std::string by_sampler = verdict(sampled);
+  EXPECT_THAT(by_sampler, ::testing::StartsWith("optimizer-bound: "));
+  EXPECT_THAT(
+      by_sampler,
+      ::testing::EndsWith(" - raise trainer.accumulate_grad_batches"));
 }
 
 // Takes its time before the first step, in its setup.

@@ -25,8 +25,9 @@ struct ProfileContext {
   bool convolutional = false;
   /// trainer.cuda_graphs: a launch-bound step is advised to capture.
   bool cuda_graphs = false;
-  /// False when one batch already holds the whole training set: no advice
-  /// to raise data.batch_size then.
+  /// False when one batch already holds the whole training set, or when
+  /// the loader's batch_size does not set the batch (a batch_sampler of
+  /// its own, batch_size=None): no advice to raise data.batch_size then.
   bool batch_can_grow = true;
 };
 
