@@ -11,6 +11,14 @@ namespace hotloop::train {
 /// and val_acc (next-token accuracy) in validation, test_loss/test_acc in test.
 /// predict_step returns the most likely next token at every position
 /// [B, T] int64.
+///
+/// A target below 0 is ignored: -100 (PyTorch's ignore_index, Hugging
+/// Face's labels) or -1 (nanoGPT's), such as a prompt's positions when
+/// fine-tuning on its answers, or padding. The loss and accuracy are means
+/// over the other positions; an evaluation's means weigh each batch by
+/// them (read back once per batch) and skip a batch with none. A training
+/// batch with none has a NaN loss, as in PyTorch (trainer.on_nonfinite_loss
+/// says what follows).
 class LanguageModel : public NetworkModule {
  public:
   /// `network`: tokens [B, T] int64 -> logits [B, T, vocab].
