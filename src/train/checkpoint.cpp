@@ -554,9 +554,14 @@ void write_file_atomically(
 }
 
 bool LoaderFingerprint::operator==(const LoaderFingerprint& other) const {
+  // What an older checkpoint did not record agrees with anything.
+  const auto agree = [](int64_t a, int64_t b, int64_t unknown) {
+    return a == unknown || b == unknown || a == b;
+  };
   return seed == other.seed && batches_per_epoch == other.batches_per_epoch &&
          batch_size == other.batch_size && dataset_size == other.dataset_size &&
-         shuffle == other.shuffle;
+         shuffle == other.shuffle && agree(order, other.order, -1) &&
+         agree(world_size, other.world_size, 0);
 }
 
 void save_checkpoint(
@@ -639,7 +644,9 @@ void save_checkpoint(
                 loader.batches_per_epoch,
                 loader.batch_size,
                 loader.dataset_size,
-                loader.shuffle ? 1 : 0},
+                loader.shuffle ? 1 : 0,
+                loader.order,
+                loader.world_size},
             at::kLong));
   }
   write_file_atomically(path, [&](std::ostream& out) {
@@ -935,7 +942,7 @@ TrainingProgress load_checkpoint(
     if (archive.try_read("loader", loader)) {
       loader = loader.to(at::kCPU);
       HOTLOOP_CHECK(
-          loader.dim() == 1 && loader.numel() == 5 &&
+          loader.dim() == 1 && (loader.numel() == 5 || loader.numel() == 7) &&
               loader.scalar_type() == at::kLong,
           path,
           ": malformed loader record");
@@ -945,6 +952,10 @@ TrainingProgress load_checkpoint(
       state->loader.batch_size = values[2];
       state->loader.dataset_size = values[3];
       state->loader.shuffle = values[4] != 0;
+      if (loader.numel() == 7) { // since the order and world size
+        state->loader.order = values[5];
+        state->loader.world_size = values[6];
+      }
     }
   } catch (...) {
     rethrow_as_load_error(path);

@@ -358,10 +358,23 @@ TEST(Checkpoint, LoaderFingerprintRoundTrips) {
   saved.loader.batch_size = 0; // batch_size = None
   saved.loader.dataset_size = 7;
   saved.loader.shuffle = true;
+  saved.loader.order = 987654321;
+  saved.loader.world_size = 2;
   save_checkpoint(dir.file("c.ckpt"), net, saved);
   CheckpointState loaded;
   load_checkpoint(dir.file("c.ckpt"), net, &loaded);
   EXPECT_TRUE(loaded.loader == saved.loader);
+  EXPECT_EQ(loaded.loader.order, 987654321);
+  EXPECT_EQ(loaded.loader.world_size, 2);
+  // Another order or world size is another loader; one not recorded (an
+  // older checkpoint's) agrees with any.
+  LoaderFingerprint other = saved.loader;
+  other.order = 5;
+  EXPECT_FALSE(other == saved.loader);
+  other.order = -1;
+  EXPECT_TRUE(other == saved.loader);
+  other.world_size = 3;
+  EXPECT_FALSE(other == saved.loader);
   save_checkpoint(dir.file("none.ckpt"), net, CheckpointState{});
   load_checkpoint(dir.file("none.ckpt"), net, &loaded);
   EXPECT_FALSE(loaded.loader.known());

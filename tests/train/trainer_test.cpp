@@ -1572,6 +1572,41 @@ TEST_F(TrainerTest, AMidEpochResumeRefusesADifferentLoader) {
   EXPECT_EQ(rest.steps, 16);
 }
 
+TEST_F(TrainerTest, AMidEpochResumeRefusesASamplerThatDrawsAnotherEpoch) {
+  const auto weighted = [&](uint64_t seed) {
+    return data::DataLoader(
+        train_set_,
+        data::DataLoaderOptions(32).sampler(
+            std::make_shared<data::WeightedRandomSampler>(
+                std::vector<double>(train_set_->size(), 1.0),
+                train_set_->size(),
+                true,
+                seed)));
+  };
+  auto train = weighted(1);
+  OnStepClassifier interrupted(
+      std::move(*make_module(0)), 3, raise_signal(SIGTERM));
+  std::ostringstream log;
+  const FitResult cut =
+      Trainer(options().max_epochs(2), log).fit(interrupted, train);
+  ASSERT_TRUE(cut.interrupted);
+  // The loader's options are the same; its sampler's draws are not.
+  auto redrawn = weighted(2);
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      Trainer(options().max_epochs(2), log)
+          .fit(*make_module(0), redrawn, nullptr, cut.checkpoint_path),
+      "resuming there needs the training loader it had; now a sampler or "
+      "batch sampler that draws another epoch - resume with the run's data "
+      "settings");
+  auto same = weighted(1);
+  EXPECT_EQ(
+      Trainer(options().max_epochs(2), log)
+          .fit(*make_module(0), same, nullptr, cut.checkpoint_path)
+          .steps,
+      16);
+}
+
 TEST_F(TrainerTest, TheCallersStreamAndTheModulesModeAreLeftAsTheyWere) {
   auto module = make_module(0);
   auto train = train_loader();

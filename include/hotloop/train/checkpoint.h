@@ -73,6 +73,11 @@ struct LoaderFingerprint {
   int64_t batch_size = 0; // 0 for batch_size = None
   int64_t dataset_size = 0;
   bool shuffle = false;
+  /// A digest of the order a sampler or batch sampler of the loader's own
+  /// draws (its first epoch); -1 when not recorded (older checkpoints).
+  int64_t order = -1;
+  /// The processes that shared each epoch; 0 when not recorded.
+  int64_t world_size = 0;
 
   /// Whether the checkpoint recorded one (older ones did not).
   bool known() const {

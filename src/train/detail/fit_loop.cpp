@@ -118,41 +118,48 @@ void check_same_everywhere(
   }
 }
 
-// A digest of the order every process's share is taken from, the same on
-// every process when they load alike: the whole sampler's (or batch
-// sampler's) first epoch, drawn once more here, or a shuffling
-// DistributedSampler's seed.
-int64_t order_digest(const data::DataLoader& share) {
+// A digest of the order a loader draws its epochs in beyond its seed and
+// shuffle: the first epoch of a sampler or batch sampler of its own (of
+// the whole data's, for a process's share), drawn once more here, or a
+// shuffling DistributedSampler's seed. Equal on every process that loads
+// alike; non-negative.
+int64_t order_digest(const data::DataLoader& loader) {
   uint64_t digest = 1469598103934665603ULL; // FNV-1a
   const auto mix = [&digest](int64_t value) {
     digest = (digest ^ static_cast<uint64_t>(value)) * 1099511628211ULL;
   };
-  const data::DataLoaderOptions& options = share.options();
+  const data::DataLoaderOptions& options = loader.options();
   const data::Sampler* sampler = options.sampler().get();
-  if (const auto* batches = dynamic_cast<const data::DistributedBatchSampler*>(
-          options.batch_sampler().get())) {
-    for (const std::vector<int64_t>& batch :
-         batches->batch_sampler().batches(0)) {
-      mix(static_cast<int64_t>(batch.size()));
-      std::for_each(batch.begin(), batch.end(), mix);
+  if (const data::BatchSamplerBase* batches = options.batch_sampler().get()) {
+    if (const auto* share =
+            dynamic_cast<const data::DistributedBatchSampler*>(batches)) {
+      batches = &share->batch_sampler();
     }
-  } else if (
-      const auto* batches = dynamic_cast<const data::BatchSampler*>(
-          options.batch_sampler().get())) {
-    sampler = &batches->sampler();
+    if (const auto* plain = dynamic_cast<const data::BatchSampler*>(batches)) {
+      sampler = &plain->sampler();
+    } else {
+      for (const std::vector<int64_t>& batch : batches->batches(0)) {
+        mix(static_cast<int64_t>(batch.size()));
+        std::for_each(batch.begin(), batch.end(), mix);
+      }
+    }
   }
   if (const auto* wrapper =
           dynamic_cast<const data::DistributedSamplerWrapper*>(sampler)) {
-    const std::vector<int64_t> indices = wrapper->sampler().indices(0);
-    std::for_each(indices.begin(), indices.end(), mix);
-  } else if (
-      const auto* distributed =
+    sampler = &wrapper->sampler();
+  }
+  if (const auto* distributed =
           dynamic_cast<const data::DistributedSampler*>(sampler)) {
     // Unshuffled, the seed sets augmentation only, which may differ.
     mix(distributed->shuffle() ? 1 : 0);
     if (distributed->shuffle()) {
       mix(static_cast<int64_t>(distributed->seed()));
     }
+  } else if (
+      sampler != nullptr &&
+      dynamic_cast<const data::ShardSampler*>(sampler) == nullptr) {
+    const std::vector<int64_t> indices = sampler->indices(0);
+    std::for_each(indices.begin(), indices.end(), mix);
   }
   return static_cast<int64_t>(digest >> 2);
 }
@@ -160,12 +167,10 @@ int64_t order_digest(const data::DataLoader& share) {
 // Processes that draw their shares from different orders train (or
 // evaluate) on overlapping shares and miss the rest: stop before the first
 // step. `what`: "training" or "validation".
-void check_same_order(
-    Strategy& strategy, const char* what, const data::DataLoader& share) {
+void check_same_order(Strategy& strategy, const char* what, int64_t digest) {
   if (strategy.world_size() == 1) {
     return;
   }
-  const int64_t digest = order_digest(share);
   at::Tensor extremes = at::tensor({digest, -digest});
   strategy.all_reduce(extremes, Reduction::kMax);
   HOTLOOP_CHECK_AS(
@@ -183,7 +188,10 @@ void check_same_order(
 }
 
 LoaderFingerprint loader_fingerprint(
-    const data::DataLoader& train, int64_t batches_per_epoch) {
+    const data::DataLoader& train,
+    int64_t batches_per_epoch,
+    int64_t order,
+    int64_t world_size) {
   const data::DataLoaderOptions& options = train.options();
   LoaderFingerprint loader;
   loader.seed = options.seed();
@@ -191,6 +199,8 @@ LoaderFingerprint loader_fingerprint(
   loader.batch_size = options.batch_size().value_or(0);
   loader.dataset_size = train.dataset_size().value_or(-1);
   loader.shuffle = options.shuffle();
+  loader.order = order;
+  loader.world_size = world_size;
   return loader;
 }
 
@@ -216,6 +226,11 @@ void check_same_loader(
   compare("dataset size", saved.dataset_size, now.dataset_size);
   compare("batches per epoch", saved.batches_per_epoch, now.batches_per_epoch);
   compare("shuffle", saved.shuffle, now.shuffle);
+  compare("processes", saved.world_size, now.world_size);
+  if (saved.order != -1 && saved.order != now.order) {
+    differences << (differences.tellp() > 0 ? ", " : "")
+                << "a sampler or batch sampler that draws another epoch";
+  }
   throw ConfigError(hotloop::detail::str_cat(
       path,
       ": written mid-epoch, and resuming there needs the training loader it "
@@ -248,7 +263,11 @@ CheckpointState FitLoop::checkpoint_state() const {
   if (epoch_metrics_ != nullptr && trainer_.progress_.epoch_batches > 0) {
     checkpoint.loop.epoch_metrics = epoch_metrics_->state();
   }
-  checkpoint.loader = loader_fingerprint(*train_, batches_per_epoch_);
+  checkpoint.loader = loader_fingerprint(
+      *train_,
+      batches_per_epoch_,
+      train_order_,
+      trainer_.strategy().world_size());
   return checkpoint;
 }
 
@@ -308,9 +327,10 @@ void FitLoop::prepare(const std::string& ckpt_path) {
       "the training set",
       {{"samples", train_->dataset_size().value_or(-1)},
        {"batches per epoch", batches_per_epoch_}});
-  check_same_order(strategy, "training", *train_);
-  if (val_ != nullptr) {
-    check_same_order(strategy, "validation", *val_);
+  train_order_ = order_digest(*train_);
+  check_same_order(strategy, "training", train_order_);
+  if (val_ != nullptr && strategy.world_size() > 1) {
+    check_same_order(strategy, "validation", order_digest(*val_));
   }
   accumulate_ = options.accumulate_grad_batches();
   val_check_batches_ = val_check_batches(
@@ -490,7 +510,11 @@ void FitLoop::restore(const std::string& ckpt_path) {
     check_same_loader(
         ckpt_path,
         checkpoint.loader,
-        loader_fingerprint(*train_, batches_per_epoch_));
+        loader_fingerprint(
+            *train_,
+            batches_per_epoch_,
+            train_order_,
+            trainer.strategy().world_size()));
   }
   trainer.callback_metrics_ = checkpoint.loop.callback_metrics;
   resumed_epoch_metrics_ = checkpoint.loop.epoch_metrics;

@@ -110,6 +110,9 @@ class FitLoop {
   std::optional<Precision> precision_;
   std::unique_ptr<GradScaler> scaler_;
   int64_t batches_per_epoch_ = 0;
+  // order_digest of the training loader (its sampler's first epoch), for
+  // the checkpoints' loader fingerprint.
+  int64_t train_order_ = 0;
   int64_t val_check_batches_ = 0;
   int64_t limit_val_batches_ = 0;
   int64_t accumulate_ = 1;
