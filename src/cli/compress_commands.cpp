@@ -536,7 +536,7 @@ void prepare_quantization(const FitConfig& config, Session& session) {
       torch::nn::AnyModule(net),
       config.optimizer,
       config.scheduler,
-      config.top_k);
+      classifier_options(config));
   classifier->set_flops_per_sample(module->flops_per_sample());
   session.module = classifier;
 }

@@ -638,6 +638,13 @@ ConfigSchema make_schema() {
           0,
           1));
   s.add(
+      opt("model.class_weights",
+          T::kFloatList,
+          "[]",
+          "classifiers: the training loss's weight of each class, in the "
+          "order of the class indices, as CrossEntropyLoss(weight) (val_loss "
+          "stays plain); []: none"));
+  s.add(
       opt("model.mixup_alpha",
           T::kFloat,
           "0",
@@ -1682,6 +1689,7 @@ FitConfig to_fit_config(const Config& c) {
   f.model.sync_batchnorm = f.ddp.sync_batchnorm();
   f.top_k = c.get_int("model.top_k");
   f.label_smoothing = c.get_float("model.label_smoothing");
+  f.class_weights = c.get_float_list("model.class_weights");
   f.mixing.mixup_alpha(c.get_float("model.mixup_alpha"))
       .cutmix_alpha(c.get_float("model.cutmix_alpha"));
   HOTLOOP_CHECK_AS(
@@ -1995,6 +2003,26 @@ Config resolve_config(const Config& config) {
     resolved.set("model.vocab_size", std::to_string(f.gpt.vocab_size()), why);
   }
   return resolved;
+}
+
+train::ClassifierOptions classifier_options(
+    const FitConfig& config, int64_t classes) {
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      classes <= 0 || config.class_weights.empty() ||
+          static_cast<int64_t>(config.class_weights.size()) == classes,
+      "model.class_weights has ",
+      config.class_weights.size(),
+      " weights for ",
+      classes,
+      " classes: give one per class, in the order of the class indices (an "
+      "image folder's: its class folders sorted by name)");
+  train::ClassifierOptions options;
+  options.top_k = config.top_k;
+  options.label_smoothing = config.label_smoothing;
+  options.class_weights = config.class_weights;
+  options.mixing = config.mixing;
+  return options;
 }
 
 } // namespace hotloop::cli

@@ -117,9 +117,7 @@ void add_image_classifier(
       std::move(network),
       config.optimizer,
       config.scheduler,
-      config.top_k,
-      config.label_smoothing,
-      config.mixing);
+      classifier_options(config, classes));
   module->set_flops_per_sample(flops);
   session.module = module;
   session.data.num_classes = classes;
@@ -361,9 +359,7 @@ Session csv_session(
         std::move(network),
         config.optimizer,
         config.scheduler,
-        config.top_k,
-        config.label_smoothing,
-        config.mixing);
+        classifier_options(config, outputs));
   }
   module->set_flops_per_sample(flops);
   session.module = module;

@@ -4,6 +4,7 @@
 #include "hotloop/cli/registry.h"
 #include "hotloop/cli/trained_data.h"
 #include "hotloop/core/blas.h"
+#include "hotloop/core/error.h"
 #include "hotloop/log/confusion.h"
 #include "hotloop/log/metrics_csv.h"
 #include "hotloop/models/fashion_cnn.h"
@@ -425,6 +426,41 @@ TEST(Cli, LabelSmoothingReachesTheClassifierAndIsBounded) {
   const Result r = run_cli({"fit", "--model.label_smoothing=1.5"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("model.label_smoothing"));
+}
+
+TEST(Cli, ClassWeightsReachTheClassifierOnePerClass) {
+  const FitConfig plain =
+      to_fit_config(parse_args(fit_schema(), {}, {}).config);
+  EXPECT_TRUE(plain.class_weights.empty());
+  const FitConfig weighted = to_fit_config(
+      parse_args(fit_schema(), {"--model.class_weights=[1, 0.5, 2]"}, {})
+          .config);
+  EXPECT_EQ(weighted.class_weights, (std::vector<double>{1, 0.5, 2}));
+  const train::ClassifierOptions options = classifier_options(weighted, 3);
+  EXPECT_EQ(options.class_weights, weighted.class_weights);
+  EXPECT_EQ(options.top_k, weighted.top_k);
+  EXPECT_THAT(
+      [&] { classifier_options(weighted, 10); },
+      ::testing::ThrowsMessage<hotloop::ConfigError>(
+          HasSubstr("model.class_weights has 3 weights for 10 classes: give "
+                    "one per class")));
+  // Fashion-MNIST's ten classes, given three weights: refused before any
+  // data is read.
+  const Result few = run_cli(
+      {"fit",
+       "--data.dataset=synthetic",
+       "--model.class_weights=[1, 0.5, 2]",
+       "--trainer.accelerator=cpu"});
+  EXPECT_EQ(few.code, 2);
+  EXPECT_THAT(few.err, HasSubstr("model.class_weights has 3 weights for 10"));
+  const Result negative = run_cli(
+      {"fit",
+       "--data.dataset=synthetic",
+       "--model.num_classes=2",
+       "--model.class_weights=[1, -2]",
+       "--trainer.accelerator=cpu"});
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_THAT(negative.err, HasSubstr("model.class_weights[1] is -2"));
 }
 
 TEST(Cli, RmspropAndAdagradTakePyTorchsDefaultsForTheKeysTheyShare) {

@@ -553,6 +553,61 @@ TEST(ImageClassifier, LabelSmoothingMixesTheTrainingTargetsAndLeavesValLoss) {
           HasSubstr("model.label_smoothing must be in [0, 1], got 1.5")));
 }
 
+TEST(ImageClassifier, ClassWeightsWeighTheTrainingLossAsPyTorchsCrossEntropy) {
+  // Logits straight from the input (an identity network).
+  const at::Tensor logits =
+      at::tensor(
+          {1.0, -0.5, 0.25, 0.3, 0.8, -1.2, -0.7, 0.1, 0.9, 2.0, 0.0, -1.0},
+          at::kFloat)
+          .view({4, 3});
+  const data::Batch batch{logits, at::tensor({0, 1, 2, 2}, at::kLong)};
+  ClassifierOptions options;
+  options.class_weights = {0.5, 2.0, 1.0};
+  const auto training_loss = [&](const ClassifierOptions& o) {
+    ImageClassifier module(
+        torch::nn::AnyModule(torch::nn::Identity()), {}, {}, o);
+    MetricCollection metrics;
+    return module.training_step(batch, 0, metrics).item<double>();
+  };
+  // PyTorch 1.13: torch.nn.CrossEntropyLoss(weight=torch.tensor([0.5, 2.0,
+  // 1.0]))(logits, target), and with label_smoothing=0.2.
+  EXPECT_NEAR(training_loss(options), 1.121170163154602, 1e-6);
+  options.label_smoothing = 0.2;
+  EXPECT_NEAR(training_loss(options), 1.216047763824463, 1e-6);
+  // val_loss stays the plain CrossEntropyLoss()(logits, target).
+  ImageClassifier weighted(
+      torch::nn::AnyModule(torch::nn::Identity()), {}, {}, options);
+  MetricCollection val;
+  weighted.validation_step(batch, 0, val);
+  EXPECT_NEAR(val.compute().at("val_loss"), 1.1885740756988525, 1e-6);
+
+  options.class_weights = {1.0, 2.0};
+  EXPECT_THAT(
+      [&] { training_loss(options); },
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "model.class_weights has 2 weights but the network gives logits "
+          "[4, 3]: give one weight per class")));
+  const auto refused = [&](std::vector<double> weights) {
+    ClassifierOptions bad;
+    bad.class_weights = std::move(weights);
+    return [bad] {
+      ImageClassifier(torch::nn::AnyModule(torch::nn::Identity()), {}, {}, bad);
+    };
+  };
+  EXPECT_THAT(
+      refused({1.0, -1.0, 1.0}),
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "model.class_weights[1] is -1, expected a finite weight >= 0")));
+  EXPECT_THAT(
+      refused({std::nan(""), 1.0, 1.0}),
+      ::testing::ThrowsMessage<ConfigError>(HasSubstr(
+          "model.class_weights[0] is nan, expected a finite weight >= 0")));
+  EXPECT_THAT(
+      refused({0.0, 0.0, 0.0}),
+      ::testing::ThrowsMessage<ConfigError>(
+          HasSubstr("model.class_weights are all 0: no sample would count")));
+}
+
 TEST_F(TrainerTest, StepLimitsAndAccumulationSetTheStepCount) {
   auto train = train_loader();
   auto module = make_module(0);

@@ -12,6 +12,7 @@
 #include "hotloop/optim/optimizer_factory.h"
 #include "hotloop/train/batch_mixing.h"
 #include "hotloop/train/batch_size_finder.h"
+#include "hotloop/train/classifier.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/lr_finder.h"
 #include "hotloop/train/model_checkpoint.h"
@@ -131,6 +132,9 @@ struct FitConfig {
   int64_t top_k = 5;
   /// model.label_smoothing: a classifier's training-loss label smoothing.
   double label_smoothing = 0.0;
+  /// model.class_weights: a classifier's training-loss weight of each
+  /// class; empty: none.
+  std::vector<double> class_weights;
   /// model.mixup_alpha and model.cutmix_alpha: a classifier's MixUp/CutMix.
   train::BatchMixingOptions mixing;
   /// model.init and its options: how the network's weights are drawn.
@@ -175,6 +179,12 @@ const ConfigSchema& fit_schema();
 /// Reads the typed settings out of `config` (built on fit_schema()). Checks
 /// that need several keys at once throw ConfigError naming the keys.
 FitConfig to_fit_config(const Config& config);
+
+/// The classifier's options of `config` (model.top_k, label_smoothing,
+/// class_weights, mixup_alpha, cutmix_alpha). With `classes` > 0, throws
+/// ConfigError when class_weights has another count.
+train::ClassifierOptions classifier_options(
+    const FitConfig& config, int64_t classes = 0);
 
 /// `config` with every default that to_fit_config derives from other keys
 /// written out as a setting: the model a table resolves to, an image

@@ -3,7 +3,30 @@
 #include "hotloop/train/batch_mixing.h"
 #include "hotloop/train/network_module.h"
 
+#include <cstdint>
+#include <vector>
+
 namespace hotloop::train {
+
+/// How an ImageClassifier makes its training loss and its metrics.
+struct ClassifierOptions {
+  /// The k of the extra top-k accuracy (1: none); >= 1.
+  int64_t top_k = 1;
+  /// In [0, 1]: the training loss's targets mix the true class with the
+  /// uniform distribution, as `torch.nn.CrossEntropyLoss(label_smoothing)`.
+  double label_smoothing = 0.0;
+  /// One weight per class (each finite and >= 0, not all 0), or none: the
+  /// training loss weighs each sample's term by its class's weight and
+  /// divides by the batch's sum of those weights, as
+  /// `torch.nn.CrossEntropyLoss(weight)`; for classes seen unequally often,
+  /// say each class's inverse frequency.
+  std::vector<double> class_weights = {};
+  /// MixUp/CutMix of each training batch (mix_batch), the loss the same mix
+  /// of the two labels' losses; randomness from the default CPU generator,
+  /// a host read per batch, so not under trainer.cuda_graphs (a captured
+  /// step would replay one mix).
+  BatchMixingOptions mixing = {};
+};
 
 /// A Module for classification: any network mapping input to logits,
 /// trained with cross-entropy. Logs train_loss; val_loss/val_acc in
@@ -21,16 +44,18 @@ class ImageClassifier : public NetworkModule {
   static constexpr int64_t kConfusionClasses = 1000;
 
   /// `network`: input -> logits [B, num_classes]. The optimizer and schedule
-  /// are built from the given options in configure_optimizers. `top_k`:
-  /// the k of the extra top-k accuracy (1: none); throws ConfigError < 1.
-  /// `label_smoothing` in [0, 1] (else ConfigError): the training loss's
-  /// targets mix the true class with the uniform distribution, as
-  /// `torch.nn.CrossEntropyLoss(label_smoothing=...)`; val_loss and
-  /// test_loss stay the plain cross-entropy, comparable between runs.
-  /// `mixing`: MixUp/CutMix of each training batch (mix_batch), the loss
-  /// the same mix of the two labels' losses; randomness from the default
-  /// CPU generator, a host read per batch, so not under trainer.cuda_graphs
-  /// (a captured step would replay one mix).
+  /// are built from the given options in configure_optimizers. `options`
+  /// shape the training loss (label smoothing, class weights, MixUp or
+  /// CutMix); val_loss and test_loss stay the plain cross-entropy,
+  /// comparable between runs. Throws ConfigError naming a bad option; a
+  /// network whose classes are not as many as the class weights is named
+  /// at its first training step.
+  ImageClassifier(
+      torch::nn::AnyModule network,
+      optim::OptimizerOptions optimizer,
+      optim::SchedulerOptions scheduler,
+      ClassifierOptions options);
+  /// The same with the options given one by one.
   ImageClassifier(
       torch::nn::AnyModule network,
       optim::OptimizerOptions optimizer,
@@ -61,9 +86,12 @@ class ImageClassifier : public NetworkModule {
       const std::string& prefix,
       MetricCollection& metrics);
 
-  int64_t top_k_;
-  double label_smoothing_;
-  BatchMixingOptions mixing_;
+  // The class weights on the logits' device, in the loss's dtype;
+  // undefined without class weights.
+  at::Tensor class_weights_for(const at::Tensor& logits);
+
+  ClassifierOptions options_;
+  at::Tensor class_weights_; // cached by class_weights_for
 };
 
 } // namespace hotloop::train
