@@ -49,6 +49,9 @@ void LanguageModel::evaluate(
   // weigh less and a batch with none counted adds nothing.
   const auto tokens = targets.ne(-1).sum().item<double>();
   if (tokens == 0) {
+    // Weight 0: nothing added, but the metrics exist on every process.
+    metrics.log(prefix + "_loss", 0.0, 0.0);
+    metrics.log(prefix + "_acc", 0.0, 0.0);
     return;
   }
   const at::Tensor logits = forward(batch.input);

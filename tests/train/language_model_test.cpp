@@ -113,6 +113,15 @@ TEST(LanguageModel, IgnoresNegativeTargetsInTheLossAndTheMetrics) {
         << name;
     EXPECT_NEAR(metrics_out.at("val_acc"), want_acc.item<double>(), 1e-12)
         << name;
+    // A batch that counts nothing still logs both metrics, with weight 0,
+    // so that every process of a data-parallel run reduces the same ones.
+    MetricCollection empty;
+    data::Batch nothing;
+    nothing.input = inputs.slice(0, 6);
+    nothing.target = targets.slice(0, 6);
+    module.validation_step(nothing, 0, empty);
+    EXPECT_EQ(empty.state().size(), 2u) << name;
+    EXPECT_EQ(empty.state().at("val_loss").second, 0.0) << name;
   };
   check(
       torch::nn::AnyModule(models::Gpt(models::GptOptions()

@@ -3,7 +3,10 @@
 #include "hotloop/train/metrics.h"
 #include "train/trainer_fixture.h"
 
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,7 +34,9 @@ class PartnerSawOneZero : public Strategy {
   void all_reduce(at::Tensor& values, Reduction op) override {
     ops.push_back(op);
     shapes.push_back(values.sizes().vec());
-    values.view({-1, 2}).select(1, 1).add_(1);
+    if (op == Reduction::kSum) { // the check before it agrees
+      values.view({-1, 2}).select(1, 1).add_(1);
+    }
   }
   int64_t world_size() const override {
     return 2;
@@ -47,9 +52,11 @@ TEST(Strategy, MetricSumsAndWeightsAreReducedInOneCollective) {
   metrics.log("val_loss", 0.25, 3); // sum 1.25 over 4
   PartnerSawOneZero partner;
   detail::all_reduce_metrics(metrics, partner);
-  ASSERT_EQ(partner.ops.size(), 1u);
-  EXPECT_EQ(partner.ops[0], Reduction::kSum);
-  EXPECT_EQ(partner.shapes[0], (std::vector<int64_t>{4}));
+  // First the check that every process logged the same, then the sums.
+  ASSERT_EQ(partner.ops.size(), 2u);
+  EXPECT_EQ(partner.ops[0], Reduction::kMax);
+  EXPECT_EQ(partner.ops[1], Reduction::kSum);
+  EXPECT_EQ(partner.shapes[1], (std::vector<int64_t>{4}));
   EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 3.0 / 4.0);
   EXPECT_DOUBLE_EQ(metrics.get("val_loss"), 1.25 / 5.0);
 
@@ -64,7 +71,9 @@ TEST(Strategy, MetricSumsAndWeightsAreReducedInOneCollective) {
 class PartnerDidTheSame : public Strategy {
  public:
   void all_reduce(at::Tensor& values, Reduction op) override {
-    values.mul_(2);
+    if (op == Reduction::kSum) {
+      values.mul_(2);
+    }
     ++collectives;
   }
   int64_t world_size() const override {
@@ -81,10 +90,35 @@ TEST(Strategy, CountsAreSummedInTheMeansCollectiveInPlace) {
   const at::Tensor counted = metrics.counts().at("val_confusion");
   PartnerDidTheSame partner;
   detail::all_reduce_metrics(metrics, partner);
-  EXPECT_EQ(partner.collectives, 1);
+  EXPECT_EQ(partner.collectives, 2); // the check, then the sums
   EXPECT_TRUE(counted.equal(at::tensor({6, 0, 2, 4}, at::kLong).view({2, 2})));
   EXPECT_EQ(counted.scalar_type(), at::kLong);
   EXPECT_DOUBLE_EQ(metrics.get("val_acc"), 1.0);
+}
+
+// A partner process that logged another set of metrics: the maxima of the
+// sizes and name digests (and of their negatives) are not this process's.
+class PartnerLoggedOthers : public Strategy {
+ public:
+  void all_reduce(at::Tensor& values, Reduction op) override {
+    ASSERT_EQ(op, Reduction::kMax) << "no sum after a failed check";
+    values[2] += 1; // another name digest
+  }
+  int64_t world_size() const override {
+    return 2;
+  }
+};
+
+TEST(Strategy, MetricsThatDifferAcrossProcessesAreNamedNotSummed) {
+  MetricCollection metrics;
+  metrics.log("val_loss", 0.5, 1);
+  PartnerLoggedOthers partner;
+  EXPECT_THAT(
+      [&] { detail::all_reduce_metrics(metrics, partner); },
+      ::testing::ThrowsMessage<DistError>(::testing::HasSubstr(
+          "the evaluation's metrics differ across the 2 processes (this one, "
+          "rank 0, logged 1 and counted 0): every process must log the same "
+          "metrics")));
 }
 
 } // namespace

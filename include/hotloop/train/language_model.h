@@ -16,9 +16,9 @@ namespace hotloop::train {
 /// Face's labels) or -1 (nanoGPT's), such as a prompt's positions when
 /// fine-tuning on its answers, or padding. The loss and accuracy are means
 /// over the other positions; an evaluation's means weigh each batch by
-/// them (read back once per batch) and skip a batch with none. A training
-/// batch with none has a NaN loss, as in PyTorch (trainer.on_nonfinite_loss
-/// says what follows).
+/// them (read back once per batch), a batch with none adding nothing. A
+/// training batch with none has a NaN loss, as in PyTorch
+/// (trainer.on_nonfinite_loss says what follows).
 class LanguageModel : public NetworkModule {
  public:
   /// `network`: tokens [B, T] int64 -> logits [B, T, vocab].
