@@ -644,10 +644,16 @@ void save_checkpoint(
                 loader.batches_per_epoch,
                 loader.batch_size,
                 loader.dataset_size,
-                loader.shuffle ? 1 : 0,
-                loader.order,
-                loader.world_size},
+                loader.shuffle ? 1 : 0},
             at::kLong));
+    // A key of its own, which readers before it skip: they still resume.
+    if (loader.order != -1 || loader.world_size != 0) {
+      archive.write(
+          "loader_order",
+          at::tensor(
+              std::vector<int64_t>{loader.order, loader.world_size},
+              at::kLong));
+    }
   }
   write_file_atomically(path, [&](std::ostream& out) {
     SealingBuffer sealing(*out.rdbuf());
@@ -942,7 +948,7 @@ TrainingProgress load_checkpoint(
     if (archive.try_read("loader", loader)) {
       loader = loader.to(at::kCPU);
       HOTLOOP_CHECK(
-          loader.dim() == 1 && (loader.numel() == 5 || loader.numel() == 7) &&
+          loader.dim() == 1 && loader.numel() == 5 &&
               loader.scalar_type() == at::kLong,
           path,
           ": malformed loader record");
@@ -952,10 +958,17 @@ TrainingProgress load_checkpoint(
       state->loader.batch_size = values[2];
       state->loader.dataset_size = values[3];
       state->loader.shuffle = values[4] != 0;
-      if (loader.numel() == 7) { // since the order and world size
-        state->loader.order = values[5];
-        state->loader.world_size = values[6];
-      }
+    }
+    at::Tensor order;
+    if (archive.try_read("loader_order", order)) { // since 2026-11-29
+      order = order.to(at::kCPU);
+      HOTLOOP_CHECK(
+          order.dim() == 1 && order.numel() == 2 &&
+              order.scalar_type() == at::kLong,
+          path,
+          ": malformed loader_order record");
+      state->loader.order = order.data_ptr<int64_t>()[0];
+      state->loader.world_size = order.data_ptr<int64_t>()[1];
     }
   } catch (...) {
     rethrow_as_load_error(path);

@@ -375,6 +375,17 @@ TEST(Checkpoint, LoaderFingerprintRoundTrips) {
   EXPECT_TRUE(other == saved.loader);
   other.world_size = 3;
   EXPECT_FALSE(other == saved.loader);
+  // Before the order was recorded a checkpoint held the five numbers
+  // alone (no loader_order): it loads with both unknown, agreeing with any.
+  CheckpointState older = saved;
+  older.loader.order = -1;
+  older.loader.world_size = 0;
+  save_checkpoint(dir.file("older.ckpt"), net, older);
+  load_checkpoint(dir.file("older.ckpt"), net, &loaded);
+  EXPECT_EQ(loaded.loader.order, -1);
+  EXPECT_EQ(loaded.loader.world_size, 0);
+  EXPECT_EQ(loaded.loader.seed, saved.loader.seed);
+  EXPECT_TRUE(loaded.loader == saved.loader);
   save_checkpoint(dir.file("none.ckpt"), net, CheckpointState{});
   load_checkpoint(dir.file("none.ckpt"), net, &loaded);
   EXPECT_FALSE(loaded.loader.known());

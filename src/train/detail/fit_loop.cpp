@@ -137,6 +137,8 @@ int64_t order_digest(const data::DataLoader& loader) {
     }
     if (const auto* plain = dynamic_cast<const data::BatchSampler*>(batches)) {
       sampler = &plain->sampler();
+      mix(plain->batch_size());
+      mix(plain->drop_last() ? 1 : 0);
     } else {
       for (const std::vector<int64_t>& batch : batches->batches(0)) {
         mix(static_cast<int64_t>(batch.size()));
@@ -226,8 +228,13 @@ void check_same_loader(
   compare("dataset size", saved.dataset_size, now.dataset_size);
   compare("batches per epoch", saved.batches_per_epoch, now.batches_per_epoch);
   compare("shuffle", saved.shuffle, now.shuffle);
-  compare("processes", saved.world_size, now.world_size);
-  if (saved.order != -1 && saved.order != now.order) {
+  if (saved.world_size != 0) { // recorded
+    compare("processes", saved.world_size, now.world_size);
+  }
+  // Another process count draws from another sampler (a DistributedSampler
+  // for more than one): only the same count's orders compare.
+  if (saved.order != -1 && saved.order != now.order &&
+      saved.world_size == now.world_size) {
     differences << (differences.tellp() > 0 ? ", " : "")
                 << "a sampler or batch sampler that draws another epoch";
   }
