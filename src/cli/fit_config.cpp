@@ -1690,6 +1690,15 @@ FitConfig to_fit_config(const Config& c) {
   f.top_k = c.get_int("model.top_k");
   f.label_smoothing = c.get_float("model.label_smoothing");
   f.class_weights = c.get_float_list("model.class_weights");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      f.class_weights.empty() ||
+          (f.task == "classification" && f.model_name != "gpt"),
+      "model.class_weights weighs a classifier's classes; model.name=",
+      f.model_name,
+      " with model.task=",
+      f.task,
+      " has none");
   f.mixing.mixup_alpha(c.get_float("model.mixup_alpha"))
       .cutmix_alpha(c.get_float("model.cutmix_alpha"));
   HOTLOOP_CHECK_AS(

@@ -461,6 +461,22 @@ TEST(Cli, ClassWeightsReachTheClassifierOnePerClass) {
        "--trainer.accelerator=cpu"});
   EXPECT_EQ(negative.code, 2);
   EXPECT_THAT(negative.err, HasSubstr("model.class_weights[1] is -2"));
+  // A model without classes is told so rather than left unweighted.
+  EXPECT_THAT(
+      [] {
+        to_fit_config(parse_args(
+                          fit_schema(),
+                          {"--model.name=gpt",
+                           "--data.dataset=text",
+                           "--data.path=tokens.bin",
+                           "--model.class_weights=[1, 2]"},
+                          {})
+                          .config);
+      },
+      ::testing::ThrowsMessage<hotloop::ConfigError>(
+          HasSubstr("model.class_weights weighs a classifier's classes; "
+                    "model.name=gpt with model.task=classification has "
+                    "none")));
 }
 
 TEST(Cli, RmspropAndAdagradTakePyTorchsDefaultsForTheKeysTheyShare) {

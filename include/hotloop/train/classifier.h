@@ -19,7 +19,11 @@ struct ClassifierOptions {
   /// training loss weighs each sample's term by its class's weight and
   /// divides by the batch's sum of those weights, as
   /// `torch.nn.CrossEntropyLoss(weight)`; for classes seen unequally often,
-  /// say each class's inverse frequency.
+  /// say each class's inverse frequency. In the loss's dtype (bfloat16
+  /// under bf16-true, so rounded to its 8 bits). With MixUp/CutMix the loss
+  /// is the mix of the two labels' weighted losses, each divided by its
+  /// own sum of weights (torchvision's soft-target loss divides by the
+  /// batch size instead).
   std::vector<double> class_weights = {};
   /// MixUp/CutMix of each training batch (mix_batch), the loss the same mix
   /// of the two labels' losses; randomness from the default CPU generator,
