@@ -3,6 +3,7 @@
 #include "hotloop/compress/parametrization.h"
 #include "hotloop/core/error.h"
 #include "hotloop/train/callback.h"
+#include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/epoch_batches.h"
 #include "hotloop/train/module.h"
@@ -126,29 +127,19 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
   // One collective for all of them: [sum, weight] per metric by name, then
   // every count's cells (as doubles: exact to 2^53).
   int64_t size = 2 * static_cast<int64_t>(state.size());
-  uint64_t names = 1469598103934665603ULL; // FNV-1a of the names
-  const auto mix = [&names](const std::string& name) {
-    for (const char c : name) {
-      names = (names ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
-    }
-    names = (names ^ 0xffU) * 1099511628211ULL;
-  };
+  Digest names;
   for (const auto& [name, sum_weight] : state) {
-    mix(name);
+    names.add(name);
   }
   for (const auto& [name, total] : metrics.counts()) {
     size += total.numel();
-    mix(name);
+    names.add(name);
   }
   // Buffers of different sizes would hang the sum, or mix other metrics'
   // values: every process checks first that all logged the same.
-  const auto digest = static_cast<int64_t>(names >> 2);
-  at::Tensor agree = at::tensor({size, -size, digest, -digest});
-  strategy.all_reduce(agree, Reduction::kMax);
-  const int64_t* extremes = agree.data_ptr<int64_t>();
   HOTLOOP_CHECK_AS(
       DistError,
-      extremes[0] == -extremes[1] && extremes[2] == -extremes[3],
+      same_everywhere(strategy, {size, names.value()}),
       "the evaluation's metrics differ across the ",
       strategy.world_size(),
       " processes (this one, rank ",

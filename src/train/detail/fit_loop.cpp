@@ -3,6 +3,7 @@
 #include "hotloop/core/blas.h"
 #include "hotloop/core/error.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/epoch_batches.h"
 #include "hotloop/train/detail/evaluation_loop.h"
@@ -124,10 +125,8 @@ void check_same_everywhere(
 // shuffling DistributedSampler's seed. Equal on every process that loads
 // alike; non-negative.
 int64_t order_digest(const data::DataLoader& loader) {
-  uint64_t digest = 1469598103934665603ULL; // FNV-1a
-  const auto mix = [&digest](int64_t value) {
-    digest = (digest ^ static_cast<uint64_t>(value)) * 1099511628211ULL;
-  };
+  Digest digest;
+  const auto mix = [&digest](int64_t value) { digest.add(value); };
   const data::DataLoaderOptions& options = loader.options();
   const data::Sampler* sampler = options.sampler().get();
   if (const data::BatchSamplerBase* batches = options.batch_sampler().get()) {
@@ -163,21 +162,16 @@ int64_t order_digest(const data::DataLoader& loader) {
     const std::vector<int64_t> indices = sampler->indices(0);
     std::for_each(indices.begin(), indices.end(), mix);
   }
-  return static_cast<int64_t>(digest >> 2);
+  return digest.value();
 }
 
 // Processes that draw their shares from different orders train (or
 // evaluate) on overlapping shares and miss the rest: stop before the first
 // step. `what`: "training" or "validation".
 void check_same_order(Strategy& strategy, const char* what, int64_t digest) {
-  if (strategy.world_size() == 1) {
-    return;
-  }
-  at::Tensor extremes = at::tensor({digest, -digest});
-  strategy.all_reduce(extremes, Reduction::kMax);
   HOTLOOP_CHECK_AS(
       ConfigError,
-      extremes[0].item<int64_t>() == -extremes[1].item<int64_t>(),
+      same_everywhere(strategy, {digest}),
       "the ",
       what,
       " order differs across the ",

@@ -1,0 +1,41 @@
+#pragma once
+
+#include "hotloop/train/strategy.h"
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace hotloop::train::detail {
+
+/// FNV-1a over whole 64-bit values and names: a digest of an order or of
+/// metric names, for processes to compare (not for security).
+class Digest {
+ public:
+  void add(int64_t value) {
+    state_ = (state_ ^ static_cast<uint64_t>(value)) * kPrime;
+  }
+  /// The name's bytes, then a separator, so that "ab", "c" and "a", "bc"
+  /// differ.
+  void add(std::string_view name) {
+    for (const char c : name) {
+      state_ = (state_ ^ static_cast<unsigned char>(c)) * kPrime;
+    }
+    state_ = (state_ ^ 0xffU) * kPrime;
+  }
+  /// Non-negative, so that it and its negative fit an int64.
+  int64_t value() const {
+    return static_cast<int64_t>(state_ >> 2);
+  }
+
+ private:
+  static constexpr uint64_t kPrime = 1099511628211ULL;
+  uint64_t state_ = 1469598103934665603ULL;
+};
+
+/// Whether every process of `strategy` holds the same `values` (each
+/// within +-2^62): one max-collective over them and their negatives.
+/// Every process learns the same answer.
+bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values);
+
+} // namespace hotloop::train::detail
