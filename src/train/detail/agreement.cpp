@@ -4,20 +4,31 @@
 
 namespace hotloop::train::detail {
 
-bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values) {
-  if (strategy.world_size() == 1) {
-    return true;
-  }
+std::vector<Extremes> extremes_everywhere(
+    Strategy& strategy, const std::vector<int64_t>& values) {
   std::vector<int64_t> both;
   for (const int64_t value : values) {
     both.push_back(value);
     both.push_back(-value);
   }
-  at::Tensor extremes = at::tensor(both);
-  strategy.all_reduce(extremes, Reduction::kMax);
-  const int64_t* most = extremes.data_ptr<int64_t>();
+  at::Tensor maxima = at::tensor(both);
+  if (strategy.world_size() > 1) {
+    strategy.all_reduce(maxima, Reduction::kMax);
+  }
+  const int64_t* most = maxima.data_ptr<int64_t>();
+  std::vector<Extremes> out;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (most[2 * i] != -most[2 * i + 1]) {
+    out.push_back({-most[2 * i + 1], most[2 * i]});
+  }
+  return out;
+}
+
+bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values) {
+  if (strategy.world_size() == 1) {
+    return true;
+  }
+  for (const Extremes& e : extremes_everywhere(strategy, values)) {
+    if (e.least != e.most) {
       return false;
     }
   }

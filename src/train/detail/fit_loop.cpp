@@ -92,13 +92,10 @@ void check_same_everywhere(
   std::vector<int64_t> values;
   for (const auto& [name, count] : counts) {
     values.push_back(count);
-    values.push_back(-count);
   }
-  at::Tensor extremes = at::tensor(values);
-  strategy.all_reduce(extremes, Reduction::kMax);
+  const std::vector<Extremes> extremes = extremes_everywhere(strategy, values);
   for (size_t i = 0; i < counts.size(); ++i) {
-    const int64_t most = extremes[2 * i].item<int64_t>();
-    const int64_t least = -extremes[2 * i + 1].item<int64_t>();
+    const auto [least, most] = extremes[i];
     HOTLOOP_CHECK_AS(
         ConfigError,
         most == least,

@@ -33,9 +33,18 @@ class Digest {
   uint64_t state_ = 1469598103934665603ULL;
 };
 
-/// Whether every process of `strategy` holds the same `values` (each
-/// within +-2^62): one max-collective over them and their negatives.
-/// Every process learns the same answer.
+/// The least and the most of each of `values` over every process of
+/// `strategy` (each within +-2^62): one max-collective over them and their
+/// negatives. Every process learns the same extremes.
+struct Extremes {
+  int64_t least;
+  int64_t most;
+};
+std::vector<Extremes> extremes_everywhere(
+    Strategy& strategy, const std::vector<int64_t>& values);
+
+/// Whether every process of `strategy` holds the same `values`
+/// (extremes_everywhere's least and most agree for each).
 bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values);
 
 } // namespace hotloop::train::detail
