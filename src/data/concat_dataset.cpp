@@ -194,4 +194,10 @@ std::optional<int64_t> ChainDataset::size() const {
   return total;
 }
 
+bool ChainDataset::splits_by_process() const {
+  return std::all_of(datasets_.begin(), datasets_.end(), [](const auto& d) {
+    return d->splits_by_process();
+  });
+}
+
 } // namespace hotloop::data

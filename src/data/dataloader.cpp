@@ -608,6 +608,60 @@ std::optional<std::pair<int64_t, int64_t>> share_taken(
   return std::nullopt;
 }
 
+// An IterableDataset as process `rank` of `num_replicas` reads it: its
+// streams are told the process (StreamContext::rank, world_size), which
+// splits the samples as the dataset does; it counts its share of them.
+class ProcessStreams final : public IterableDataset {
+ public:
+  ProcessStreams(
+      std::shared_ptr<const IterableDataset> dataset,
+      int64_t num_replicas,
+      int64_t rank)
+      : dataset_(std::move(dataset)), num_replicas_(num_replicas), rank_(rank) {
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        num_replicas > 0 && rank >= 0 && rank < num_replicas,
+        "a data-parallel share needs 0 <= rank < num_replicas, got rank ",
+        rank,
+        " of ",
+        num_replicas);
+  }
+
+  SampleSpec spec() const override {
+    return dataset_->spec();
+  }
+
+  std::unique_ptr<SampleStream> stream(
+      const StreamContext& context) const override {
+    StreamContext ours = context;
+    ours.rank = rank_;
+    ours.world_size = num_replicas_;
+    return dataset_->stream(ours);
+  }
+
+  std::optional<int64_t> size() const override {
+    const std::optional<int64_t> all = dataset_->size();
+    if (!all) {
+      return std::nullopt;
+    }
+    return (*all + num_replicas_ - 1) / num_replicas_;
+  }
+
+  bool splits_by_process() const override {
+    return true;
+  }
+
+  /// (rank, num_replicas), as share_taken gives a sampler's.
+  std::pair<int64_t, int64_t> taken() const {
+    return {rank_, num_replicas_};
+  }
+
+ private:
+  std::shared_ptr<const IterableDataset> dataset_;
+  int64_t num_replicas_;
+  int64_t rank_;
+};
+
 // Whether the loader's own sampler is this process's share already; throws
 // when it is another process's share.
 bool is_share_of(
@@ -645,13 +699,27 @@ std::unique_ptr<DataLoader> shard(
     int64_t rank,
     bool training) {
   DataLoaderOptions options = loader.options();
-  HOTLOOP_CHECK_AS(
-      ConfigError,
-      !loader.iterable(),
-      "a loader of an IterableDataset cannot be split across the ",
-      num_replicas,
-      " processes of a data-parallel run: its streams are the dataset's own "
-      "(give it a map-style Dataset, or run one process)");
+  if (loader.iterable()) {
+    const std::shared_ptr<const IterableDataset>& dataset =
+        loader.iterable_dataset_ptr();
+    if (const auto* share = dynamic_cast<const ProcessStreams*>(dataset.get());
+        share != nullptr &&
+        is_share_of(share->taken(), "dataset", num_replicas, rank)) {
+      return std::make_unique<DataLoader>(dataset, std::move(options));
+    }
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        dataset->splits_by_process(),
+        "the loader's IterableDataset does not split its samples among the ",
+        num_replicas,
+        " processes of a data-parallel run, so each would read them all: "
+        "make its streams read only their share (StreamContext::reader() of "
+        "readers(), which counts every process's workers) and say so with "
+        "splits_by_process() { return true; }, or run one process");
+    return std::make_unique<DataLoader>(
+        std::make_shared<ProcessStreams>(dataset, num_replicas, rank),
+        std::move(options));
+  }
   if (const auto& batch_sampler = options.batch_sampler()) {
     if (!is_share_of(
             share_taken(batch_sampler.get()),

@@ -80,8 +80,11 @@ StreamReader::~StreamReader() {
 
 std::unique_ptr<SampleStream> StreamReader::open(
     int64_t worker_id, int64_t epoch) const {
-  const StreamContext context{
-      worker_id, std::max<int64_t>(num_workers_, 1), options_.seed(), epoch};
+  StreamContext context;
+  context.worker_id = worker_id;
+  context.num_workers = std::max<int64_t>(num_workers_, 1);
+  context.seed = options_.seed();
+  context.epoch = epoch;
   try {
     std::unique_ptr<SampleStream> stream = dataset_->stream(context);
     HOTLOOP_CHECK(stream != nullptr, "the dataset's stream() gave no stream");

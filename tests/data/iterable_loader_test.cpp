@@ -361,12 +361,89 @@ TEST(IterableLoader, RefusesWhatAStreamCannotHaveInPyTorchsWords) {
       DataLoader(
           std::shared_ptr<const IterableDataset>(), DataLoaderOptions(2)),
       "DataLoader needs a dataset");
-  // Its streams are its own: the loader cannot split them across processes.
-  DataLoader loader(streams, DataLoaderOptions(2));
+}
+
+// Says who reads it: sample k (of 2) of a stream has target 1000 readers()
+// + 100 reader() + k; ten samples in all, by size().
+class WhoReads : public IterableDataset {
+ public:
+  SampleSpec spec() const override {
+    return SampleSpec{{2}, at::kFloat, {}, at::kLong};
+  }
+  std::optional<int64_t> size() const override {
+    return 10;
+  }
+  std::unique_ptr<SampleStream> stream(
+      const StreamContext& context) const override {
+    return std::make_unique<Reader>(context);
+  }
+  bool splits_by_process() const override {
+    return true;
+  }
+
+ private:
+  class Reader : public SampleStream {
+   public:
+    explicit Reader(const StreamContext& context)
+        : first_(1000 * context.readers() + 100 * context.reader()) {}
+    std::optional<Example> next() override {
+      if (k_ == 2) {
+        return std::nullopt;
+      }
+      const int64_t t = first_ + k_++;
+      const auto v = static_cast<float>(t);
+      return Example{at::tensor({v, -v}), at::scalar_tensor(t, at::kLong)};
+    }
+
+   private:
+    int64_t first_;
+    int64_t k_ = 0;
+  };
+};
+
+TEST(IterableLoader, AProcesssShareTellsItsStreamsTheProcessAndCountsItsPart) {
+  DataLoader loader(
+      std::make_shared<WhoReads>(), DataLoaderOptions(2).num_workers(2));
+  // Alone: rank 0 of 1, so the readers are the workers.
+  EXPECT_EQ(
+      epoch_targets(loader),
+      (std::vector<std::vector<int64_t>>{{2000, 2001}, {2100, 2101}}));
+  // Rank 1 of 3, two workers each: readers 2 and 3 of 6.
+  for (const bool training : {true, false}) {
+    const std::unique_ptr<DataLoader> share = shard(loader, 3, 1, training);
+    ASSERT_TRUE(share->iterable());
+    EXPECT_EQ(share->dataset_size(), 4); // 10 / 3, rounded up
+    EXPECT_EQ(share->length(), 2);
+    EXPECT_EQ(share->options().num_workers(), 2);
+    EXPECT_EQ(
+        epoch_targets(*share),
+        (std::vector<std::vector<int64_t>>{{6200, 6201}, {6300, 6301}}));
+  }
   EXPECT_THROWS_WITH(
       ConfigError,
-      shard(loader, 2, 0, /*training=*/true),
-      "a loader of an IterableDataset cannot be split across the 2 processes");
+      shard(loader, 2, 2, /*training=*/true),
+      "a data-parallel share needs 0 <= rank < num_replicas, got rank 2 of 2");
+  // A share is kept for its own process, refused for another.
+  const std::unique_ptr<DataLoader> share = shard(loader, 3, 1, true);
+  const std::unique_ptr<DataLoader> again = shard(*share, 3, 1, true);
+  EXPECT_EQ(again->dataset_size(), 4);
+  EXPECT_EQ(
+      epoch_targets(*again),
+      (std::vector<std::vector<int64_t>>{{6200, 6201}, {6300, 6301}}));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      shard(*share, 3, 2, true),
+      "the loader's dataset is the share of rank 1 of 3, but this process is "
+      "rank 2 of 3");
+  // A dataset that does not say it splits by process would give every
+  // process the same samples.
+  DataLoader unsplit(
+      std::make_shared<Streams>(StreamsOptions{{4}}), DataLoaderOptions(2));
+  EXPECT_THROWS_WITH(
+      ConfigError,
+      shard(unsplit, 2, 0, /*training=*/true),
+      "the loader's IterableDataset does not split its samples among the 2 "
+      "processes of a data-parallel run, so each would read them all");
 }
 
 TEST(IterableLoader, AStreamsErrorNamesTheWorkerTheBatchAndTheEpoch) {

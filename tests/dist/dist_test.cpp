@@ -659,6 +659,40 @@ data::DataLoaderOptions train_loader_options(
   return data::DataLoaderOptions(batch_size);
 }
 
+// The training loader over `samples` quadrant images in `order` (see
+// train_loader_options), or ("stream") read as an IterableDataset that
+// splits its samples among all processes' readers, its streams ending at
+// sample `stream_end`.
+std::unique_ptr<data::DataLoader> train_loader(
+    const std::string& order,
+    int64_t batch_size,
+    uint64_t seed,
+    int64_t samples = kSamples,
+    int64_t stream_end = INT64_MAX) {
+  if (order == "stream") {
+    return std::make_unique<data::DataLoader>(
+        std::make_shared<train::StreamOf>(
+            train::quadrants(samples, 1), /*sized=*/true, stream_end),
+        data::DataLoaderOptions(batch_size));
+  }
+  return std::make_unique<data::DataLoader>(
+      train::quadrants(samples, 1),
+      train_loader_options(order, batch_size, seed));
+}
+
+// The validation loader: 40 images in batches of 6, read as a stream of
+// unknown length with the "stream" order.
+std::unique_ptr<data::DataLoader> val_loader(const std::string& order) {
+  if (order == "stream") {
+    return std::make_unique<data::DataLoader>(
+        std::make_shared<train::StreamOf>(
+            train::quadrants(40, 2), /*sized=*/false),
+        data::DataLoaderOptions(6));
+  }
+  return std::make_unique<data::DataLoader>(
+      train::quadrants(40, 2), data::DataLoaderOptions(6));
+}
+
 // A fit of mlp_classifier (HOTLOOP_DIST_CNN: the CNN, with
 // SyncBatchNorm unless HOTLOOP_DIST_SYNC_BN=0) on quadrant images: batch
 // HOTLOOP_DIST_BATCH per
@@ -672,13 +706,16 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
                     : kSamples;
   const int64_t seed =
       env.rank == 1 ? environment_int("HOTLOOP_DIST_RANK1_SEED", 2) : 2;
-  data::DataLoader train(
-      train::quadrants(samples, 1),
-      train_loader_options(
-          environment("HOTLOOP_DIST_ORDER"),
-          environment_int("HOTLOOP_DIST_BATCH", 8),
-          static_cast<uint64_t>(seed)));
-  data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
+  const std::string order = environment("HOTLOOP_DIST_ORDER");
+  const std::unique_ptr<data::DataLoader> train = train_loader(
+      order,
+      environment_int("HOTLOOP_DIST_BATCH", 8),
+      static_cast<uint64_t>(seed),
+      samples,
+      env.rank == 1
+          ? environment_int("HOTLOOP_DIST_RANK1_STREAM_END", INT64_MAX)
+          : INT64_MAX);
+  const std::unique_ptr<data::DataLoader> val = val_loader(order);
   const bool cnn = !environment("HOTLOOP_DIST_CNN").empty();
   const bool sync = environment("HOTLOOP_DIST_SYNC_BN") != "0";
   const double dropout =
@@ -702,13 +739,13 @@ void fit_scenario(ProcessEnvironment env, const std::string& dir) {
   train::Trainer trainer(worker_trainer_options(dir + "/runs"));
   trainer.set_strategy(std::make_shared<DDPStrategy>(
       group, DistributedDataParallelOptions().sync_batchnorm(cnn && sync)));
-  const train::FitResult result =
-      trainer.fit(*trained, train, &val, environment("HOTLOOP_DIST_CKPT"));
+  const train::FitResult result = trainer.fit(
+      *trained, *train, val.get(), environment("HOTLOOP_DIST_CKPT"));
   save_parameters(*trained, dir + "/params" + std::to_string(env.rank) + ".pt");
   torch::save(
       at::detail::getDefaultCPUGenerator().get_state(),
       dir + "/rng" + std::to_string(env.rank) + ".pt");
-  const auto metrics = trainer.validate(*trained, val);
+  const auto metrics = trainer.validate(*trained, *val);
   nlohmann::json out;
   out["val_loss"] = metrics.at("val_loss");
   out["val_acc"] = metrics.at("val_acc");
@@ -820,18 +857,20 @@ struct SingleProcess {
 };
 
 SingleProcess one_process(
-    int64_t accumulate, bool cnn, const std::string& order = "") {
+    int64_t accumulate,
+    bool cnn,
+    const std::string& order = "",
+    int64_t stream_end = INT64_MAX) {
   auto single = classifier(cnn, /*sync_batchnorm=*/false);
-  data::DataLoader train(
-      train::quadrants(kSamples, 1),
-      train_loader_options(order, 16 / accumulate, 2));
-  data::DataLoader val(train::quadrants(40, 2), data::DataLoaderOptions(6));
+  const std::unique_ptr<data::DataLoader> train =
+      train_loader(order, 16 / accumulate, 2, kSamples, stream_end);
+  const std::unique_ptr<data::DataLoader> val = val_loader(order);
   train::Trainer trainer(
       worker_trainer_options("").max_epochs(2).accumulate_grad_batches(
           accumulate));
   SingleProcess out;
-  out.result = trainer.fit(*single, train, &val);
-  for (const auto& [name, value] : trainer.validate(*single, val)) {
+  out.result = trainer.fit(*single, *train, val.get());
+  for (const auto& [name, value] : trainer.validate(*single, *val)) {
     out.metrics[name] = value;
   }
   out.state = state_of(*single);
@@ -841,9 +880,14 @@ SingleProcess one_process(
 // Two processes with batch 8 each (or 4 x 2 accumulated) against one with
 // batch 16: the same samples per step, the same mean gradient.
 // With a sampler or batch_sampler of the user's own (`order`), the ranks'
-// batches k are the positions (or batches) of one process's batch k.
+// batches k are the positions (or batches) of one process's batch k; with
+// a stream, the samples rank 0 and rank 1 read in turn. A stream_end stops
+// rank 1's stream (and the one process's) at that sample.
 void expect_two_ranks_equal_one_process(
-    int64_t accumulate, bool cnn = false, const std::string& order = "") {
+    int64_t accumulate,
+    bool cnn = false,
+    const std::string& order = "",
+    int64_t stream_end = INT64_MAX) {
   TempDir dir;
   Variables env{
       {"HOTLOOP_DIST_BATCH", std::to_string(8 / accumulate)},
@@ -853,12 +897,15 @@ void expect_two_ranks_equal_one_process(
   if (cnn) {
     env["HOTLOOP_DIST_CNN"] = "1";
   }
+  if (stream_end != INT64_MAX) {
+    env["HOTLOOP_DIST_RANK1_STREAM_END"] = std::to_string(stream_end);
+  }
   const Workers workers = run_workers("fit", 2, dir.path(), env);
   ASSERT_EQ(workers.codes, (std::vector<int>{0, 0}))
       << workers.log(0) << workers.error(0) << workers.log(1)
       << workers.error(1);
 
-  const SingleProcess single = one_process(accumulate, cnn, order);
+  const SingleProcess single = one_process(accumulate, cnn, order, stream_end);
   const auto a = load_parameters(dir.file("params0.pt"));
   const auto b = load_parameters(dir.file("params1.pt"));
   const auto& expected = single.state;
@@ -901,6 +948,17 @@ TEST(DDPTrainer, ASamplerOfTheUsersOwnIsSplitAndEqualsOneProcess) {
 
 TEST(DDPTrainer, ABatchSamplerOfTheUsersOwnIsSplitAndEqualsOneProcess) {
   expect_two_ranks_equal_one_process(1, false, "batch_sampler");
+}
+
+TEST(DDPTrainer, AStreamSplitAmongTheRanksEqualsOneProcessReadingItAll) {
+  expect_two_ranks_equal_one_process(1, false, "stream");
+}
+
+// Rank 1's stream ends at sample 48, after 3 of its batches (rank 0's goes
+// on to 4): both end every epoch with the third, none waits for the
+// other, and the steps equal one process's over samples 0-47.
+TEST(DDPTrainer, StreamsThatEndApartEndTheEpochTogetherAtTheFirstEnd) {
+  expect_two_ranks_equal_one_process(1, false, "stream", 48);
 }
 
 TEST(DDPTrainer, SyncBatchNormRanksEqualOneProcessWithBatchNorm) {

@@ -1,4 +1,5 @@
 #include "hotloop/train/strategy.h"
+#include "hotloop/train/detail/epoch_batches.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/metrics.h"
 #include "train/trainer_fixture.h"
@@ -119,6 +120,69 @@ TEST(Strategy, MetricsThatDifferAcrossProcessesAreNamedNotSummed) {
           "the evaluation's metrics differ across the 2 processes (this one, "
           "rank 0, logged 1 and counted 0): every process must log the same "
           "metrics")));
+}
+
+// A partner process whose stream has `batches` batches: asked at each
+// position (0 first) whether a stream has ended, it says so from there on.
+class PartnerStreamEnds : public Strategy {
+ public:
+  explicit PartnerStreamEnds(int64_t batches) : batches_(batches) {}
+  bool any(bool flag) override {
+    const bool partner_ended = asked++ >= batches_;
+    return flag || partner_ended;
+  }
+  int64_t world_size() const override {
+    return 2;
+  }
+  int64_t asked = 0;
+
+ private:
+  int64_t batches_;
+};
+
+// Reads a pass of `limit` batches with `partner`: each batch's size, the
+// last one's marked by a minus.
+std::vector<int64_t> pass(
+    data::DataLoader& loader, int64_t limit, Strategy& partner) {
+  detail::EpochBatches batches(loader, /*done=*/0, limit, &partner);
+  std::vector<int64_t> sizes;
+  data::Batch batch;
+  bool last = false;
+  while (batches.next(batch, last)) {
+    sizes.push_back(last ? -batch.size() : batch.size());
+  }
+  EXPECT_EQ(batches.ran_out(), sizes.size() < static_cast<size_t>(limit));
+  return sizes;
+}
+
+TEST(EpochBatches, AStreamReadTogetherEndsForEveryProcessAtTheFirstEnd) {
+  // This process's stream: 36 samples in batches of 8 (the last of 4).
+  data::DataLoader stream(
+      std::make_shared<StreamOf>(quadrants(36, 1), /*sized=*/false),
+      data::DataLoaderOptions(8));
+  const int64_t all = 100;
+  PartnerStreamEnds shorter(3);
+  EXPECT_EQ(pass(stream, all, shorter), (std::vector<int64_t>{8, 8, -8}));
+  // Asked before the first batch and after each read ahead, once each.
+  EXPECT_EQ(shorter.asked, 4);
+  PartnerStreamEnds longer(9);
+  EXPECT_EQ(pass(stream, all, longer), (std::vector<int64_t>{8, 8, 8, 8, -4}));
+  EXPECT_EQ(longer.asked, 6);
+  PartnerStreamEnds empty(0);
+  EXPECT_EQ(pass(stream, all, empty), std::vector<int64_t>{});
+  EXPECT_EQ(empty.asked, 1);
+  // The limit is every process's: nothing is asked after its batch.
+  PartnerStreamEnds limited(9);
+  EXPECT_EQ(pass(stream, 2, limited), (std::vector<int64_t>{8, -8}));
+  EXPECT_EQ(limited.asked, 2);
+  // A map-style loader's shares have equal counts: nothing to ask.
+  data::DataLoader by_index(quadrants(36, 1), data::DataLoaderOptions(8));
+  PartnerStreamEnds unasked(1);
+  EXPECT_EQ(pass(by_index, 5, unasked), (std::vector<int64_t>{8, 8, 8, 8, -4}));
+  EXPECT_EQ(unasked.asked, 0);
+  // One process alone reads its own stream to its end.
+  Strategy single;
+  EXPECT_EQ(pass(stream, all, single), (std::vector<int64_t>{8, 8, 8, 8, -4}));
 }
 
 } // namespace

@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace hotloop::train {
@@ -102,6 +104,66 @@ inline OnStepClassifier::Action raise_signal(int signal) {
     return loss;
   };
 }
+
+// A map-style dataset read as a stream: reader r of R (StreamContext::
+// reader(), all processes' workers counted) reads samples r, r + R,
+// r + 2R, ... below `end` in order, with the loader's seed and epoch.
+// `end` short of the dataset's size makes a stream shorter than size()
+// says.
+class StreamOf : public data::IterableDataset {
+ public:
+  StreamOf(
+      std::shared_ptr<const data::Dataset> dataset,
+      bool sized,
+      int64_t end = INT64_MAX)
+      : dataset_(std::move(dataset)),
+        sized_(sized),
+        end_(std::min(end, dataset_->size())) {}
+  data::SampleSpec spec() const override {
+    return dataset_->spec();
+  }
+  std::optional<int64_t> size() const override {
+    return sized_ ? std::optional(dataset_->size()) : std::nullopt;
+  }
+  std::unique_ptr<data::SampleStream> stream(
+      const data::StreamContext& context) const override {
+    return std::make_unique<Reader>(*dataset_, context, end_);
+  }
+  bool splits_by_process() const override {
+    return true;
+  }
+
+ private:
+  class Reader : public data::SampleStream {
+   public:
+    Reader(
+        const data::Dataset& dataset,
+        const data::StreamContext& context,
+        int64_t end)
+        : dataset_(dataset),
+          context_(context),
+          next_(context.reader()),
+          end_(end) {}
+    std::optional<data::Example> next() override {
+      if (next_ >= end_) {
+        return std::nullopt;
+      }
+      const int64_t index = next_;
+      next_ += context_.readers();
+      return dataset_.get(
+          index, data::SampleContext{context_.seed, context_.epoch});
+    }
+
+   private:
+    const data::Dataset& dataset_;
+    data::StreamContext context_;
+    int64_t next_;
+    int64_t end_;
+  };
+  std::shared_ptr<const data::Dataset> dataset_;
+  bool sized_;
+  int64_t end_;
+};
 
 class TrainerTest : public ::testing::Test {
  protected:

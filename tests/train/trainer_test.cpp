@@ -74,47 +74,6 @@ TEST_F(TrainerTest, FitLearnsAndWritesTheRunFolder) {
       second.log_dir(), (fs::path(dir_.path()) / "t" / "version_1").string());
 }
 
-// A map-style dataset read as a stream: worker w of W reads samples w,
-// w + W, w + 2W, ... in order, with the loader's seed and epoch.
-class StreamOf : public data::IterableDataset {
- public:
-  StreamOf(std::shared_ptr<const data::Dataset> dataset, bool sized)
-      : dataset_(std::move(dataset)), sized_(sized) {}
-  data::SampleSpec spec() const override {
-    return dataset_->spec();
-  }
-  std::optional<int64_t> size() const override {
-    return sized_ ? std::optional(dataset_->size()) : std::nullopt;
-  }
-  std::unique_ptr<data::SampleStream> stream(
-      const data::StreamContext& context) const override {
-    return std::make_unique<Reader>(*dataset_, context);
-  }
-
- private:
-  class Reader : public data::SampleStream {
-   public:
-    Reader(const data::Dataset& dataset, const data::StreamContext& context)
-        : dataset_(dataset), context_(context), next_(context.worker_id) {}
-    std::optional<data::Example> next() override {
-      if (next_ >= dataset_.size()) {
-        return std::nullopt;
-      }
-      const int64_t index = next_;
-      next_ += context_.num_workers;
-      return dataset_.get(
-          index, data::SampleContext{context_.seed, context_.epoch});
-    }
-
-   private:
-    const data::Dataset& dataset_;
-    data::StreamContext context_;
-    int64_t next_;
-  };
-  std::shared_ptr<const data::Dataset> dataset_;
-  bool sized_;
-};
-
 TEST_F(TrainerTest, FitsValidatesAndPredictsOnAStreamAsOnTheSameSamples) {
   // No shuffle: the stream's order is the index order.
   data::DataLoader by_index(train_set_, data::DataLoaderOptions(32));
@@ -221,6 +180,20 @@ TEST_F(TrainerTest, AFitAndAValidationRunTheirLoadersEpochsToTheirEnd) {
   EXPECT_EQ(train.state_dict().batches_consumed, 0);
   EXPECT_EQ(val_loader_.state_dict().epoch, 1);
   EXPECT_EQ(val_loader_.state_dict().batches_consumed, 0);
+}
+
+TEST_F(TrainerTest, AnEpochWhoseStreamsGiveNoBatchStopsTheFit) {
+  // Streams that end at once (a source run dry) would make every epoch one
+  // without a step, and a fit bounded by steps alone would never end.
+  data::DataLoader empty(
+      std::make_shared<StreamOf>(train_set_, /*sized=*/false, /*end=*/0),
+      data::DataLoaderOptions(32));
+  Trainer trainer(options().max_epochs(-1).max_steps(5).limit_train_batches(2));
+  EXPECT_THAT(
+      [&] { trainer.fit(*make_module(0), empty); },
+      ::testing::ThrowsMessage<DataError>(
+          HasSubstr("epoch 0 of the training loader gave no batch: its "
+                    "streams ended at once, so there is nothing to train on")));
 }
 
 TEST_F(TrainerTest, AStreamsLastBatchValidatesAtTheEpochsEndNotWithin) {

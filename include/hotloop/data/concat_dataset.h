@@ -58,6 +58,8 @@ class ChainDataset final : public IterableDataset {
       const StreamContext& context) const override;
   /// The sum of the datasets' sizes; nullopt when any is unknown.
   std::optional<int64_t> size() const override;
+  /// Whether every dataset splits by process.
+  bool splits_by_process() const override;
 
  private:
   std::vector<std::shared_ptr<const IterableDataset>> datasets_;

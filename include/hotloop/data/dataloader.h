@@ -316,12 +316,14 @@ namespace hotloop::data {
 /// - with its own `sampler`, every num_replicas-th index of that sampler's
 ///   epoch (DistributedSamplerWrapper);
 /// - with its own `batch_sampler`, every num_replicas-th batch of it
-///   (DistributedBatchSampler).
+///   (DistributedBatchSampler);
+/// - of an IterableDataset, the streams the dataset gives when told the
+///   process (StreamContext::rank and world_size: the dataset splits its
+///   samples, as in PyTorch), and size() / num_replicas samples, rounded
+///   up, as the loader's count.
 /// A sampler that already is a share (a DistributedSampler, ShardSampler
 /// or one of the wrappers, also inside a BatchSampler) is kept when it is
-/// this process's share. Throws ConfigError when it is another process's,
-/// or when `loader` reads an IterableDataset, whose streams the loader
-/// cannot split across processes.
+/// this process's share. Throws ConfigError when it is another process's.
 std::unique_ptr<DataLoader> shard(
     const DataLoader& loader,
     int64_t num_replicas,

@@ -9,7 +9,8 @@
 namespace hotloop::data {
 
 /// Who reads a stream and when: PyTorch's `get_worker_info()` (`id`,
-/// `num_workers`, the loader's `seed`) and the epoch.
+/// `num_workers`, the loader's `seed`), the epoch, and the data-parallel
+/// process (`torch.distributed.get_rank()` and `get_world_size()`).
 struct StreamContext {
   /// The reading worker thread, in [0, num_workers).
   int64_t worker_id = 0;
@@ -20,6 +21,23 @@ struct StreamContext {
   uint64_t seed = 0;
   /// The epoch being read (0 first).
   int64_t epoch = 0;
+  /// The reading process, in [0, world_size): its rank in a data-parallel
+  /// fit, validation or test (data::shard), else 0.
+  int64_t rank = 0;
+  /// Processes reading the dataset at once: 1 outside a data-parallel run.
+  int64_t world_size = 1;
+
+  /// This stream's place among every stream read at once, all processes'
+  /// workers counted: rank * num_workers + worker_id, in [0, readers()).
+  /// A dataset that gives stream k every readers()-th sample from the
+  /// k-th reads each sample once in all.
+  int64_t reader() const {
+    return rank * num_workers + worker_id;
+  }
+  /// Streams read at once, all processes' workers counted.
+  int64_t readers() const {
+    return world_size * num_workers;
+  }
 };
 
 /// One reader's samples in order, read by one thread at a time.
@@ -50,6 +68,16 @@ class SampleStream {
 /// split its samples among them by `worker_id` and `num_workers`, or every
 /// worker yields them all. `stream` is called concurrently from the
 /// workers; a stream is read by one thread.
+///
+/// In a data-parallel fit every process reads the dataset through its own
+/// loader (data::shard), and the dataset splits the samples among all the
+/// readers, by `context.reader()` of `context.readers()` (as PyTorch leaves
+/// the split to the dataset too). A dataset says it does so by
+/// `splits_by_process()`; the fit refuses one that does not, whose every
+/// process would read the same samples. The processes' streams may end
+/// apart: a training epoch ends for every process at the batch where the
+/// first runs out (the rest of the others' batches are not trained on;
+/// Trainer).
 class IterableDataset {
  public:
   virtual ~IterableDataset() = default;
@@ -63,9 +91,19 @@ class IterableDataset {
 
   /// Samples per epoch over all streams, when known (PyTorch's `__len__`):
   /// the loader reports its number of batches from it, as `len(loader)`
-  /// does. nullopt (the default): unknown.
+  /// does. nullopt (the default): unknown. In a data-parallel run, all the
+  /// processes' samples: each process's loader counts size() / world_size,
+  /// rounded up.
   virtual std::optional<int64_t> size() const {
     return std::nullopt;
+  }
+
+  /// Whether the streams read only their share of the samples when several
+  /// processes read at once, split by StreamContext::rank and world_size
+  /// (or reader() of readers()). A data-parallel run refuses a dataset
+  /// that does not say so. false (the default).
+  virtual bool splits_by_process() const {
+    return false;
   }
 };
 

@@ -1,24 +1,42 @@
 #include "hotloop/train/detail/epoch_batches.h"
 
+#include "hotloop/train/strategy.h"
+
 #include <utility>
 
 namespace hotloop::train::detail {
 
 EpochBatches::EpochBatches(
-    data::DataLoader& loader, int64_t done, int64_t limit)
+    data::DataLoader& loader, int64_t done, int64_t limit, Strategy* together)
     : it_(loader.begin()),
       end_(loader.end()),
       read_ahead_(loader.iterable()),
       finishes_epoch_(!read_ahead_ && loader.length() == limit),
+      together_(
+          read_ahead_ && together != nullptr && together->world_size() > 1
+              ? together
+              : nullptr),
       done_(done),
       limit_(limit) {}
+
+bool EpochBatches::ended() {
+  if (!checked_) {
+    ended_ = it_ == end_;
+    if (together_ != nullptr) {
+      ended_ = together_->any(ended_);
+    }
+    checked_ = true;
+  }
+  return ended_;
+}
 
 bool EpochBatches::next(data::Batch& out, bool& last) {
   if (advance_) {
     ++it_;
+    checked_ = false;
     advance_ = false;
   }
-  if (done_ >= limit_ || it_ == end_) {
+  if (done_ >= limit_ || ended()) {
     return false;
   }
   out = std::move(*it_);
@@ -32,7 +50,8 @@ bool EpochBatches::next(data::Batch& out, bool& last) {
     }
   } else if (read_ahead_) {
     ++it_;
-    last = it_ == end_;
+    checked_ = false;
+    last = ended();
   } else {
     advance_ = true;
     last = false;

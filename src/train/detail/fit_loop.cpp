@@ -593,7 +593,8 @@ bool FitLoop::run_epoch(int64_t epoch) {
   StepClock& clock = *clock_;
   clock.start_epoch();
   bool stop = false;
-  EpochBatches epoch_batches(*train_, batch_idx, batches);
+  // Processes whose streams end apart all stop at the first end.
+  EpochBatches epoch_batches(*train_, batch_idx, batches, &trainer.strategy());
   data::Batch loaded;
   bool last_of_epoch = false;
   while (epoch_batches.next(loaded, last_of_epoch)) {
@@ -658,6 +659,17 @@ bool FitLoop::run_epoch(int64_t epoch) {
   if (interrupted_) {
     return true;
   }
+  // An epoch without a step would be followed by as many: stop instead.
+  HOTLOOP_CHECK_AS(
+      DataError,
+      batch_idx > 0 || !epoch_batches.ran_out(),
+      "epoch ",
+      epoch,
+      " of the training loader gave no batch: its streams ended at once",
+      trainer.strategy().world_size() > 1
+          ? " (on this process or another: each needs a share of the samples)"
+          : "",
+      ", so there is nothing to train on");
   // A stream may end before the epoch's count: its epoch is complete too.
   const bool complete = batch_idx >= batches || epoch_batches.ran_out();
   if (complete) {
