@@ -1,4 +1,5 @@
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/optim/composed_lr.h"
 
 #include "hotloop/core/error.h"
 
@@ -170,6 +171,23 @@ Builder warmup(Builder inner, int64_t steps, double start_factor) {
   };
 }
 
+Builder sequential(std::vector<Builder> schedules, std::vector<int64_t> at) {
+  return [=](torch::optim::Optimizer& optimizer) {
+    return std::make_unique<SequentialLR>(
+        optimizer,
+        std::vector<ScheduleFactory>(schedules.begin(), schedules.end()),
+        at);
+  };
+}
+
+Builder chained(std::vector<Builder> schedules) {
+  return [=](torch::optim::Optimizer& optimizer) {
+    return std::make_unique<ChainedScheduler>(
+        optimizer,
+        std::vector<ScheduleFactory>(schedules.begin(), schedules.end()));
+  };
+}
+
 std::vector<ScheduleCase> schedule_cases() {
   using OC = OneCycleLROptions;
   using RP = ReduceLROnPlateauOptions;
@@ -299,6 +317,106 @@ std::vector<ScheduleCase> schedule_cases() {
                                    .cooldown(0)
                                    .min_lr(0.0)),
        true},
+      {"sequential_constant_exponential",
+       "sgd",
+       sequential(
+           {make<ConstantLR>(0.5, int64_t{4}), make<ExponentialLR>(0.9)}, {3})},
+      {"sequential_three",
+       "sgd",
+       sequential(
+           {make<LinearLR>(0.2, 1.0, int64_t{5}),
+            make<CosineAnnealingLR>(int64_t{20}, 1e-3),
+            make<MultiStepLR>(std::vector<int64_t>{3, 9}, 0.5)},
+           {5, 25})},
+      {"sequential_onecycle_first",
+       "sgd",
+       sequential(
+           {make<OneCycleLR>(OC({0.2, 0.1, 0.05}, 30)),
+            make<StepLR>(int64_t{4}, 0.5)},
+           {20}),
+       false,
+       true},
+      {"sequential_cyclic_then_restarts",
+       "sgd",
+       sequential(
+           {make<CyclicLR>(CyclicLROptions(0.01, 0.1).step_size_up(4)),
+            make<CosineAnnealingWarmRestarts>(int64_t{5}, int64_t{1}, 0.0)},
+           {12}),
+       false,
+       true},
+      {"sequential_step_then_cyclic",
+       "adam",
+       sequential(
+           {make<StepLR>(int64_t{3}, 0.7),
+            make<CyclicLR>(CyclicLROptions(0.002, 0.02)
+                               .step_size_up(5)
+                               .cycle_momentum(false))},
+           {7}),
+       false,
+       true},
+      {"sequential_step_then_cyclic_momentum",
+       "sgd",
+       sequential(
+           {make<StepLR>(int64_t{3}, 0.7),
+            make<CyclicLR>(CyclicLROptions(0.002, 0.02)
+                               .step_size_up(5)
+                               .base_momentum(0.7))},
+           {7}),
+       false,
+       true},
+      {"sequential_cosine_then_swalr",
+       "sgd",
+       sequential(
+           {make<CosineAnnealingLR>(int64_t{30}, 0.0),
+            make<SWALR>(SWALROptions(0.02).anneal_epochs(5))},
+           {20})},
+      {"sequential_step_then_multiplicative",
+       "sgd",
+       sequential(
+           {make<StepLR>(int64_t{4}, 0.5),
+            make<MultiplicativeLR>(LrLambda([](int64_t) { return 0.95; })),
+            make<LambdaLR>(LrLambda(
+                [](int64_t e) { return 1.0 / static_cast<double>(1 + e); }))},
+           {10, 30})},
+      {"chained_constant_exponential",
+       "sgd",
+       chained({make<ConstantLR>(0.1, int64_t{2}), make<ExponentialLR>(0.9)})},
+      {"chained_linear_cosine",
+       "sgd",
+       chained(
+           {make<LinearLR>(0.25, 1.0, int64_t{6}),
+            make<CosineAnnealingLR>(int64_t{10}, 0.001)})},
+      {"chained_step_multistep_polynomial",
+       "sgd",
+       chained(
+           {make<StepLR>(int64_t{5}, 0.8),
+            make<MultiStepLR>(std::vector<int64_t>{7, 15}, 0.5),
+            make<PolynomialLR>(int64_t{20}, 1.5)})},
+      {"chained_cyclic_multiplicative",
+       "sgd",
+       chained(
+           {make<CyclicLR>(CyclicLROptions(0.01, 0.1).step_size_up(4)),
+            make<MultiplicativeLR>(LrLambda([](int64_t) { return 0.97; }))}),
+       false,
+       true},
+      {"chained_onecycle_constant",
+       "adam",
+       chained(
+           {make<OneCycleLR>(OC({0.2, 0.1, 0.05}, 41)),
+            make<ConstantLR>(0.5, int64_t{10})}),
+       false,
+       true},
+      {"chained_exponential_swalr",
+       "sgd",
+       chained(
+           {make<ExponentialLR>(0.95),
+            make<SWALR>(SWALROptions(0.01).anneal_epochs(8))})},
+      {"chained_lambda_step",
+       "sgd",
+       chained(
+           {make<LambdaLR>(LrLambda(
+                [](int64_t e) { return 1.0 / static_cast<double>(1 + e); })),
+            make<StepLR>(int64_t{3}, 0.5)})},
   };
 }
 
@@ -569,6 +687,146 @@ TEST(MultiplicativeLR, MultipliesRatesSetByOthersOnFromThere) {
   schedule.step();
   EXPECT_DOUBLE_EQ(group_lrs(*optimizer)[0], 0.4);
   EXPECT_DOUBLE_EQ(schedule.last_lr()[0], 0.4);
+}
+
+TEST(SequentialLR, BadSequencesAreNamedAndEachScheduleStartsOnTheFirstsBase) {
+  auto optimizer = make_test_optimizer("sgd");
+  auto& o = *optimizer;
+  const auto step = [](torch::optim::Optimizer& opt) {
+    return std::make_unique<StepLR>(opt, 2, 0.5);
+  };
+  EXPECT_EQ(
+      config_error([&] { SequentialLR(o, {}, {}); }),
+      "SequentialLR needs at least one schedule");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(o, {step, step}, {});
+      }),
+      "SequentialLR: expected one milestone fewer than the 2 schedules, got 0 "
+      "milestones []");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(o, {step, step, step}, {4, 4});
+      }),
+      "SequentialLR: the milestones must be positive and strictly increasing "
+      "steps, got [4, 4]");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(o, {step, step}, {0});
+      }),
+      "SequentialLR: the milestones must be positive and strictly increasing "
+      "steps, got [0]");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(o, {step, ScheduleFactory()}, {3});
+      }),
+      "SequentialLR: schedule 1 was not built (an empty factory, or one that "
+      "returned null)");
+  auto other = make_test_optimizer("sgd");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(
+            o,
+            {step, [&](torch::optim::Optimizer&) { return step(*other); }},
+            {3});
+      }),
+      "SequentialLR: schedule 1 (StepLR) sets another optimizer's rates");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(
+            o,
+            {step,
+             [](torch::optim::Optimizer& opt) {
+               return std::make_unique<ReduceLROnPlateau>(opt);
+             }},
+            {3});
+      }),
+      "SequentialLR: schedule 1 (ReduceLROnPlateau) watches a metric, which "
+      "PyTorch's SequentialLR cannot step (LinearWarmup can warm up in front "
+      "of it)");
+
+  // A ConstantLR's step-0 rates are not the next schedule's base.
+  auto single = make_test_optimizer("sgd", {0.1});
+  SequentialLR sequence(
+      *single,
+      {[](torch::optim::Optimizer& opt) {
+         return std::make_unique<ConstantLR>(opt, 0.25, 10);
+       },
+       step},
+      {2});
+  EXPECT_EQ(sequence.size(), 2);
+  EXPECT_EQ(sequence.schedule(1).base_lrs(), std::vector<double>{0.1});
+  EXPECT_EQ(sequence.base_lrs(), std::vector<double>{0.1});
+  EXPECT_DOUBLE_EQ(group_lrs(*single)[0], 0.025);
+  sequence.step();
+  sequence.step(); // the milestone: StepLR's step 0
+  EXPECT_DOUBLE_EQ(group_lrs(*single)[0], 0.1);
+
+  // A state saved with other milestones is refused.
+  torch::serialize::OutputArchive archive;
+  sequence.save(archive);
+  std::stringstream file;
+  archive.save_to(file);
+  auto again = make_test_optimizer("sgd", {0.1});
+  SequentialLR moved(*again, {step, step}, {3});
+  torch::serialize::InputArchive in;
+  in.load_from(file);
+  EXPECT_EQ(
+      config_error([&] { moved.load(in); }),
+      "lr_scheduler: the saved SequentialLR has milestones [2], the "
+      "configured one [3]");
+}
+
+TEST(ChainedScheduler, ChainsOnTheRatesItFindsAndRefusesWhatItCannotStep) {
+  auto optimizer = make_test_optimizer("sgd", {0.1});
+  auto& o = *optimizer;
+  const ScheduleFactory decay = [](torch::optim::Optimizer& opt) {
+    return std::make_unique<ExponentialLR>(opt, 0.5);
+  };
+  EXPECT_EQ(
+      config_error([&] { ChainedScheduler(o, {}); }),
+      "ChainedScheduler needs at least one schedule");
+  EXPECT_EQ(
+      config_error([&] {
+        ChainedScheduler(o, {decay, [](torch::optim::Optimizer& opt) {
+                               return std::make_unique<ReduceLROnPlateau>(opt);
+                             }});
+      }),
+      "ChainedScheduler: schedule 1 (ReduceLROnPlateau) watches a metric, "
+      "which PyTorch's ChainedScheduler cannot step (LinearWarmup can warm "
+      "up in front of it)");
+
+  ChainedScheduler two(o, {decay, decay});
+  two.step();
+  EXPECT_DOUBLE_EQ(group_lrs(o)[0], 0.025);
+  // A rate set by anyone else is chained on from there, as in PyTorch.
+  o.param_groups()[0].options().set_lr(0.8);
+  two.step();
+  EXPECT_DOUBLE_EQ(group_lrs(o)[0], 0.2);
+  EXPECT_DOUBLE_EQ(two.last_lr()[0], 0.2);
+
+  torch::serialize::OutputArchive archive;
+  two.save(archive);
+  std::stringstream file;
+  archive.save_to(file);
+  const auto load_into = [&](int schedules) {
+    auto other = make_test_optimizer("sgd", {0.1});
+    ChainedScheduler chain(
+        *other, std::vector<ScheduleFactory>(schedules, decay));
+    file.seekg(0);
+    torch::serialize::InputArchive in;
+    in.load_from(file);
+    return config_error([&] { chain.load(in); });
+  };
+  EXPECT_EQ(load_into(2), "(no ConfigError)");
+  EXPECT_EQ(
+      load_into(3),
+      "lr_scheduler: the saved ChainedScheduler holds only 2 schedules, the "
+      "configured one 3");
+  EXPECT_EQ(
+      load_into(1),
+      "lr_scheduler: the saved ChainedScheduler holds more than 1 schedules, "
+      "the configured one 1");
 }
 
 TEST(LRSchedulerOptions, BadOneCycleValuesAreRejectedWithTheOptionNamed) {

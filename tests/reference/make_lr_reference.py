@@ -89,6 +89,18 @@ def warmup(optimizer, start_factor, steps, inner):
         optimizer, [linear, inner(optimizer)], milestones=[steps])
 
 
+def sequential(optimizer, builders, milestones):
+    # The schedules built in order, then SequentialLR over them.
+    schedules = [build(optimizer) for build in builders]
+    return sched.SequentialLR(optimizer, schedules, milestones=milestones)
+
+
+def chained(optimizer, builders):
+    # The schedules built in order (each constructor's first step on the
+    # rate the ones before left), then ChainedScheduler over them.
+    return sched.ChainedScheduler([build(optimizer) for build in builders])
+
+
 def loss_curve(step):
     # Falls, then stalls with small wiggles, so plateau schedules reduce.
     return 1.0 / (1.0 + 0.15 * min(step, 15)) + 0.01 * math.sin(1.7 * step)
@@ -203,6 +215,98 @@ def schedules(out):
                      o, mode="max", factor=0.3, patience=1, threshold=0.005,
                      threshold_mode="abs", cooldown=0, min_lr=0.0),
                  metrics=[1.0 - v for v in losses])
+    # SequentialLR: each schedule built on the optimizer in order, as
+    # hotloop::optim::SequentialLR builds them from their factories.
+    run_schedule(out, "sequential_constant_exponential", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.ConstantLR(o, factor=0.5, total_iters=4),
+                     lambda o: sched.ExponentialLR(o, gamma=0.9)], [3]))
+    run_schedule(out, "sequential_three", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.LinearLR(o, start_factor=0.2,
+                                              end_factor=1.0, total_iters=5),
+                     lambda o: sched.CosineAnnealingLR(o, T_max=20,
+                                                       eta_min=1e-3),
+                     lambda o: sched.MultiStepLR(o, [3, 9], gamma=0.5)],
+                     [5, 25]))
+    run_schedule(out, "sequential_onecycle_first", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.OneCycleLR(o, max_lr=[0.2, 0.1, 0.05],
+                                                total_steps=30),
+                     lambda o: sched.StepLR(o, step_size=4, gamma=0.5)],
+                     [20]),
+                 momentum=True)
+    run_schedule(out, "sequential_cyclic_then_restarts", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.CyclicLR(o, base_lr=0.01, max_lr=0.1,
+                                              step_size_up=4),
+                     lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=5)],
+                     [12]),
+                 momentum=True)
+    run_schedule(out, "sequential_step_then_cyclic", "adam",
+                 lambda o: sequential(o, [
+                     lambda o: sched.StepLR(o, step_size=3, gamma=0.7),
+                     lambda o: sched.CyclicLR(o, base_lr=0.002, max_lr=0.02,
+                                              step_size_up=5,
+                                              cycle_momentum=False)],
+                     [7]),
+                 momentum=True)
+    run_schedule(out, "sequential_step_then_cyclic_momentum", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.StepLR(o, step_size=3, gamma=0.7),
+                     lambda o: sched.CyclicLR(o, base_lr=0.002, max_lr=0.02,
+                                              step_size_up=5,
+                                              base_momentum=0.7)],
+                     [7]),
+                 momentum=True)
+    run_schedule(out, "sequential_cosine_then_swalr", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.CosineAnnealingLR(o, T_max=30),
+                     lambda o: SWALR(o, swa_lr=0.02, anneal_epochs=5)],
+                     [20]))
+    run_schedule(out, "sequential_step_then_multiplicative", "sgd",
+                 lambda o: sequential(o, [
+                     lambda o: sched.StepLR(o, step_size=4, gamma=0.5),
+                     lambda o: sched.MultiplicativeLR(o, lambda e: 0.95),
+                     lambda o: sched.LambdaLR(o, lambda e: 1.0 / (1 + e))],
+                     [10, 30]))
+    run_schedule(out, "chained_constant_exponential", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.ConstantLR(o, factor=0.1, total_iters=2),
+                     lambda o: sched.ExponentialLR(o, gamma=0.9)]))
+    run_schedule(out, "chained_linear_cosine", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.LinearLR(o, start_factor=0.25,
+                                              end_factor=1.0, total_iters=6),
+                     lambda o: sched.CosineAnnealingLR(o, T_max=10,
+                                                       eta_min=0.001)]))
+    run_schedule(out, "chained_step_multistep_polynomial", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.StepLR(o, step_size=5, gamma=0.8),
+                     lambda o: sched.MultiStepLR(o, [7, 15], gamma=0.5),
+                     lambda o: sched.PolynomialLR(o, total_iters=20,
+                                                  power=1.5)]))
+    run_schedule(out, "chained_cyclic_multiplicative", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.CyclicLR(o, base_lr=0.01, max_lr=0.1,
+                                              step_size_up=4),
+                     lambda o: sched.MultiplicativeLR(o, lambda e: 0.97)]),
+                 momentum=True)
+    run_schedule(out, "chained_onecycle_constant", "adam",
+                 lambda o: chained(o, [
+                     lambda o: sched.OneCycleLR(o, max_lr=[0.2, 0.1, 0.05],
+                                                total_steps=41),
+                     lambda o: sched.ConstantLR(o, factor=0.5,
+                                                total_iters=10)]),
+                 momentum=True)
+    run_schedule(out, "chained_exponential_swalr", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.ExponentialLR(o, gamma=0.95),
+                     lambda o: SWALR(o, swa_lr=0.01, anneal_epochs=8)]))
+    run_schedule(out, "chained_lambda_step", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.LambdaLR(o, lambda e: 1.0 / (1 + e)),
+                     lambda o: sched.StepLR(o, step_size=3, gamma=0.5)]))
 
 
 OPT_STEPS = 3

@@ -161,6 +161,13 @@ class CosineAnnealingLR final : public LRScheduler {
   CosineAnnealingLR(
       torch::optim::Optimizer& optimizer, int64_t t_max, double eta_min = 0.0);
 
+  int64_t t_max() const {
+    return t_max_;
+  }
+  double eta_min() const {
+    return eta_min_;
+  }
+
  protected:
   std::vector<double> compute_lr() override;
 

@@ -1,0 +1,132 @@
+#pragma once
+
+// Schedules made of schedules: SequentialLR (one after another) and
+// ChainedScheduler (all at once, their changes multiplied).
+
+#include "hotloop/optim/lr_scheduler.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace hotloop::optim {
+
+/// Builds one schedule on the optimizer it is given, such as
+/// `[](auto& o) { return std::make_unique<StepLR>(o, 10, 0.5); }`.
+using ScheduleFactory =
+    std::function<std::unique_ptr<LRScheduler>(torch::optim::Optimizer&)>;
+
+/// torch.optim.lr_scheduler.SequentialLR: schedule i runs from milestone
+/// i - 1 (0 for the first) until milestone i, each starting at its
+/// milestone from its own step 0, as PyTorch's `step(0)` starts it:
+///
+///   using std::make_unique;
+///   SequentialLR warmup_then_cosine(
+///       optimizer,
+///       {[](auto& o) { return make_unique<LinearLR>(o, 0.1, 1.0, 500); },
+///        [](auto& o) { return make_unique<CosineAnnealingLR>(o, 9500); }},
+///       {500});
+///
+/// Equal to PyTorch's step for step. The schedules are built here, each on
+/// the optimizer's rates from before the first (PyTorch's `initial_lr`:
+/// the first schedule's base rates; a OneCycleLR's, or a first CyclicLR's,
+/// own starting rates for the schedules built after it), so a schedule
+/// never takes the rates the one before it set at step 0 as its base.
+/// MultiplicativeLR and SWALR, which change the rates they find, take over
+/// at their milestone from the rates the schedule before them left (SWALR
+/// with its first annealing step): PyTorch's SequentialLR into SWALR at
+/// `swa_start`. One PyTorch quirk is not reproduced: there, a OneCycleLR
+/// after the first schedule moves the rates the first schedule starts
+/// from to OneCycleLR's initial rates.
+class SequentialLR final : public LRScheduler {
+ public:
+  /// Builds `schedules` (at least one) on `optimizer`, with one milestone
+  /// fewer than schedules: positive and strictly increasing steps. A
+  /// schedule that watches a metric (ReduceLROnPlateau) is refused, as
+  /// PyTorch's SequentialLR cannot step it (LinearWarmup can). Throws
+  /// `hotloop::ConfigError` naming what is wrong.
+  SequentialLR(
+      torch::optim::Optimizer& optimizer,
+      const std::vector<ScheduleFactory>& schedules,
+      std::vector<int64_t> milestones);
+
+  const std::vector<int64_t>& milestones() const;
+
+  /// The schedules, in order.
+  int64_t size() const;
+  const LRScheduler& schedule(int64_t index) const;
+
+  /// The schedules' progress too; `load` refuses a state saved with other
+  /// milestones or schedules.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  void advance(std::optional<double> metric) override;
+  std::vector<double> compute_lr() override;
+  void reset_state() override;
+
+ private:
+  /// The rates at schedule `index`'s milestone, as PyTorch's `step(0)`
+  /// starts it.
+  std::vector<double> start(size_t index);
+
+  std::vector<std::unique_ptr<LRScheduler>> schedules_;
+  std::vector<int64_t> milestones_;
+};
+
+/// torch.optim.lr_scheduler.ChainedScheduler: every schedule steps at each
+/// step, in order, each changing the rate the one before it left as
+/// PyTorch's chainable form does:
+///
+///   ChainedScheduler decay_with_a_slow_start(
+///       optimizer,
+///       {[](auto& o) { return make_unique<ConstantLR>(o, 0.1, 2); },
+///        [](auto& o) { return make_unique<ExponentialLR>(o, 0.9); }});
+///
+/// gives base x 0.1, 0.09, 0.81, 0.729, ... Equal to PyTorch's step for
+/// step, schedules built in order (their step 0s compounding, as their
+/// PyTorch constructors' first steps do): StepLR, MultiStepLR, ConstantLR,
+/// LinearLR, ExponentialLR and PolynomialLR multiply the rate by their
+/// own rate's change; CosineAnnealingLR scales its distance to eta_min;
+/// MultiplicativeLR and SWALR work on the rate they find; LambdaLR,
+/// CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR and a composed
+/// schedule set their own rates, replacing what came before them. Each is
+/// built on the optimizer's rates from before the first, as SequentialLR
+/// builds them. The chain reads the optimizer's rates at each step, so a
+/// rate set by anyone else is chained on from there.
+class ChainedScheduler final : public LRScheduler {
+ public:
+  /// Builds `schedules` (at least one) on `optimizer`; one that watches a
+  /// metric (ReduceLROnPlateau) is refused, as PyTorch's ChainedScheduler
+  /// steps without one. Throws `hotloop::ConfigError` naming what is
+  /// wrong.
+  ChainedScheduler(
+      torch::optim::Optimizer& optimizer,
+      const std::vector<ScheduleFactory>& schedules);
+
+  /// The schedules, in order.
+  int64_t size() const;
+  const LRScheduler& schedule(int64_t index) const;
+
+  /// The schedules' progress too; `load` refuses a state saved with
+  /// another number of schedules.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  void advance(std::optional<double> metric) override;
+  std::vector<double> compute_lr() override;
+  void reset_state() override;
+
+ private:
+  /// The rates after schedule `index` has made its change to `lrs`, the
+  /// rates it found (`stepped`: its step taken, else its step 0).
+  std::vector<double> chain(
+      size_t index, const std::vector<double>& lrs, bool stepped);
+
+  std::vector<std::unique_ptr<LRScheduler>> schedules_;
+};
+
+} // namespace hotloop::optim
