@@ -1231,7 +1231,7 @@ ConfigSchema make_schema() {
       "lr_scheduler.anneal_strategy",
       "cos",
       {"cos", "linear"},
-      "onecycle, swa: annealing shape"));
+      "onecycle, swa, swa_start: annealing shape"));
   s.add(
       opt("lr_scheduler.div_factor",
           T::kFloat,
@@ -1313,13 +1313,21 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.swa_lr",
           T::kFloat,
           "0",
-          "swa: the rate SWALR anneals to (required)",
+          "swa, swa_start: the rate SWALR anneals to (required)",
           0));
   s.add(
       opt("lr_scheduler.anneal_epochs",
           T::kInt,
           "10",
-          "swa: steps (intervals) of the annealing; 0: swa_lr at once",
+          "swa, swa_start: steps (intervals) of the annealing; 0: swa_lr "
+          "at once",
+          0));
+  s.add(
+      opt("lr_scheduler.swa_start",
+          T::kInt,
+          "0",
+          "steps (intervals) after which SWALR takes over from the schedule "
+          "named, annealing to swa_lr (SWA's recipe); 0: never",
           0));
   s.add(choice(
       "lr_scheduler.mode",
@@ -1920,6 +1928,7 @@ FitConfig to_fit_config(const Config& c) {
   s.step_size_down = c.get_int("lr_scheduler.step_size_down");
   s.swa_lr = c.get_float("lr_scheduler.swa_lr");
   s.anneal_epochs = c.get_int("lr_scheduler.anneal_epochs");
+  s.swa_start = c.get_int("lr_scheduler.swa_start");
   // Keys schedules share take each schedule's PyTorch default when a
   // config leaves them out.
   const auto unless_given = [&](const char* key, auto& field, auto value) {

@@ -1,6 +1,7 @@
 #include "hotloop/optim/optimizer_factory.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/optim/composed_lr.h"
 #include "hotloop/optim/foreach.h"
 
 // instancenorm.h uses torch::nn::functional without including it.
@@ -467,6 +468,23 @@ std::unique_ptr<LRScheduler> make_main_schedule(
           .three_phase(o.three_phase));
 }
 
+// The named schedule (null for none) behind its warmup, if any, over
+// `total_steps` schedule steps.
+std::unique_ptr<LRScheduler> make_warmed_up(
+    torch::optim::Optimizer& optimizer,
+    const SchedulerOptions& o,
+    int64_t total_steps) {
+  std::unique_ptr<LRScheduler> schedule;
+  if (o.name != "none") {
+    schedule = make_main_schedule(optimizer, o, total_steps);
+  }
+  if (o.warmup_steps == 0) {
+    return schedule;
+  }
+  return std::make_unique<LinearWarmup>(
+      optimizer, std::move(schedule), o.warmup_steps, o.warmup_start_factor);
+}
+
 } // namespace
 
 std::unique_ptr<LRScheduler> make_scheduler(
@@ -506,15 +524,63 @@ std::unique_ptr<LRScheduler> make_scheduler(
       "lr_scheduler.warmup_start_factor must be in (0, 1], got ",
       o.warmup_start_factor);
 
-  std::unique_ptr<LRScheduler> schedule;
-  if (name != "none") {
-    schedule = make_main_schedule(optimizer, o, total_steps);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.swa_start >= 0,
+      "lr_scheduler.swa_start must be non-negative, got ",
+      o.swa_start);
+  if (o.swa_start == 0) {
+    return make_warmed_up(optimizer, o, total_steps);
   }
-  if (o.warmup_steps == 0) {
-    return schedule;
-  }
-  return std::make_unique<LinearWarmup>(
-      optimizer, std::move(schedule), o.warmup_steps, o.warmup_start_factor);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      name != "swa" && name != "plateau",
+      "lr_scheduler.swa_start hands the rate over to SWALR from another "
+      "schedule, but lr_scheduler.name is ",
+      name,
+      name == "swa" ? " (SWALR from the start: leave swa_start at 0)"
+                    : " (which watches a metric; PyTorch's SequentialLR "
+                      "cannot step it)");
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.swa_lr > 0,
+      "lr_scheduler.swa_lr: swa_start needs the rate SWALR anneals to, got ",
+      o.swa_lr);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      total_steps < 0 || o.swa_start < total_steps,
+      "lr_scheduler.swa_start must be less than the run's ",
+      total_steps,
+      " schedule steps, or SWALR never starts; got ",
+      o.swa_start);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      o.warmup_steps < o.swa_start,
+      "lr_scheduler.warmup_steps must end before swa_start (",
+      o.swa_start,
+      "), got ",
+      o.warmup_steps);
+  return std::make_unique<SequentialLR>(
+      optimizer,
+      std::vector<ScheduleFactory>{
+          [&](torch::optim::Optimizer& opt) -> std::unique_ptr<LRScheduler> {
+            // Over the whole run, cut at swa_start, as in PyTorch's SWA
+            // example (a cosine's T_max is the run's epochs).
+            std::unique_ptr<LRScheduler> before =
+                make_warmed_up(opt, o, total_steps);
+            if (before == nullptr) { // "none": the optimizer's rates
+              return std::make_unique<ConstantLR>(opt, 1.0, 0);
+            }
+            return before;
+          },
+          [&](torch::optim::Optimizer& opt) {
+            return std::make_unique<SWALR>(
+                opt,
+                SWALROptions(o.swa_lr)
+                    .anneal_epochs(o.anneal_epochs)
+                    .anneal_strategy(parse_anneal_strategy(o.anneal_strategy)));
+          }},
+      std::vector<int64_t>{o.swa_start});
 }
 
 } // namespace hotloop::optim

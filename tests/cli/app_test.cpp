@@ -2047,6 +2047,24 @@ TEST(Cli, WeightAveragingValidatesAndCheckpointsTheAverage) {
   EXPECT_EQ(
       nlohmann::json::parse(swa_summary).at("weight_averaging"),
       nlohmann::json({{"average", "swa"}, {"updates", 2}}));
+  // PyTorch's SWA switch: a cosine, then SWALR from epoch 2 on.
+  const std::vector<std::string> switched{
+      "--trainer.max_epochs=3",
+      "--lr_scheduler.name=cosine",
+      "--lr_scheduler.interval=epoch",
+      "--lr_scheduler.swa_start=2",
+      "--lr_scheduler.swa_lr=0.005",
+      "--lr_scheduler.anneal_epochs=1"};
+  r = run_cli(small_fit(dir, switched));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> late = switched;
+  late[3] = "--lr_scheduler.swa_start=3";
+  r = run_cli(small_fit(dir, late));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("lr_scheduler.swa_start must be less than the run's 3 "
+                "schedule steps, or SWALR never starts; got 3"));
 
   r = run_cli(small_fit(
       dir, {"--weight_averaging.enabled=true", "--weight_averaging.decay=1"}));

@@ -3,6 +3,7 @@
 #include "hotloop/core/error.h"
 #include "hotloop/optim/foreach.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional/instancenorm.h>
 #include <torch/nn/functional/loss.h>
@@ -603,6 +604,75 @@ TEST(MakeScheduler, LinearSpansTheRunAndCyclicStartsAtTheOptimizerLr) {
     swa->step();
   }
   EXPECT_NEAR(swa->last_lr()[0], 0.02, 1e-15);
+}
+
+TEST(MakeScheduler, SwaStartHandsTheRateOverToSwalr) {
+  torch::nn::Linear net(3, 2);
+  // A cosine over the run's 20 steps (T_max left at 0) until swa_start,
+  // then SWALR from the rate it left to 0.01 in 2 cosine-shaped steps.
+  SchedulerOptions o;
+  o.name = "cosine";
+  o.swa_start = 6;
+  o.swa_lr = 0.01;
+  o.anneal_epochs = 2;
+  auto optimizer = sgd_for(net);
+  auto schedule = make_scheduler(*optimizer, o, 20);
+  ASSERT_EQ(schedule->name(), "SequentialLR");
+  const double pi = std::acos(-1.0);
+  std::vector<double> expected;
+  for (int step = 0; step < 6; ++step) {
+    expected.push_back(0.1 * (1 + std::cos(pi * step / 20)) / 2);
+  }
+  expected.push_back(0.5 * 0.01 + 0.5 * expected.back()); // half-way
+  expected.push_back(0.01);
+  expected.push_back(0.01);
+  for (size_t step = 0; step < expected.size(); ++step) {
+    if (step > 0) {
+      schedule->step();
+    }
+    EXPECT_NEAR(group_lrs(*optimizer)[0], expected[step], 1e-15) << step;
+  }
+
+  // "none" holds the optimizer's rate until SWALR takes over.
+  o.name = "none";
+  o.anneal_epochs = 0;
+  auto flat_optimizer = sgd_for(net);
+  auto flat = make_scheduler(*flat_optimizer, o, 20);
+  for (int step = 1; step <= 6; ++step) {
+    EXPECT_NEAR(group_lrs(*flat_optimizer)[0], 0.1, 1e-15) << step;
+    flat->step();
+  }
+  EXPECT_NEAR(group_lrs(*flat_optimizer)[0], 0.01, 1e-15);
+
+  o.name = "cosine";
+  EXPECT_EQ(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 6); }),
+      "lr_scheduler.swa_start must be less than the run's 6 schedule steps, "
+      "or SWALR never starts; got 6");
+  o.warmup_steps = 6;
+  EXPECT_EQ(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 20); }),
+      "lr_scheduler.warmup_steps must end before swa_start (6), got 6");
+  o.warmup_steps = 0;
+  o.swa_lr = 0;
+  EXPECT_EQ(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 20); }),
+      "lr_scheduler.swa_lr: swa_start needs the rate SWALR anneals to, got 0");
+  o.swa_lr = 0.01;
+  o.name = "plateau";
+  EXPECT_THAT(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 20); }),
+      ::testing::HasSubstr("lr_scheduler.swa_start hands the rate over to "
+                           "SWALR from another schedule, but "
+                           "lr_scheduler.name is plateau (which watches"));
+  o.name = "swa";
+  EXPECT_THAT(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 20); }),
+      ::testing::HasSubstr("(SWALR from the start: leave swa_start at 0)"));
+  o.swa_start = -1;
+  EXPECT_EQ(
+      config_error([&] { make_scheduler(*sgd_for(net), o, 20); }),
+      "lr_scheduler.swa_start must be non-negative, got -1");
 }
 
 TEST(MakeScheduler, PassesTheOptionsThrough) {

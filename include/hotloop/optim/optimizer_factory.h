@@ -123,6 +123,12 @@ struct SchedulerOptions {
   /// with anneal_strategy (cos or linear).
   double swa_lr = 0.0;
   int64_t anneal_epochs = 10;
+  /// Steps (intervals) after which SWALR takes over from the schedule
+  /// named (and its warmup), annealing from the rate it left to swa_lr as
+  /// above: PyTorch's `SequentialLR([schedule, SWALR], [swa_start])`, the
+  /// switch of its SWA recipe. 0: never. The named schedule keeps the
+  /// run's length (cut at swa_start).
+  int64_t swa_start = 0;
 
   /// plateau: min or max.
   std::string mode = "min";
@@ -152,11 +158,11 @@ struct SchedulerOptions {
 };
 
 /// Builds the schedule named by `options` on `optimizer`, or returns null
-/// for "none" without warmup (a constant rate). `total_steps` is the number
-/// of schedule steps the run takes (optimizer steps, or epochs when
-/// interval is "epoch"); onecycle, and cosine/polynomial left at 0, cover
-/// `total_steps - warmup_steps`. Throws `hotloop::ConfigError` naming the
-/// bad option.
+/// for "none" without warmup or swa_start (a constant rate). `total_steps`
+/// is the number of schedule steps the run takes (optimizer steps, or
+/// epochs when interval is "epoch"; -1: unbounded); onecycle, and
+/// cosine/polynomial/linear left at 0, cover `total_steps - warmup_steps`.
+/// Throws `hotloop::ConfigError` naming the bad option.
 std::unique_ptr<LRScheduler> make_scheduler(
     torch::optim::Optimizer& optimizer,
     const SchedulerOptions& options,
