@@ -1273,8 +1273,8 @@ ConfigSchema make_schema() {
       opt("lr_scheduler.total_iters",
           T::kInt,
           "0",
-          "polynomial/linear: steps to reach 0/end_factor, 0: the whole run; "
-          "constant: steps at factor (5 if not given)",
+          "polynomial/linear: steps to reach 0/end_factor; constant: steps "
+          "at factor (5 if not given); 0: the whole run",
           0));
   s.add(opt("lr_scheduler.power", T::kFloat, "1", "polynomial: exponent", 0));
   s.add(

@@ -33,15 +33,39 @@ void set_rates(
   }
 }
 
+// Whether `schedule` is made of schedules (LinearWarmup is a SequentialLR).
+bool composed(const LRScheduler& schedule) {
+  return dynamic_cast<const SequentialLR*>(&schedule) ||
+         dynamic_cast<const ChainedScheduler*>(&schedule) ||
+         dynamic_cast<const LinearWarmup*>(&schedule);
+}
+
+// Schedules whose chainable form multiplies the rate by their own rate's
+// change.
+bool multiplies(const LRScheduler& schedule) {
+  return dynamic_cast<const StepLR*>(&schedule) ||
+         dynamic_cast<const MultiStepLR*>(&schedule) ||
+         dynamic_cast<const ConstantLR*>(&schedule) ||
+         dynamic_cast<const LinearLR*>(&schedule) ||
+         dynamic_cast<const ExponentialLR*>(&schedule) ||
+         dynamic_cast<const PolynomialLR*>(&schedule);
+}
+
 // Builds `schedules` on `optimizer`, each on the rates PyTorch's initial_lr
 // would hold: the optimizer's rates now, then the first schedule's base
 // rates (CyclicLR's base_lr, where PyTorch's setdefault first sets it),
 // then any OneCycleLR's (which sets initial_lr wherever it is). `owner`
-// names the composed schedule in errors.
-std::vector<std::unique_ptr<LRScheduler>> build_schedules(
+// names the composed schedule in errors; `chained`: ChainedScheduler's,
+// whose multiplying schedules are built on rates of 1 (their own rate is
+// then their factor, whatever the rates), and which refuses a composed
+// schedule inside (PyTorch chains its parts' steps one by one), as
+// SequentialLR refuses one but LinearWarmup (PyTorch's cannot step(0)
+// one).
+std::vector<std::unique_ptr<LRScheduler>> build_each(
     torch::optim::Optimizer& optimizer,
     const std::vector<ScheduleFactory>& schedules,
-    const std::string& owner) {
+    const std::string& owner,
+    bool chained) {
   HOTLOOP_CHECK_AS(
       ConfigError, !schedules.empty(), owner, " needs at least one schedule");
   std::vector<std::unique_ptr<LRScheduler>> built;
@@ -77,12 +101,45 @@ std::vector<std::unique_ptr<LRScheduler>> build_schedules(
         ") watches a metric, which PyTorch's ",
         owner,
         " cannot step (LinearWarmup can warm up in front of it)");
+    HOTLOOP_CHECK_AS(
+        ConfigError,
+        !composed(*schedule) ||
+            (!chained && dynamic_cast<const LinearWarmup*>(schedule.get())),
+        owner,
+        ": schedule ",
+        i,
+        " is a ",
+        schedule->name(),
+        ", which PyTorch's ",
+        owner,
+        " cannot step as one schedule: give its schedules ",
+        chained ? "to this ChainedScheduler" : "to this SequentialLR",
+        " instead");
     if (i == 0 || dynamic_cast<const OneCycleLR*>(schedule.get())) {
       initial = schedule->base_lrs();
+    }
+    if (chained && multiplies(*schedule)) {
+      set_rates(optimizer, std::vector<double>(initial.size(), 1.0));
+      schedule = schedules[i](optimizer);
     }
     built.push_back(std::move(schedule));
   }
   return built;
+}
+
+// build_each, leaving the optimizer's rates as they were when it throws.
+std::vector<std::unique_ptr<LRScheduler>> build_schedules(
+    torch::optim::Optimizer& optimizer,
+    const std::vector<ScheduleFactory>& schedules,
+    const std::string& owner,
+    bool chained) {
+  const std::vector<double> found = group_lrs(optimizer);
+  try {
+    return build_each(optimizer, schedules, owner, chained);
+  } catch (...) {
+    set_rates(optimizer, found); // a refused build leaves the rates alone
+    throw;
+  }
 }
 
 // Schedules that change the rates they find rather than set their own.
@@ -120,7 +177,7 @@ SequentialLR::SequentialLR(
         "increasing steps, got ",
         join(milestones_));
   }
-  schedules_ = build_schedules(optimizer, schedules, name());
+  schedules_ = build_schedules(optimizer, schedules, name(), false);
   restart();
 }
 
@@ -253,7 +310,7 @@ ChainedScheduler::ChainedScheduler(
     torch::optim::Optimizer& optimizer,
     const std::vector<ScheduleFactory>& schedules)
     : LRScheduler(optimizer, "ChainedScheduler") {
-  schedules_ = build_schedules(optimizer, schedules, name());
+  schedules_ = build_schedules(optimizer, schedules, name(), true);
   restart();
 }
 
@@ -275,9 +332,13 @@ std::vector<double> ChainedScheduler::chain(
     size_t index, const std::vector<double>& lrs, bool stepped) {
   LRScheduler& schedule = *schedules_[index];
   if (takes_over(schedule)) {
-    // At step 0 both leave the rate they find.
+    // At step 0 both leave the rate they find, but SWALR annealing over 0
+    // steps, which is at swa_lr from its first.
     if (!stepped) {
-      return lrs;
+      const auto* swa = dynamic_cast<const SWALR*>(&schedule);
+      return swa != nullptr && swa->options().anneal_epochs() == 0
+                 ? schedule.last_lr()
+                 : lrs;
     }
     set_rates(optimizer(), lrs);
     schedule.step();
@@ -308,22 +369,16 @@ std::vector<double> ChainedScheduler::chain(
     }
     return out;
   }
-  const bool multiplies = dynamic_cast<const StepLR*>(&schedule) ||
-                          dynamic_cast<const MultiStepLR*>(&schedule) ||
-                          dynamic_cast<const ConstantLR*>(&schedule) ||
-                          dynamic_cast<const LinearLR*>(&schedule) ||
-                          dynamic_cast<const ExponentialLR*>(&schedule) ||
-                          dynamic_cast<const PolynomialLR*>(&schedule);
-  if (!multiplies) {
-    // LambdaLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR and the
-    // composed schedules set their own rates.
+  if (!multiplies(schedule)) {
+    // LambdaLR, CosineAnnealingWarmRestarts, CyclicLR and OneCycleLR set
+    // their own rates.
     if (stepped) {
       schedule.step();
     }
     return schedule.last_lr();
   }
-  // The change of the schedule's own rate (from its base at step 0); a
-  // rate that was 0 stays (PolynomialLR or LinearLR past their end).
+  // The change of the schedule's own rate, built on 1 (from 1 at step 0);
+  // a rate that was 0 stays (PolynomialLR or LinearLR past their end).
   const std::vector<double> before =
       stepped ? schedule.last_lr() : schedule.base_lrs();
   if (stepped) {

@@ -465,6 +465,13 @@ ConstantLR::ConstantLR(
       total_iters >= 0,
       "lr_scheduler.total_iters must be non-negative, got ",
       total_iters);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      total_iters > 0 || factor == 1,
+      "lr_scheduler.total_iters: constant with factor ",
+      factor,
+      " needs at least one step at it, got 0 (PyTorch's ConstantLR would "
+      "hold the factor for ever, its closed form never)");
   restart();
 }
 

@@ -354,7 +354,7 @@ std::unique_ptr<LRScheduler> make_main_schedule(
         "one: give ",
         o.interval == "step" ? "trainer.max_steps" : "trainer.max_epochs",
         o.name == "cosine" ? " or lr_scheduler.T_max"
-        : o.name == "polynomial" || o.name == "linear"
+        : o.name == "polynomial" || o.name == "linear" || o.name == "constant"
             ? " or lr_scheduler.total_iters"
             : "");
     HOTLOOP_CHECK_AS(
@@ -396,7 +396,8 @@ std::unique_ptr<LRScheduler> make_main_schedule(
         optimizer, o.total_iters == 0 ? span() : o.total_iters, o.power);
   }
   if (name == "constant") {
-    return std::make_unique<ConstantLR>(optimizer, o.factor, o.total_iters);
+    return std::make_unique<ConstantLR>(
+        optimizer, o.factor, o.total_iters == 0 ? span() : o.total_iters);
   }
   if (name == "linear") {
     return std::make_unique<LinearLR>(

@@ -411,6 +411,18 @@ std::vector<ScheduleCase> schedule_cases() {
        chained(
            {make<ExponentialLR>(0.95),
             make<SWALR>(SWALROptions(0.01).anneal_epochs(8))})},
+      {"chained_cyclic_from_zero_step",
+       "sgd",
+       chained(
+           {make<CyclicLR>(CyclicLROptions(0.0, 0.1).step_size_up(4)),
+            make<StepLR>(int64_t{2}, 0.5)}),
+       false,
+       true},
+      {"chained_exponential_swalr_at_once",
+       "sgd",
+       chained(
+           {make<ExponentialLR>(0.9),
+            make<SWALR>(SWALROptions(0.05).anneal_epochs(0))})},
       {"chained_lambda_step",
        "sgd",
        chained(
@@ -626,6 +638,12 @@ TEST(LRSchedulerOptions, BadConstantLinearLambdaAndCyclicValuesNameTheOption) {
       config_error([&] { ConstantLR(o, 0.5, -1); }),
       "lr_scheduler.total_iters must be non-negative, got -1");
   EXPECT_EQ(
+      config_error([&] { ConstantLR(o, 0.5, 0); }),
+      "lr_scheduler.total_iters: constant with factor 0.5 needs at least one "
+      "step at it, got 0 (PyTorch's ConstantLR would hold the factor for "
+      "ever, its closed form never)");
+  EXPECT_EQ(config_error([&] { ConstantLR(o, 1.0, 0); }), "(no ConfigError)");
+  EXPECT_EQ(
       config_error([&] { LinearLR(o, 0.0); }),
       "lr_scheduler.start_factor must be in (0, 1], got 0");
   EXPECT_EQ(
@@ -795,6 +813,39 @@ TEST(ChainedScheduler, ChainsOnTheRatesItFindsAndRefusesWhatItCannotStep) {
       "ChainedScheduler: schedule 1 (ReduceLROnPlateau) watches a metric, "
       "which PyTorch's ChainedScheduler cannot step (LinearWarmup can warm "
       "up in front of it)");
+
+  // A composed schedule inside: PyTorch steps a chain's parts one by one.
+  const ScheduleFactory chain = [&](torch::optim::Optimizer& opt) {
+    return std::make_unique<ChainedScheduler>(
+        opt, std::vector<ScheduleFactory>{decay});
+  };
+  EXPECT_EQ(
+      config_error([&] {
+        ChainedScheduler(o, {decay, chain});
+      }),
+      "ChainedScheduler: schedule 1 is a ChainedScheduler, which PyTorch's "
+      "ChainedScheduler cannot step as one schedule: give its schedules to "
+      "this ChainedScheduler instead");
+  EXPECT_EQ(
+      config_error([&] {
+        ChainedScheduler(o, {[&](torch::optim::Optimizer& opt) {
+                           return std::make_unique<LinearWarmup>(
+                               opt, decay(opt), 3);
+                         }});
+      }),
+      "ChainedScheduler: schedule 0 is a LinearWarmup, which PyTorch's "
+      "ChainedScheduler cannot step as one schedule: give its schedules to "
+      "this ChainedScheduler instead");
+  EXPECT_EQ(
+      config_error([&] {
+        SequentialLR(o, {decay, chain}, {2});
+      }),
+      "SequentialLR: schedule 1 is a ChainedScheduler, which PyTorch's "
+      "SequentialLR cannot step as one schedule: give its schedules to this "
+      "SequentialLR instead");
+
+  // Refused builds left the optimizer's rates as they were.
+  EXPECT_EQ(group_lrs(o), std::vector<double>{0.1});
 
   ChainedScheduler two(o, {decay, decay});
   two.step();

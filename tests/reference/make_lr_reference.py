@@ -303,6 +303,16 @@ def schedules(out):
                  lambda o: chained(o, [
                      lambda o: sched.ExponentialLR(o, gamma=0.95),
                      lambda o: SWALR(o, swa_lr=0.01, anneal_epochs=8)]))
+    run_schedule(out, "chained_cyclic_from_zero_step", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.CyclicLR(o, base_lr=0.0, max_lr=0.1,
+                                              step_size_up=4),
+                     lambda o: sched.StepLR(o, step_size=2, gamma=0.5)]),
+                 momentum=True)
+    run_schedule(out, "chained_exponential_swalr_at_once", "sgd",
+                 lambda o: chained(o, [
+                     lambda o: sched.ExponentialLR(o, gamma=0.9),
+                     lambda o: SWALR(o, swa_lr=0.05, anneal_epochs=0)]))
     run_schedule(out, "chained_lambda_step", "sgd",
                  lambda o: chained(o, [
                      lambda o: sched.LambdaLR(o, lambda e: 1.0 / (1 + e)),

@@ -42,10 +42,12 @@ using ScheduleFactory =
 class SequentialLR final : public LRScheduler {
  public:
   /// Builds `schedules` (at least one) on `optimizer`, with one milestone
-  /// fewer than schedules: positive and strictly increasing steps. A
-  /// schedule that watches a metric (ReduceLROnPlateau) is refused, as
-  /// PyTorch's SequentialLR cannot step it (LinearWarmup can). Throws
-  /// `hotloop::ConfigError` naming what is wrong.
+  /// fewer than schedules: positive and strictly increasing steps.
+  /// Refused, as PyTorch's SequentialLR cannot step them: a schedule that
+  /// watches a metric (ReduceLROnPlateau; LinearWarmup can warm up in
+  /// front of it), and a SequentialLR or ChainedScheduler inside (a
+  /// LinearWarmup is taken). Throws `hotloop::ConfigError` naming what is
+  /// wrong.
   SequentialLR(
       torch::optim::Optimizer& optimizer,
       const std::vector<ScheduleFactory>& schedules,
@@ -91,17 +93,21 @@ class SequentialLR final : public LRScheduler {
 /// LinearLR, ExponentialLR and PolynomialLR multiply the rate by their
 /// own rate's change; CosineAnnealingLR scales its distance to eta_min;
 /// MultiplicativeLR and SWALR work on the rate they find; LambdaLR,
-/// CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR and a composed
-/// schedule set their own rates, replacing what came before them. Each is
-/// built on the optimizer's rates from before the first, as SequentialLR
-/// builds them. The chain reads the optimizer's rates at each step, so a
-/// rate set by anyone else is chained on from there.
+/// CosineAnnealingWarmRestarts, CyclicLR and OneCycleLR set their own
+/// rates, replacing what came before them. Each is built on the
+/// optimizer's rates from before the first, as SequentialLR builds them
+/// (the multiplying ones on rates of 1: only their changes count). The
+/// chain reads the optimizer's rates at each step, so a rate set by anyone
+/// else is chained on from there. One PyTorch quirk is not reproduced:
+/// there a CyclicLR after the first schedule takes its step 0 from
+/// initial_lr, not from its base_lr (later steps agree).
 class ChainedScheduler final : public LRScheduler {
  public:
-  /// Builds `schedules` (at least one) on `optimizer`; one that watches a
-  /// metric (ReduceLROnPlateau) is refused, as PyTorch's ChainedScheduler
-  /// steps without one. Throws `hotloop::ConfigError` naming what is
-  /// wrong.
+  /// Builds `schedules` (at least one) on `optimizer`. Refused, as
+  /// PyTorch's ChainedScheduler cannot step them as it steps the others: a
+  /// schedule that watches a metric (ReduceLROnPlateau), and a composed one
+  /// (SequentialLR, ChainedScheduler, LinearWarmup; give its parts to this
+  /// chain). Throws `hotloop::ConfigError` naming what is wrong.
   ChainedScheduler(
       torch::optim::Optimizer& optimizer,
       const std::vector<ScheduleFactory>& schedules);

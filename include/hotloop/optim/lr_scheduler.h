@@ -217,8 +217,10 @@ class PolynomialLR final : public LRScheduler {
 /// lr = base * factor for the first total_iters steps, then base.
 class ConstantLR final : public LRScheduler {
  public:
-  /// Requires factor in (0, 1] and total_iters >= 0 (else
-  /// `hotloop::ConfigError`). PyTorch also takes a factor of 0, whose
+  /// Requires factor in (0, 1] and total_iters >= 0, and total_iters > 0
+  /// for a factor below 1 (else `hotloop::ConfigError`): PyTorch's
+  /// ConstantLR then holds the factor for ever in its step-by-step form
+  /// and never in its closed form. PyTorch also takes a factor of 0, whose
   /// chainable form then divides by it at total_iters.
   explicit ConstantLR(
       torch::optim::Optimizer& optimizer,
@@ -498,6 +500,10 @@ class SWALR final : public LRScheduler {
  public:
   /// Validates `options` (`hotloop::ConfigError` naming the bad option).
   SWALR(torch::optim::Optimizer& optimizer, SWALROptions options);
+
+  const SWALROptions& options() const {
+    return options_;
+  }
 
  protected:
   void advance(std::optional<double> metric) override;

@@ -101,9 +101,9 @@ struct SchedulerOptions {
   double base_momentum = 0.85;
   double max_momentum = 0.95;
 
-  /// polynomial: steps to reach 0; linear: steps to reach end_factor
-  /// (both: 0 means the run's steps after warmup); constant: steps at
-  /// `factor` times the rate.
+  /// polynomial: steps to reach 0; linear: steps to reach end_factor;
+  /// constant: steps at `factor` times the rate (all three: 0 means the
+  /// run's steps after warmup).
   int64_t total_iters = 0;
   double power = 1.0;
 
@@ -161,7 +161,8 @@ struct SchedulerOptions {
 /// for "none" without warmup or swa_start (a constant rate). `total_steps`
 /// is the number of schedule steps the run takes (optimizer steps, or
 /// epochs when interval is "epoch"; -1: unbounded); onecycle, and
-/// cosine/polynomial/linear left at 0, cover `total_steps - warmup_steps`.
+/// cosine/polynomial/linear/constant left at 0, cover
+/// `total_steps - warmup_steps`.
 /// Throws `hotloop::ConfigError` naming the bad option.
 std::unique_ptr<LRScheduler> make_scheduler(
     torch::optim::Optimizer& optimizer,
