@@ -35,8 +35,7 @@ void set_rates(
 
 // Whether `schedule` is made of schedules (LinearWarmup is a SequentialLR).
 bool composed(const LRScheduler& schedule) {
-  return dynamic_cast<const SequentialLR*>(&schedule) ||
-         dynamic_cast<const ChainedScheduler*>(&schedule) ||
+  return dynamic_cast<const ComposedSchedule*>(&schedule) ||
          dynamic_cast<const LinearWarmup*>(&schedule);
 }
 
@@ -150,11 +149,35 @@ bool takes_over(const LRScheduler& schedule) {
 
 } // namespace
 
+int64_t ComposedSchedule::size() const {
+  return static_cast<int64_t>(schedules_.size());
+}
+
+const LRScheduler& ComposedSchedule::schedule(int64_t index) const {
+  HOTLOOP_CHECK(
+      index >= 0 && index < size(),
+      name(),
+      " has ",
+      size(),
+      " schedules, asked for schedule ",
+      index);
+  return *schedules_[static_cast<size_t>(index)];
+}
+
+void ComposedSchedule::save(torch::serialize::OutputArchive& archive) const {
+  LRScheduler::save(archive);
+  for (size_t i = 0; i < schedules_.size(); ++i) {
+    torch::serialize::OutputArchive schedule(archive.compilation_unit());
+    schedules_[i]->save(schedule);
+    archive.write(key(i), schedule);
+  }
+}
+
 SequentialLR::SequentialLR(
     torch::optim::Optimizer& optimizer,
     const std::vector<ScheduleFactory>& schedules,
     std::vector<int64_t> milestones)
-    : LRScheduler(optimizer, "SequentialLR"),
+    : ComposedSchedule(optimizer, "SequentialLR"),
       milestones_(std::move(milestones)) {
   HOTLOOP_CHECK_AS(
       ConfigError,
@@ -183,20 +206,6 @@ SequentialLR::SequentialLR(
 
 const std::vector<int64_t>& SequentialLR::milestones() const {
   return milestones_;
-}
-
-int64_t SequentialLR::size() const {
-  return static_cast<int64_t>(schedules_.size());
-}
-
-const LRScheduler& SequentialLR::schedule(int64_t index) const {
-  HOTLOOP_CHECK(
-      index >= 0 && index < size(),
-      "SequentialLR has ",
-      size(),
-      " schedules, asked for schedule ",
-      index);
-  return *schedules_[static_cast<size_t>(index)];
 }
 
 void SequentialLR::reset_state() {
@@ -249,13 +258,8 @@ void SequentialLR::advance(std::optional<double> /*metric*/) {
 }
 
 void SequentialLR::save(torch::serialize::OutputArchive& archive) const {
-  LRScheduler::save(archive);
+  ComposedSchedule::save(archive);
   archive.write("milestones", c10::IValue(milestones_));
-  for (size_t i = 0; i < schedules_.size(); ++i) {
-    torch::serialize::OutputArchive schedule(archive.compilation_unit());
-    schedules_[i]->save(schedule);
-    archive.write(key(i), schedule);
-  }
 }
 
 void SequentialLR::load(torch::serialize::InputArchive& archive) {
@@ -309,23 +313,9 @@ void SequentialLR::load(torch::serialize::InputArchive& archive) {
 ChainedScheduler::ChainedScheduler(
     torch::optim::Optimizer& optimizer,
     const std::vector<ScheduleFactory>& schedules)
-    : LRScheduler(optimizer, "ChainedScheduler") {
+    : ComposedSchedule(optimizer, "ChainedScheduler") {
   schedules_ = build_schedules(optimizer, schedules, name(), true);
   restart();
-}
-
-int64_t ChainedScheduler::size() const {
-  return static_cast<int64_t>(schedules_.size());
-}
-
-const LRScheduler& ChainedScheduler::schedule(int64_t index) const {
-  HOTLOOP_CHECK(
-      index >= 0 && index < size(),
-      "ChainedScheduler has ",
-      size(),
-      " schedules, asked for schedule ",
-      index);
-  return *schedules_[static_cast<size_t>(index)];
 }
 
 std::vector<double> ChainedScheduler::chain(
@@ -418,15 +408,6 @@ void ChainedScheduler::advance(std::optional<double> /*metric*/) {
   }
   set_last_epoch(last_epoch() + 1);
   apply_lr(lrs);
-}
-
-void ChainedScheduler::save(torch::serialize::OutputArchive& archive) const {
-  LRScheduler::save(archive);
-  for (size_t i = 0; i < schedules_.size(); ++i) {
-    torch::serialize::OutputArchive schedule(archive.compilation_unit());
-    schedules_[i]->save(schedule);
-    archive.write(key(i), schedule);
-  }
 }
 
 void ChainedScheduler::load(torch::serialize::InputArchive& archive) {

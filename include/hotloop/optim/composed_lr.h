@@ -17,6 +17,23 @@ namespace hotloop::optim {
 using ScheduleFactory =
     std::function<std::unique_ptr<LRScheduler>(torch::optim::Optimizer&)>;
 
+/// What SequentialLR and ChainedScheduler share: the schedules they are
+/// made of, in order, whose states are saved with theirs.
+class ComposedSchedule : public LRScheduler {
+ public:
+  /// The schedules, in order.
+  int64_t size() const;
+  const LRScheduler& schedule(int64_t index) const;
+
+  /// The schedules' progress too.
+  void save(torch::serialize::OutputArchive& archive) const override;
+
+ protected:
+  using LRScheduler::LRScheduler;
+
+  std::vector<std::unique_ptr<LRScheduler>> schedules_;
+};
+
 /// torch.optim.lr_scheduler.SequentialLR: schedule i runs from milestone
 /// i - 1 (0 for the first) until milestone i, each starting at its
 /// milestone from its own step 0, as PyTorch's `step(0)` starts it:
@@ -39,7 +56,7 @@ using ScheduleFactory =
 /// `swa_start`. One PyTorch quirk is not reproduced: there, a OneCycleLR
 /// after the first schedule moves the rates the first schedule starts
 /// from to OneCycleLR's initial rates.
-class SequentialLR final : public LRScheduler {
+class SequentialLR final : public ComposedSchedule {
  public:
   /// Builds `schedules` (at least one) on `optimizer`, with one milestone
   /// fewer than schedules: positive and strictly increasing steps.
@@ -55,12 +72,8 @@ class SequentialLR final : public LRScheduler {
 
   const std::vector<int64_t>& milestones() const;
 
-  /// The schedules, in order.
-  int64_t size() const;
-  const LRScheduler& schedule(int64_t index) const;
-
-  /// The schedules' progress too; `load` refuses a state saved with other
-  /// milestones or schedules.
+  /// The milestones and the schedules' progress too; `load` refuses a
+  /// state saved with other milestones or schedules.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -74,7 +87,6 @@ class SequentialLR final : public LRScheduler {
   /// starts it.
   std::vector<double> start(size_t index);
 
-  std::vector<std::unique_ptr<LRScheduler>> schedules_;
   std::vector<int64_t> milestones_;
 };
 
@@ -101,7 +113,7 @@ class SequentialLR final : public LRScheduler {
 /// else is chained on from there. One PyTorch quirk is not reproduced:
 /// there a CyclicLR after the first schedule takes its step 0 from
 /// initial_lr, not from its base_lr (later steps agree).
-class ChainedScheduler final : public LRScheduler {
+class ChainedScheduler final : public ComposedSchedule {
  public:
   /// Builds `schedules` (at least one) on `optimizer`. Refused, as
   /// PyTorch's ChainedScheduler cannot step them as it steps the others: a
@@ -112,13 +124,7 @@ class ChainedScheduler final : public LRScheduler {
       torch::optim::Optimizer& optimizer,
       const std::vector<ScheduleFactory>& schedules);
 
-  /// The schedules, in order.
-  int64_t size() const;
-  const LRScheduler& schedule(int64_t index) const;
-
-  /// The schedules' progress too; `load` refuses a state saved with
-  /// another number of schedules.
-  void save(torch::serialize::OutputArchive& archive) const override;
+  /// Refuses a state saved with another number of schedules.
   void load(torch::serialize::InputArchive& archive) override;
 
  protected:
@@ -131,8 +137,6 @@ class ChainedScheduler final : public LRScheduler {
   /// rates it found (`stepped`: its step taken, else its step 0).
   std::vector<double> chain(
       size_t index, const std::vector<double>& lrs, bool stepped);
-
-  std::vector<std::unique_ptr<LRScheduler>> schedules_;
 };
 
 } // namespace hotloop::optim
