@@ -693,6 +693,18 @@ bool is_share_of(
 
 } // namespace
 
+bool is_share(const DataLoader& loader) {
+  const DataLoaderOptions& options = loader.options();
+  if (loader.iterable()) {
+    return dynamic_cast<const ProcessStreams*>(
+               loader.iterable_dataset_ptr().get()) != nullptr;
+  }
+  if (options.batch_sampler()) {
+    return share_taken(options.batch_sampler().get()).has_value();
+  }
+  return options.sampler() && share_taken(options.sampler().get());
+}
+
 std::unique_ptr<DataLoader> shard(
     const DataLoader& loader,
     int64_t num_replicas,
@@ -741,6 +753,15 @@ std::unique_ptr<DataLoader> shard(
     if (training) {
       share = std::make_shared<DistributedSampler>(
           n, num_replicas, rank, options.shuffle(), options.seed());
+    } else if (options.shuffle()) {
+      // The share of the loader's own order, so that the shares put
+      // together are that order (Trainer::predict relies on it).
+      share = std::make_shared<DistributedSamplerWrapper>(
+          std::make_shared<RandomSampler>(
+              n, /*replacement=*/false, std::nullopt, options.seed()),
+          num_replicas,
+          rank,
+          /*pad=*/false);
     } else {
       share = std::make_shared<ShardSampler>(n, num_replicas, rank);
     }

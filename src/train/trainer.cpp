@@ -12,6 +12,7 @@
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/detail/fit_loop.h"
+#include "hotloop/train/detail/shared_prediction.h"
 #include "hotloop/train/device.h"
 #include "hotloop/train/early_stopping.h"
 #include "hotloop/train/model_checkpoint.h"
@@ -521,13 +522,23 @@ std::vector<at::Tensor> Trainer::predict(
     Module& module, data::DataLoader& loader, const std::string& ckpt_path) {
   const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
-  return detail::EvaluationLoop(*this, module, precision, callbacks_)
-      .predict(
-          loader,
-          detail::resolve_limit(
-              options_.limit_predict_batches(),
-              loader.length(),
-              "limit_predict_batches"));
+  detail::EvaluationLoop loop(*this, module, precision, callbacks_);
+  if (strategy_->world_size() > 1) {
+    return detail::predict_in_shares(
+        *strategy_,
+        loader,
+        options_.limit_predict_batches(),
+        device_,
+        [&](data::DataLoader& share, int64_t batches) {
+          return loop.predict(share, batches);
+        });
+  }
+  return loop.predict(
+      loader,
+      detail::resolve_limit(
+          options_.limit_predict_batches(),
+          loader.length(),
+          "limit_predict_batches"));
 }
 
 data::DataLoader& Trainer::share_of(

@@ -14,6 +14,7 @@
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
 #include "hotloop/train/classifier.h"
+#include "hotloop/train/detail/shared_prediction.h"
 #include "hotloop/train/trainer.h"
 #include "test_util.h"
 #include "train/trainer_fixture.h"
@@ -203,6 +204,20 @@ TEST(Shard, EvaluationSharesCountEverySampleOnceWithoutPadding) {
   EXPECT_EQ(
       targets_of(*data::shard(loader, 3, 2, false)),
       (std::vector<int64_t>{2, 5, 8}));
+}
+
+TEST(Shard, AShufflingLoadersEvaluationSharesTakeItsOrderInTurn) {
+  data::DataLoader loader(
+      numbered(10), data::DataLoaderOptions(4).shuffle(true).seed(7));
+  const std::vector<int64_t> order = targets_of(loader);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    std::vector<int64_t> expected;
+    for (size_t p = static_cast<size_t>(rank); p < order.size(); p += 3) {
+      expected.push_back(order[p]);
+    }
+    EXPECT_EQ(targets_of(*data::shard(loader, 3, rank, false)), expected)
+        << "rank " << rank;
+  }
 }
 
 TEST(Shard, ALoadersOwnSamplerIsSplitPositionByPosition) {
@@ -803,6 +818,166 @@ void python_parity_scenario(ProcessEnvironment env, const std::string& dir) {
       << buckets_first << " " << ddp.bucket_count();
 }
 
+// predict under DDP: 41 quadrant images, so that no number of processes
+// splits them evenly, in the loaders named by kPredictCases.
+constexpr int64_t kPredicted = 41;
+
+// The classifier's probabilities averaged over the batch (one row for the
+// whole batch, not one per sample); a sample of an unbatched loader is a
+// batch of one.
+class MeanPredictor final : public train::ImageClassifier {
+ public:
+  explicit MeanPredictor(train::ImageClassifier&& base)
+      : train::ImageClassifier(std::move(base)) {}
+  at::Tensor predict_step(const data::Batch& batch, int64_t) override {
+    const at::Tensor input =
+        batch.input.dim() == 3 ? batch.input.unsqueeze(0) : batch.input;
+    return at::softmax(forward(input), 1).mean(0);
+  }
+};
+
+const std::vector<std::string> kPredictCases = {
+    "plain",
+    "shuffle",
+    "drop_last",
+    "sampler",
+    "batch_sampler",
+    "limit",
+    "stream",
+    "mean_batch_sampler",
+    "mean_unbatched",
+    "mean_rows"};
+
+std::unique_ptr<data::DataLoader> predict_loader(const std::string& name) {
+  auto dataset = train::quadrants(kPredicted, 3);
+  data::DataLoaderOptions options(6);
+  if (name == "shuffle") {
+    options.shuffle(true).seed(9);
+  } else if (name == "drop_last") {
+    // Batches of 7: a share cut to whole batches would miss samples.
+    options.batch_size(7).drop_last(true);
+  } else if (name == "sampler") {
+    std::vector<double> weights(kPredicted);
+    std::iota(weights.begin(), weights.end(), 1.0);
+    options.sampler(
+        std::make_shared<data::WeightedRandomSampler>(weights, 29, true, 5));
+  } else if (name == "batch_sampler" || name == "mean_batch_sampler") {
+    options = data::DataLoaderOptions().batch_sampler(
+        std::make_shared<data::BatchSampler>(
+            std::make_shared<data::RandomSampler>(
+                kPredicted, false, std::nullopt, 4),
+            5,
+            false));
+  } else if (name == "mean_unbatched") {
+    options.batch_size(std::nullopt);
+  } else if (name == "stream") {
+    return std::make_unique<data::DataLoader>(
+        std::make_shared<train::StreamOf>(dataset, /*sized=*/true), options);
+  }
+  return std::make_unique<data::DataLoader>(dataset, options);
+}
+
+std::shared_ptr<train::Module> predictor(const std::string& name) {
+  auto module = mlp_classifier();
+  if (name.rfind("mean_", 0) == 0) {
+    return std::make_shared<MeanPredictor>(std::move(*module));
+  }
+  return module;
+}
+
+train::TrainerOptions predict_options(const std::string& name) {
+  return worker_trainer_options("").limit_predict_batches(
+      name == "limit" ? 3 : -1);
+}
+
+// The samples a process's predict_step saw.
+class CountSamples final : public train::Callback {
+ public:
+  void on_predict_batch_end(
+      train::Trainer&,
+      train::Module&,
+      const at::Tensor&,
+      const data::Batch& batch,
+      int64_t) override {
+    samples += batch.input.dim() == 3 ? 1 : batch.input.size(0);
+  }
+  int64_t samples = 0;
+};
+
+// What process `rank` hands gather_everywhere: tensors of several dtypes,
+// shapes and layouts, an undefined one, and a count that differs by rank.
+std::vector<at::Tensor> gathered_by(int64_t rank) {
+  const auto r = static_cast<double>(rank);
+  std::vector<at::Tensor> out = {
+      at::arange(rank + 1),
+      at::scalar_tensor(rank % 2 == 0, at::kBool),
+      at::Tensor(),
+      (at::arange(6, at::kFloat).reshape({2, 3}) + r).t().to(at::kBFloat16),
+      at::empty({0, 5}),
+      at::full({3}, 0.1 + r, at::kDouble)};
+  for (int64_t extra = 0; extra < rank; ++extra) {
+    out.push_back(at::full({2, 2}, -r, at::kHalf));
+  }
+  return out;
+}
+
+// Whether `got` is every process's gathered_by, else what differs.
+std::string check_gathered(
+    const std::vector<std::vector<at::Tensor>>& got, int64_t world) {
+  if (static_cast<int64_t>(got.size()) != world) {
+    return "got " + std::to_string(got.size()) + " processes' tensors";
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    const std::vector<at::Tensor> expected = gathered_by(r);
+    if (got[r].size() != expected.size()) {
+      return "rank " + std::to_string(r) + ": " +
+             std::to_string(got[r].size()) + " tensors";
+    }
+    for (size_t k = 0; k < expected.size(); ++k) {
+      const at::Tensor& a = got[r][k];
+      const at::Tensor& b = expected[k];
+      const bool same = a.defined() == b.defined() &&
+                        (!b.defined() ||
+                         (a.scalar_type() == b.scalar_type() &&
+                          a.sizes() == b.sizes() && a.is_cpu() && a.equal(b)));
+      if (!same) {
+        return "rank " + std::to_string(r) + "'s tensor " + std::to_string(k);
+      }
+    }
+  }
+  return "ok";
+}
+
+// Each case of kPredictCases predicted by this process of a DDP run:
+// predict<rank>_<case>.pt holds its outputs, samples<rank>_<case>.txt the
+// samples it predicted itself, error<rank>_<case>.txt what it threw.
+void predict_scenario(ProcessEnvironment env, const std::string& dir) {
+  auto group = ProcessGroup::join(env, ProcessGroupOptions().timeout(kTimeout));
+  const std::string mine = std::to_string(env.rank) + "_";
+  DDPStrategy strategy(group);
+  std::ofstream(dir + "/gather" + std::to_string(env.rank) + ".txt")
+      << check_gathered(
+             train::detail::gather_everywhere(
+                 strategy, gathered_by(env.rank), c10::Device("cpu")),
+             env.world_size);
+  for (const std::string& name : kPredictCases) {
+    auto count = std::make_shared<CountSamples>();
+    train::Trainer trainer(predict_options(name));
+    trainer.set_strategy(std::make_shared<DDPStrategy>(group));
+    trainer.add_callback(count);
+    const auto loader = predict_loader(name);
+    const auto module = predictor(name);
+    try {
+      torch::save(
+          trainer.predict(*module, *loader),
+          dir + "/predict" + mine + name + ".pt");
+    } catch (const ConfigError& error) {
+      std::ofstream(dir + "/error" + mine + name + ".txt") << error.what();
+    }
+    std::ofstream(dir + "/samples" + mine + name + ".txt") << count->samples;
+  }
+}
+
 TEST(DistWorker, DISABLED_Run) {
   const std::string scenario = environment("HOTLOOP_DIST_SCENARIO");
   const std::string dir = environment("HOTLOOP_DIST_DIR");
@@ -811,6 +986,8 @@ TEST(DistWorker, DISABLED_Run) {
   try {
     if (scenario == "fit") {
       fit_scenario(env, dir);
+    } else if (scenario == "predict") {
+      predict_scenario(env, dir);
     } else if (scenario == "python_parity") {
       python_parity_scenario(env, dir);
     } else {
@@ -821,6 +998,109 @@ TEST(DistWorker, DISABLED_Run) {
         << error.what();
     std::_Exit(3); // what a failed rank's process does: exit, with a code
   }
+}
+
+// One process's predictions of case `name`, and the samples it predicted.
+std::vector<at::Tensor> predicted_by_one(
+    const std::string& name, int64_t& samples) {
+  auto count = std::make_shared<CountSamples>();
+  train::Trainer trainer(predict_options(name));
+  trainer.add_callback(count);
+  auto out = trainer.predict(*predictor(name), *predict_loader(name));
+  samples = count->samples;
+  return out;
+}
+
+// `world` processes predict the cases of kPredictCases in shares: each
+// returns what one process returns, from its own share of the samples.
+void expect_ranks_predict_as_one_process(int64_t world) {
+  TempDir dir;
+  const Workers workers = run_workers("predict", world, dir.path());
+  ASSERT_EQ(workers.codes, std::vector<int>(world, 0))
+      << workers.log(0) << workers.error(0) << workers.log(1)
+      << workers.error(1);
+  for (int64_t rank = 0; rank < world; ++rank) {
+    EXPECT_EQ(
+        read_text(dir.file("gather" + std::to_string(rank) + ".txt")), "ok")
+        << "rank " << rank;
+  }
+  for (const std::string& name : kPredictCases) {
+    SCOPED_TRACE(name);
+    int64_t one_samples = 0;
+    if (name == "mean_rows") {
+      for (int64_t rank = 0; rank < world; ++rank) {
+        EXPECT_EQ(
+            read_text(
+                dir.file("error" + std::to_string(rank) + "_" + name + ".txt")),
+            "predict under a data-parallel strategy puts the processes' "
+            "outputs back in order sample by sample, so predict_step must "
+            "return a tensor whose first dimension counts the batch's "
+            "samples: rank 0's batch 0 has 6 samples, its output is [4] "
+            "Float (give the loader a batch_sampler, or batch_size=None, to "
+            "gather whole outputs, or predict in one process)");
+      }
+      continue;
+    }
+    const std::vector<at::Tensor> one = predicted_by_one(name, one_samples);
+    // Whole outputs come back bit for bit; rows predicted in other
+    // company, to float rounding.
+    const bool whole = name == "batch_sampler" || name.rfind("mean_", 0) == 0;
+    int64_t samples = 0;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      const std::string suffix = std::to_string(rank) + "_" + name;
+      ASSERT_FALSE(fs::exists(dir.file("error" + suffix + ".txt")))
+          << read_text(dir.file("error" + suffix + ".txt"));
+      std::vector<at::Tensor> got;
+      torch::load(got, dir.file("predict" + suffix + ".pt"));
+      const int64_t seen =
+          std::stoll(read_text(dir.file("samples" + suffix + ".txt")));
+      samples += seen;
+      // Each predicted its share, not the whole.
+      EXPECT_LE(seen, (one_samples + world - 1) / world + 6) << "rank " << rank;
+      if (name == "stream") {
+        // Process after process: rank r read samples r, r + W, ...
+        std::vector<int64_t> order;
+        for (int64_t r = 0; r < world; ++r) {
+          for (int64_t i = r; i < kPredicted; i += world) {
+            order.push_back(i);
+          }
+        }
+        const at::Tensor expected =
+            at::cat(one).index_select(0, at::tensor(order));
+        const at::Tensor rows = at::cat(got);
+        ASSERT_EQ(rows.sizes(), expected.sizes());
+        EXPECT_LE((rows - expected).abs().max().item<double>(), 1e-6);
+        continue;
+      }
+      ASSERT_EQ(got.size(), one.size()) << "rank " << rank;
+      for (size_t k = 0; k < one.size(); ++k) {
+        ASSERT_EQ(got[k].sizes(), one[k].sizes())
+            << "rank " << rank << " output " << k;
+        if (whole) {
+          EXPECT_TRUE(got[k].equal(one[k]))
+              << "rank " << rank << " output " << k;
+        } else {
+          EXPECT_LE((got[k] - one[k]).abs().max().item<double>(), 1e-6)
+              << "rank " << rank << " output " << k;
+        }
+      }
+    }
+    if (name == "limit" || name == "drop_last") {
+      // A process's last batch may go past the samples kept.
+      EXPECT_GE(samples, one_samples);
+      EXPECT_LE(samples, one_samples + world * 6);
+    } else {
+      EXPECT_EQ(samples, one_samples);
+    }
+  }
+}
+
+TEST(DDPTrainer, TwoRanksPredictTheirSharesAndReturnWhatOneProcessDoes) {
+  expect_ranks_predict_as_one_process(2);
+}
+
+TEST(DDPTrainer, ThreeRanksPredictUnevenSharesAndReturnWhatOneProcessDoes) {
+  expect_ranks_predict_as_one_process(3);
 }
 
 TEST(DistributedDataParallel, GradientsEqualPyTorchsDDPOverGloo) {

@@ -312,7 +312,9 @@ namespace hotloop::data {
 /// processes step together) or for evaluation (every sample counted
 /// once):
 /// - with no sampler of its own, a DistributedSampler (shuffled as
-///   `loader` is, with its seed) or a ShardSampler;
+///   `loader` is, with its seed); for evaluation, every num_replicas-th
+///   index of the loader's own order (a ShardSampler, or
+///   DistributedSamplerWrapper of its RandomSampler when it shuffles);
 /// - with its own `sampler`, every num_replicas-th index of that sampler's
 ///   epoch (DistributedSamplerWrapper);
 /// - with its own `batch_sampler`, every num_replicas-th batch of it
@@ -329,5 +331,11 @@ std::unique_ptr<DataLoader> shard(
     int64_t num_replicas,
     int64_t rank,
     bool training);
+
+/// Whether `loader` already is one process's share, which shard() keeps:
+/// its sampler or batch_sampler is a DistributedSampler, ShardSampler or
+/// one of the wrappers (also inside a BatchSampler), or its dataset is a
+/// share of an IterableDataset that shard() made.
+bool is_share(const DataLoader& loader);
 
 } // namespace hotloop::data

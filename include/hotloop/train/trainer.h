@@ -93,6 +93,11 @@ class Trainer {
 
   /// Runs predict_step over `loader` (limit_predict_batches) in eval mode
   /// without gradients and returns its outputs, one per batch, in order.
+  /// Under a data-parallel strategy each process predicts its share and
+  /// every process returns all the outputs, as one process would (each
+  /// output's first dimension then counts its batch's samples, unless the
+  /// loader has a batch_sampler or batch_size=None; see
+  /// detail::predict_in_shares); the batch hooks see the process's own.
   std::vector<at::Tensor> predict(
       Module& module,
       data::DataLoader& loader,

@@ -1,0 +1,56 @@
+#pragma once
+
+#include "hotloop/data/dataloader.h"
+#include "hotloop/train/strategy.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace hotloop::train::detail {
+
+/// Every process's `tensors` on every process of `strategy`: element r
+/// holds process r's, in order, bit for bit, with their dtypes and shapes
+/// (an undefined tensor stays undefined). A tensor that was on the CPU
+/// comes back on the CPU, one on an accelerator on `device`. Three
+/// sum-collectives (the counts, the shapes, the bytes), whatever the
+/// number of tensors. ConfigError, on every process alike, naming a
+/// sparse or quantized tensor.
+std::vector<std::vector<at::Tensor>> gather_everywhere(
+    Strategy& strategy,
+    const std::vector<at::Tensor>& tensors,
+    c10::Device device);
+
+/// Runs `predict` over the first `batches` batches of a loader and returns
+/// its outputs, one per batch.
+using PredictBatches =
+    std::function<std::vector<at::Tensor>(data::DataLoader&, int64_t)>;
+
+/// Trainer::predict under a data-parallel strategy: each process predicts
+/// its share of `loader` (data::shard), and every process returns all the
+/// outputs, in the order of one process predicting the loader:
+/// - of a loader that batches samples, sample by sample: process r holds
+///   the samples r, r + W, ... of the loader's order (its last batch is
+///   not dropped, so that every sample one process predicts is
+///   predicted), and the outputs' rows are put back in that order and cut
+///   into one process's batches. Each output's first dimension must count
+///   its batch's samples, and all must have one dtype and the same other
+///   dimensions (ConfigError, on every process alike);
+/// - of a batch_sampler, or of batch_size=None, output by output: process
+///   r holds the loader's batches (or samples) r, r + W, ...;
+/// - of an IterableDataset, or of a loader that already is one process's
+///   share (data::is_share), process after process: one process's order
+///   is not known.
+/// `limit`: trainer.limit_predict_batches, counted in one process's
+/// batches (in each process's own for the last kind).
+std::vector<at::Tensor> predict_in_shares(
+    Strategy& strategy,
+    data::DataLoader& loader,
+    double limit,
+    c10::Device device,
+    const PredictBatches& predict);
+
+} // namespace hotloop::train::detail
