@@ -978,6 +978,54 @@ void predict_scenario(ProcessEnvironment env, const std::string& dir) {
   }
 }
 
+// A classifier that logs one more metric on rank 1.
+class LogsMoreOnRank1 final : public train::ImageClassifier {
+ public:
+  LogsMoreOnRank1(train::ImageClassifier&& base, int64_t rank)
+      : train::ImageClassifier(std::move(base)), rank_(rank) {}
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      train::MetricCollection& metrics) override {
+    train::ImageClassifier::validation_step(batch, batch_idx, metrics);
+    if (rank_ == 1) {
+      metrics.log("val_extra", 1.0);
+    }
+  }
+
+ private:
+  int64_t rank_;
+};
+
+// Validation of 2 samples in 3 processes: rank 2's share has no batch.
+// A short fit validates so, then validate; writes the parameters and the
+// metrics. Then a validation whose rank 1 logs one more metric: what each
+// process threw goes to differ<rank>.txt.
+void few_samples_scenario(ProcessEnvironment env, const std::string& dir) {
+  auto group = ProcessGroup::join(env, ProcessGroupOptions().timeout(kTimeout));
+  auto module = mlp_classifier();
+  const auto train = train_loader("", 8, 2);
+  data::DataLoader tiny(train::quadrants(2, 2), data::DataLoaderOptions(6));
+  train::Trainer trainer(worker_trainer_options(dir + "/runs").max_steps(2));
+  trainer.set_strategy(std::make_shared<DDPStrategy>(group));
+  const train::FitResult result = trainer.fit(*module, *train, &tiny);
+  const auto metrics = trainer.validate(*module, tiny);
+  save_parameters(*module, dir + "/params" + std::to_string(env.rank) + ".pt");
+  nlohmann::json out;
+  out["fit_val_loss"] = result.metrics.at("val_loss");
+  out["val_loss"] = metrics.at("val_loss");
+  out["val_acc"] = metrics.at("val_acc");
+  std::ofstream(dir + "/result" + std::to_string(env.rank) + ".json")
+      << out.dump();
+  LogsMoreOnRank1 differs(std::move(*module), env.rank);
+  try {
+    trainer.validate(differs, tiny);
+  } catch (const DistError& error) {
+    std::ofstream(dir + "/differ" + std::to_string(env.rank) + ".txt")
+        << error.what();
+  }
+}
+
 TEST(DistWorker, DISABLED_Run) {
   const std::string scenario = environment("HOTLOOP_DIST_SCENARIO");
   const std::string dir = environment("HOTLOOP_DIST_DIR");
@@ -986,6 +1034,8 @@ TEST(DistWorker, DISABLED_Run) {
   try {
     if (scenario == "fit") {
       fit_scenario(env, dir);
+    } else if (scenario == "few_samples") {
+      few_samples_scenario(env, dir);
     } else if (scenario == "predict") {
       predict_scenario(env, dir);
     } else if (scenario == "python_parity") {
@@ -1101,6 +1151,49 @@ TEST(DDPTrainer, TwoRanksPredictTheirSharesAndReturnWhatOneProcessDoes) {
 
 TEST(DDPTrainer, ThreeRanksPredictUnevenSharesAndReturnWhatOneProcessDoes) {
   expect_ranks_predict_as_one_process(3);
+}
+
+TEST(DDPTrainer, ARankWhoseValidationShareHasNoBatchAddsNothing) {
+  TempDir dir;
+  const Workers workers = run_workers("few_samples", 3, dir.path());
+  ASSERT_EQ(workers.codes, (std::vector<int>{0, 0, 0}))
+      << workers.error(0) << workers.error(1) << workers.error(2);
+  // One process's validation of the weights trained.
+  auto single = mlp_classifier();
+  {
+    torch::NoGradGuard no_grad;
+    const auto trained = load_parameters(dir.file("params0.pt"));
+    const auto parameters = single->parameters();
+    ASSERT_EQ(trained.size(), parameters.size());
+    for (size_t i = 0; i < trained.size(); ++i) {
+      parameters[i].copy_(trained[i]);
+    }
+  }
+  data::DataLoader tiny(train::quadrants(2, 2), data::DataLoaderOptions(6));
+  train::Trainer trainer(worker_trainer_options(""));
+  const auto expected = trainer.validate(*single, tiny);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    const auto got = nlohmann::json::parse(
+        read_text(dir.file("result" + std::to_string(rank) + ".json")));
+    EXPECT_NEAR(got.at("val_loss").get<double>(), expected.at("val_loss"), 1e-6)
+        << "rank " << rank;
+    EXPECT_DOUBLE_EQ(got.at("val_acc").get<double>(), expected.at("val_acc"))
+        << "rank " << rank;
+    EXPECT_EQ(got.at("fit_val_loss"), got.at("val_loss")) << "rank " << rank;
+  }
+  // Metrics that differ are named on every process, not summed.
+  // (Ranks 0 and 1 count the confusion matrix; rank 2 had no batch.)
+  const char* logged[] = {
+      "2 and counted 1", "3 and counted 1", "0 and counted 0"};
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(
+        read_text(dir.file("differ" + std::to_string(rank) + ".txt")),
+        "the evaluation's metrics differ across the 3 processes (this one, "
+        "rank " +
+            std::to_string(rank) + ", logged " + logged[rank] +
+            "): every process must log the same metrics and counts of the "
+            "same shapes");
+  }
 }
 
 TEST(DistributedDataParallel, GradientsEqualPyTorchsDDPOverGloo) {

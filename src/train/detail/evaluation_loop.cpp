@@ -6,6 +6,7 @@
 #include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/epoch_batches.h"
+#include "hotloop/train/detail/shared_prediction.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -119,6 +120,92 @@ std::vector<at::Tensor> EvaluationLoop::predict(
   return outputs;
 }
 
+namespace {
+
+// Names joined, each ended by a zero byte, as a uint8 tensor.
+template <typename Map>
+at::Tensor joined_names(const Map& named) {
+  std::string joined;
+  for (const auto& item : named) {
+    joined += item.first;
+    joined.push_back('\0');
+  }
+  at::Tensor out = at::empty({static_cast<int64_t>(joined.size())}, at::kByte);
+  std::copy(joined.begin(), joined.end(), out.data_ptr<uint8_t>());
+  return out;
+}
+
+std::vector<std::string> split_names(const at::Tensor& joined) {
+  std::vector<std::string> out;
+  std::string name;
+  const auto* byte = joined.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < joined.numel(); ++i) {
+    if (byte[i] == 0) {
+      out.push_back(name);
+      name.clear();
+    } else {
+      name.push_back(static_cast<char>(byte[i]));
+    }
+  }
+  return out;
+}
+
+// When the processes logged different metrics: those that logged any must
+// have logged the same names and count shapes (else DistError on every
+// process alike), and one that logged none takes them, with nothing in
+// them (weight 0, zero counts).
+void take_names_of_the_others(MetricCollection& metrics, Strategy& strategy) {
+  std::vector<at::Tensor> mine = {
+      joined_names(metrics.state()), joined_names(metrics.counts())};
+  for (const auto& [name, total] : metrics.counts()) {
+    mine.push_back(at::zeros(total.sizes(), at::kLong));
+  }
+  const auto all = gather_everywhere(strategy, mine, c10::Device(c10::kCPU));
+  const std::vector<at::Tensor>* logged = nullptr;
+  for (const auto& theirs : all) {
+    if (theirs[0].numel() == 0 && theirs[1].numel() == 0) {
+      continue;
+    }
+    const bool same =
+        logged == nullptr || (theirs.size() == logged->size() &&
+                              std::equal(
+                                  theirs.begin(),
+                                  theirs.end(),
+                                  logged->begin(),
+                                  [](const at::Tensor& a, const at::Tensor& b) {
+                                    return a.sizes() == b.sizes() && a.equal(b);
+                                  }));
+    HOTLOOP_CHECK_AS(
+        DistError,
+        same,
+        "the evaluation's metrics differ across the ",
+        strategy.world_size(),
+        " processes (this one, rank ",
+        strategy.rank(),
+        ", logged ",
+        metrics.state().size(),
+        " and counted ",
+        metrics.counts().size(),
+        "): every process must log the same metrics and counts of the "
+        "same shapes");
+    logged = &theirs;
+  }
+  if (logged == nullptr || mine[0].numel() > 0 || mine[1].numel() > 0) {
+    return;
+  }
+  std::map<std::string, std::pair<double, double>> nothing;
+  for (const std::string& name : split_names((*logged)[0])) {
+    nothing[name] = {0.0, 0.0};
+  }
+  metrics.load_state(nothing);
+  const std::vector<std::string> counted = split_names((*logged)[1]);
+  for (size_t i = 0; i < counted.size(); ++i) {
+    metrics.count(counted[i], (*logged)[2 + i]);
+  }
+}
+
+} // namespace
+
 void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
   if (strategy.world_size() == 1) {
     return;
@@ -136,20 +223,18 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
     names.add(name);
   }
   // Buffers of different sizes would hang the sum, or mix other metrics'
-  // values: every process checks first that all logged the same.
-  HOTLOOP_CHECK_AS(
-      DistError,
-      same_everywhere(strategy, {size, names.value()}),
-      "the evaluation's metrics differ across the ",
-      strategy.world_size(),
-      " processes (this one, rank ",
-      strategy.rank(),
-      ", logged ",
-      state.size(),
-      " and counted ",
-      metrics.counts().size(),
-      "): every process must log the same metrics, also from a share "
-      "without a batch (fewer samples than processes, or none counted)");
+  // values: every process checks first that all logged the same. A
+  // process whose share had no batch logged nothing: it takes the others'
+  // names with nothing in them.
+  const bool logged = !state.empty() || !metrics.counts().empty();
+  if (!same_everywhere(strategy, {size, names.value(), logged ? 1 : 0})) {
+    take_names_of_the_others(metrics, strategy);
+    state = metrics.state();
+    size = 2 * static_cast<int64_t>(state.size());
+    for (const auto& [name, total] : metrics.counts()) {
+      size += total.numel();
+    }
+  }
   at::Tensor values = at::empty({size}, at::TensorOptions(at::kDouble));
   auto* value = values.data_ptr<double>();
   for (const auto& [name, sum_weight] : state) {

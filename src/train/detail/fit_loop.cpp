@@ -340,7 +340,9 @@ void FitLoop::prepare(const std::string& ckpt_path) {
                 overfit > 0 ? overfit : options.limit_val_batches(),
                 val_->length(),
                 overfit > 0 ? "overfit_batches" : "limit_val_batches");
-  trainer.has_validation_ = val_ != nullptr && limit_val_batches_ != 0;
+  // Every process validates when any has a batch (a share may have none).
+  trainer.has_validation_ =
+      val_ != nullptr && strategy.any(limit_val_batches_ != 0);
 
   FitPlan plan;
   plan.steps_per_epoch = (batches_per_epoch_ + accumulate_ - 1) / accumulate_;
