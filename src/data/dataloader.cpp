@@ -753,15 +753,6 @@ std::unique_ptr<DataLoader> shard(
     if (training) {
       share = std::make_shared<DistributedSampler>(
           n, num_replicas, rank, options.shuffle(), options.seed());
-    } else if (options.shuffle()) {
-      // The share of the loader's own order, so that the shares put
-      // together are that order (Trainer::predict relies on it).
-      share = std::make_shared<DistributedSamplerWrapper>(
-          std::make_shared<RandomSampler>(
-              n, /*replacement=*/false, std::nullopt, options.seed()),
-          num_replicas,
-          rank,
-          /*pad=*/false);
     } else {
       share = std::make_shared<ShardSampler>(n, num_replicas, rank);
     }

@@ -206,20 +206,6 @@ TEST(Shard, EvaluationSharesCountEverySampleOnceWithoutPadding) {
       (std::vector<int64_t>{2, 5, 8}));
 }
 
-TEST(Shard, AShufflingLoadersEvaluationSharesTakeItsOrderInTurn) {
-  data::DataLoader loader(
-      numbered(10), data::DataLoaderOptions(4).shuffle(true).seed(7));
-  const std::vector<int64_t> order = targets_of(loader);
-  for (int64_t rank = 0; rank < 3; ++rank) {
-    std::vector<int64_t> expected;
-    for (size_t p = static_cast<size_t>(rank); p < order.size(); p += 3) {
-      expected.push_back(order[p]);
-    }
-    EXPECT_EQ(targets_of(*data::shard(loader, 3, rank, false)), expected)
-        << "rank " << rank;
-  }
-}
-
 TEST(Shard, ALoadersOwnSamplerIsSplitPositionByPosition) {
   auto sampler = std::make_shared<data::WeightedRandomSampler>(
       std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 9, true, 3);
@@ -836,6 +822,22 @@ class MeanPredictor final : public train::ImageClassifier {
   }
 };
 
+// A classifier whose predict_step fails on rank 1.
+class FailsOnRank1 final : public train::ImageClassifier {
+ public:
+  FailsOnRank1(train::ImageClassifier&& base, int64_t rank)
+      : train::ImageClassifier(std::move(base)), rank_(rank) {}
+  at::Tensor predict_step(const data::Batch& batch, int64_t idx) override {
+    if (rank_ == 1) {
+      throw DataError("sample 3: bad bytes on rank 1's disk");
+    }
+    return train::ImageClassifier::predict_step(batch, idx);
+  }
+
+ private:
+  int64_t rank_;
+};
+
 const std::vector<std::string> kPredictCases = {
     "plain",
     "shuffle",
@@ -843,15 +845,28 @@ const std::vector<std::string> kPredictCases = {
     "sampler",
     "batch_sampler",
     "limit",
+    "fraction",
+    "tiny",
     "stream",
+    "own_share",
     "mean_batch_sampler",
     "mean_unbatched",
-    "mean_rows"};
+    "mean_rows",
+    "seeds",
+    "fails"};
 
-std::unique_ptr<data::DataLoader> predict_loader(const std::string& name) {
-  auto dataset = train::quadrants(kPredicted, 3);
+// The loader of case `name` in process `rank` of `world` (own_share: its
+// share, built by hand; seeds: a seed that differs by rank).
+std::unique_ptr<data::DataLoader> predict_loader(
+    const std::string& name, int64_t rank = 0, int64_t world = 1) {
+  auto dataset = train::quadrants(name == "tiny" ? 2 : kPredicted, 3);
   data::DataLoaderOptions options(6);
-  if (name == "shuffle") {
+  if (name == "seeds") {
+    options.shuffle(true).seed(9 + static_cast<uint64_t>(rank));
+  } else if (name == "own_share") {
+    options.sampler(std::make_shared<data::DistributedSampler>(
+        kPredicted, world, rank, /*shuffle=*/false, 0));
+  } else if (name == "shuffle") {
     options.shuffle(true).seed(9);
   } else if (name == "drop_last") {
     // Batches of 7: a share cut to whole batches would miss samples.
@@ -877,17 +892,21 @@ std::unique_ptr<data::DataLoader> predict_loader(const std::string& name) {
   return std::make_unique<data::DataLoader>(dataset, options);
 }
 
-std::shared_ptr<train::Module> predictor(const std::string& name) {
+std::shared_ptr<train::Module> predictor(
+    const std::string& name, int64_t rank = 0) {
   auto module = mlp_classifier();
   if (name.rfind("mean_", 0) == 0) {
     return std::make_shared<MeanPredictor>(std::move(*module));
+  }
+  if (name == "fails") {
+    return std::make_shared<FailsOnRank1>(std::move(*module), rank);
   }
   return module;
 }
 
 train::TrainerOptions predict_options(const std::string& name) {
   return worker_trainer_options("").limit_predict_batches(
-      name == "limit" ? 3 : -1);
+      name == "limit" ? 3 : (name == "fraction" ? 0.5 : -1));
 }
 
 // The samples a process's predict_step saw.
@@ -965,13 +984,13 @@ void predict_scenario(ProcessEnvironment env, const std::string& dir) {
     train::Trainer trainer(predict_options(name));
     trainer.set_strategy(std::make_shared<DDPStrategy>(group));
     trainer.add_callback(count);
-    const auto loader = predict_loader(name);
-    const auto module = predictor(name);
+    const auto loader = predict_loader(name, env.rank, env.world_size);
+    const auto module = predictor(name, env.rank);
     try {
       torch::save(
           trainer.predict(*module, *loader),
           dir + "/predict" + mine + name + ".pt");
-    } catch (const ConfigError& error) {
+    } catch (const std::exception& error) {
       std::ofstream(dir + "/error" + mine + name + ".txt") << error.what();
     }
     std::ofstream(dir + "/samples" + mine + name + ".txt") << count->samples;
@@ -1050,15 +1069,29 @@ TEST(DistWorker, DISABLED_Run) {
   }
 }
 
-// One process's predictions of case `name`, and the samples it predicted.
+// One process's predictions of case `name`, and the samples it predicted
+// (own_share: of every process's share in turn).
 std::vector<at::Tensor> predicted_by_one(
-    const std::string& name, int64_t& samples) {
+    const std::string& name, int64_t world, int64_t& samples) {
   auto count = std::make_shared<CountSamples>();
   train::Trainer trainer(predict_options(name));
   trainer.add_callback(count);
-  auto out = trainer.predict(*predictor(name), *predict_loader(name));
+  std::vector<at::Tensor> out;
+  for (int64_t rank = 0; rank < (name == "own_share" ? world : 1); ++rank) {
+    const auto some =
+        trainer.predict(*predictor(name), *predict_loader(name, rank, world));
+    out.insert(out.end(), some.begin(), some.end());
+  }
   samples = count->samples;
   return out;
+}
+
+// What process `rank` threw, if anything, in case `name`.
+std::string predict_error(
+    const TempDir& dir, int64_t rank, const std::string& name) {
+  const std::string path =
+      dir.file("error" + std::to_string(rank) + "_" + name + ".txt");
+  return fs::exists(path) ? read_text(path) : "";
 }
 
 // `world` processes predict the cases of kPredictCases in shares: each
@@ -1077,11 +1110,33 @@ void expect_ranks_predict_as_one_process(int64_t world) {
   for (const std::string& name : kPredictCases) {
     SCOPED_TRACE(name);
     int64_t one_samples = 0;
+    if (name == "fails") {
+      // Rank 1's error there; the others name it and stop, none waits.
+      for (int64_t rank = 0; rank < world; ++rank) {
+        EXPECT_EQ(
+            predict_error(dir, rank, name),
+            rank == 1 ? "sample 3: bad bytes on rank 1's disk"
+                      : "rank 1 failed in predict (its error is in its own "
+                        "output); this process, rank " +
+                            std::to_string(rank) + ", stops with it");
+      }
+      continue;
+    }
+    if (name == "seeds") {
+      for (int64_t rank = 0; rank < world; ++rank) {
+        EXPECT_EQ(
+            predict_error(dir, rank, name),
+            "predict's loader draws its samples in another order on another "
+            "process (its seed, or its sampler's or batch sampler's, "
+            "differs): every process must build the loader alike, or their "
+            "shares overlap and miss samples");
+      }
+      continue;
+    }
     if (name == "mean_rows") {
       for (int64_t rank = 0; rank < world; ++rank) {
         EXPECT_EQ(
-            read_text(
-                dir.file("error" + std::to_string(rank) + "_" + name + ".txt")),
+            predict_error(dir, rank, name),
             "predict under a data-parallel strategy puts the processes' "
             "outputs back in order sample by sample, so predict_step must "
             "return a tensor whose first dimension counts the batch's "
@@ -1091,21 +1146,26 @@ void expect_ranks_predict_as_one_process(int64_t world) {
       }
       continue;
     }
-    const std::vector<at::Tensor> one = predicted_by_one(name, one_samples);
+    const std::vector<at::Tensor> one =
+        predicted_by_one(name, world, one_samples);
     // Whole outputs come back bit for bit; rows predicted in other
     // company, to float rounding.
     const bool whole = name == "batch_sampler" || name.rfind("mean_", 0) == 0;
     int64_t samples = 0;
     for (int64_t rank = 0; rank < world; ++rank) {
       const std::string suffix = std::to_string(rank) + "_" + name;
-      ASSERT_FALSE(fs::exists(dir.file("error" + suffix + ".txt")))
-          << read_text(dir.file("error" + suffix + ".txt"));
+      ASSERT_EQ(predict_error(dir, rank, name), "");
       std::vector<at::Tensor> got;
       torch::load(got, dir.file("predict" + suffix + ".pt"));
       const int64_t seen =
           std::stoll(read_text(dir.file("samples" + suffix + ".txt")));
       samples += seen;
-      // Each predicted its share, not the whole.
+      // Each predicted its share, not the whole: with limit 3, one
+      // process's first 18 samples, rank r those of r, r + W, ... in
+      // whole batches of 6.
+      if (name == "limit") {
+        EXPECT_EQ(seen, world == 2 ? 12 : 6) << "rank " << rank;
+      }
       EXPECT_LE(seen, (one_samples + world - 1) / world + 6) << "rank " << rank;
       if (name == "stream") {
         // Process after process: rank r read samples r, r + W, ...
@@ -1135,7 +1195,7 @@ void expect_ranks_predict_as_one_process(int64_t world) {
         }
       }
     }
-    if (name == "limit" || name == "drop_last") {
+    if (name == "limit" || name == "fraction" || name == "drop_last") {
       // A process's last batch may go past the samples kept.
       EXPECT_GE(samples, one_samples);
       EXPECT_LE(samples, one_samples + world * 6);

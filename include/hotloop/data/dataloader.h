@@ -312,9 +312,7 @@ namespace hotloop::data {
 /// processes step together) or for evaluation (every sample counted
 /// once):
 /// - with no sampler of its own, a DistributedSampler (shuffled as
-///   `loader` is, with its seed); for evaluation, every num_replicas-th
-///   index of the loader's own order (a ShardSampler, or
-///   DistributedSamplerWrapper of its RandomSampler when it shuffles);
+///   `loader` is, with its seed) or a ShardSampler;
 /// - with its own `sampler`, every num_replicas-th index of that sampler's
 ///   epoch (DistributedSamplerWrapper);
 /// - with its own `batch_sampler`, every num_replicas-th batch of it

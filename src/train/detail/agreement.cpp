@@ -1,5 +1,7 @@
 #include "hotloop/train/detail/agreement.h"
 
+#include "hotloop/core/error.h"
+
 #include <ATen/ATen.h>
 
 namespace hotloop::train::detail {
@@ -33,6 +35,34 @@ bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values) {
     }
   }
   return true;
+}
+
+void agree_on_failure(
+    Strategy& strategy, const char* what, const std::exception_ptr& failed) {
+  if (strategy.world_size() == 1) {
+    if (failed) {
+      std::rethrow_exception(failed);
+    }
+    return;
+  }
+  // The lowest failed rank r as world - r, the highest value.
+  const int64_t world = strategy.world_size();
+  const int64_t first =
+      extremes_everywhere(strategy, {failed ? world - strategy.rank() : 0})[0]
+          .most;
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
+  HOTLOOP_CHECK_AS(
+      DistError,
+      first == 0,
+      "rank ",
+      world - first,
+      " failed in ",
+      what,
+      " (its error is in its own output); this process, rank ",
+      strategy.rank(),
+      ", stops with it");
 }
 
 } // namespace hotloop::train::detail

@@ -1,6 +1,8 @@
 #include "hotloop/train/detail/shared_prediction.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/sampler.h"
+#include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/trainer_options.h"
 
 #include <ATen/ATen.h>
@@ -127,6 +129,49 @@ std::vector<at::Tensor> sample_by_sample(
   return out;
 }
 
+// The loader one process reads, its order named: a shuffling loader's
+// RandomSampler given as its sampler (data::shard would otherwise split
+// the dataset's order), a sampler for one that has none, and the last
+// batch kept (shares cut to whole batches would miss samples).
+std::unique_ptr<data::DataLoader> in_order(const data::DataLoader& loader) {
+  data::DataLoaderOptions options = loader.options();
+  if (!options.batch_sampler()) {
+    const int64_t n = loader.dataset().size();
+    if (!options.sampler()) {
+      options.sampler(
+          options.shuffle()
+              ? std::shared_ptr<const data::Sampler>(
+                    std::make_shared<data::RandomSampler>(
+                        n, /*replacement=*/false, std::nullopt, options.seed()))
+              : std::make_shared<data::SequentialSampler>(n));
+      options.shuffle(false);
+    }
+    options.drop_last(false);
+  }
+  return std::make_unique<data::DataLoader>(loader.dataset_ptr(), options);
+}
+
+// A digest of the order `loader` (of in_order) reads in: its batches, or
+// its sampler's indices, at epoch 0.
+int64_t order_digest(const data::DataLoader& loader) {
+  Digest digest;
+  const data::DataLoaderOptions& options = loader.options();
+  digest.add(options.batch_size().value_or(0));
+  if (const auto& batch_sampler = options.batch_sampler()) {
+    for (const std::vector<int64_t>& batch : batch_sampler->batches(0)) {
+      digest.add(static_cast<int64_t>(batch.size()));
+      for (const int64_t index : batch) {
+        digest.add(index);
+      }
+    }
+  } else {
+    for (const int64_t index : options.sampler()->indices(0)) {
+      digest.add(index);
+    }
+  }
+  return digest.value();
+}
+
 } // namespace
 
 std::vector<std::vector<at::Tensor>> gather_everywhere(
@@ -190,9 +235,12 @@ std::vector<std::vector<at::Tensor>> gather_everywhere(
       write += tensor.nbytes();
     }
   }
-  if (byte_offsets[world] > 0) {
-    strategy.all_reduce(all_bytes, Reduction::kSum);
-    all_bytes = all_bytes.cpu();
+  // In slices, so that a process group on a GPU holds one at a time there.
+  constexpr int64_t kSlice = int64_t{64} << 20;
+  for (int64_t start = 0; start < byte_offsets[world]; start += kSlice) {
+    at::Tensor slice = all_bytes.narrow(
+        0, start, std::min(kSlice, byte_offsets[world] - start));
+    strategy.all_reduce(slice, Reduction::kSum);
   }
   std::vector<std::vector<at::Tensor>> out(static_cast<size_t>(world));
   const auto* shape = all_shapes.data_ptr<int64_t>();
@@ -239,39 +287,65 @@ std::vector<at::Tensor> predict_in_shares(
   const int64_t rank = strategy.rank();
   const data::DataLoaderOptions& options = loader.options();
   const char* name = "limit_predict_batches";
-  if (loader.iterable() || data::is_share(loader)) {
-    const std::unique_ptr<data::DataLoader> share =
-        data::shard(loader, world, rank, /*training=*/false);
-    const int64_t batches = resolve_limit(limit, share->length(), name);
-    return process_after_process(
-        gather_everywhere(strategy, predict(*share, batches), device));
+  if (loader.iterable() && !data::is_share(loader) &&
+      !loader.iterable_dataset_ptr()->splits_by_process()) {
+    // Streams that cannot be split: every process predicts them all.
+    return predict(loader, resolve_limit(limit, loader.length(), name));
   }
-  // One process's batches.
-  const int64_t batches = resolve_limit(limit, *loader.length(), name);
-  if (options.batch_sampler() || !options.batch_size()) {
-    const std::unique_ptr<data::DataLoader> share =
-        data::shard(loader, world, rank, /*training=*/false);
-    return output_by_output(
-        gather_everywhere(
-            strategy, predict(*share, share_of(batches, world, rank)), device),
-        batches);
+  // Each process's share of the work, which makes no collective: a failure
+  // in one is told to all before the outputs are gathered.
+  std::vector<at::Tensor> outputs;
+  std::exception_ptr failed;
+  enum class Order { kProcesses, kOutputs, kSamples } order = Order::kSamples;
+  int64_t batches = 0; // one process's
+  int64_t samples = 0;
+  int64_t predicted = 0;
+  int64_t digest = 0;
+  try {
+    if (loader.iterable() || data::is_share(loader)) {
+      order = Order::kProcesses;
+      const std::unique_ptr<data::DataLoader> share =
+          data::shard(loader, world, rank, /*training=*/false);
+      outputs = predict(*share, resolve_limit(limit, share->length(), name));
+    } else {
+      batches = resolve_limit(limit, *loader.length(), name);
+      const std::unique_ptr<data::DataLoader> whole = in_order(loader);
+      digest = order_digest(*whole);
+      const std::unique_ptr<data::DataLoader> share =
+          data::shard(*whole, world, rank, /*training=*/false);
+      if (options.batch_sampler() || !options.batch_size()) {
+        order = Order::kOutputs;
+        outputs = predict(*share, share_of(batches, world, rank));
+      } else {
+        const int64_t batch_size = *options.batch_size();
+        samples = whole->options().sampler()->size();
+        // The samples one process predicts: all but a dropped last batch.
+        predicted = std::min(batches * batch_size, samples);
+        const int64_t mine = share_of(predicted, world, rank);
+        outputs = predict(*share, (mine + batch_size - 1) / batch_size);
+      }
+    }
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  agree_on_failure(strategy, "predict", failed);
+  HOTLOOP_CHECK_AS(
+      ConfigError,
+      same_everywhere(strategy, {digest}),
+      "predict's loader draws its samples in another order on another "
+      "process (its seed, or its sampler's or batch sampler's, differs): "
+      "every process must build the loader alike, or their shares overlap "
+      "and miss samples");
+  auto gathered = gather_everywhere(strategy, outputs, device);
+  switch (order) {
+    case Order::kProcesses:
+      return process_after_process(std::move(gathered));
+    case Order::kOutputs:
+      return output_by_output(gathered, batches);
+    case Order::kSamples:
+      break;
   }
   const int64_t batch_size = *options.batch_size();
-  const int64_t samples =
-      options.sampler() ? options.sampler()->size() : loader.dataset().size();
-  // The samples one process predicts: all but a dropped last batch.
-  const int64_t predicted = std::min(batches * batch_size, samples);
-  std::unique_ptr<data::DataLoader> whole;
-  if (options.drop_last()) {
-    whole = std::make_unique<data::DataLoader>(
-        loader.dataset_ptr(),
-        data::DataLoaderOptions(options).drop_last(false));
-  }
-  const std::unique_ptr<data::DataLoader> share =
-      data::shard(whole ? *whole : loader, world, rank, /*training=*/false);
-  const int64_t mine = share_of(predicted, world, rank);
-  const auto gathered = gather_everywhere(
-      strategy, predict(*share, (mine + batch_size - 1) / batch_size), device);
   std::vector<int64_t> shares;
   std::vector<int64_t> kept;
   for (int64_t r = 0; r < world; ++r) {

@@ -3,6 +3,7 @@
 #include "hotloop/train/strategy.h"
 
 #include <cstdint>
+#include <exception>
 #include <string_view>
 #include <vector>
 
@@ -46,5 +47,13 @@ std::vector<Extremes> extremes_everywhere(
 /// Whether every process of `strategy` holds the same `values`
 /// (extremes_everywhere's least and most agree for each).
 bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values);
+
+/// After work that makes no collective (`failed`: what it threw on this
+/// process, or null): one collective tells every process whether it threw
+/// anywhere. Where it did, its error goes on; every other process throws
+/// DistError naming the lowest such rank and `what` it was doing, so that
+/// none waits in a later collective for a process that failed.
+void agree_on_failure(
+    Strategy& strategy, const char* what, const std::exception_ptr& failed);
 
 } // namespace hotloop::train::detail
