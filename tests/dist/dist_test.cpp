@@ -1016,10 +1016,30 @@ class LogsMoreOnRank1 final : public train::ImageClassifier {
   int64_t rank_;
 };
 
+// A classifier whose validation_step fails on rank 1.
+class FailsValidatingOnRank1 final : public train::ImageClassifier {
+ public:
+  FailsValidatingOnRank1(train::ImageClassifier&& base, int64_t rank)
+      : train::ImageClassifier(std::move(base)), rank_(rank) {}
+  void validation_step(
+      const data::Batch& batch,
+      int64_t batch_idx,
+      train::MetricCollection& metrics) override {
+    if (rank_ == 1) {
+      throw DataError("sample 1: bad bytes on rank 1's disk");
+    }
+    train::ImageClassifier::validation_step(batch, batch_idx, metrics);
+  }
+
+ private:
+  int64_t rank_;
+};
+
 // Validation of 2 samples in 3 processes: rank 2's share has no batch.
 // A short fit validates so, then validate; writes the parameters and the
-// metrics. Then a validation whose rank 1 logs one more metric: what each
-// process threw goes to differ<rank>.txt.
+// metrics. Then a validation whose rank 1 logs one more metric, and one
+// whose rank 1 fails: what each process threw goes to differ<rank>.txt
+// and fails<rank>.txt.
 void few_samples_scenario(ProcessEnvironment env, const std::string& dir) {
   auto group = ProcessGroup::join(env, ProcessGroupOptions().timeout(kTimeout));
   auto module = mlp_classifier();
@@ -1041,6 +1061,13 @@ void few_samples_scenario(ProcessEnvironment env, const std::string& dir) {
     trainer.validate(differs, tiny);
   } catch (const DistError& error) {
     std::ofstream(dir + "/differ" + std::to_string(env.rank) + ".txt")
+        << error.what();
+  }
+  FailsValidatingOnRank1 fails(std::move(differs), env.rank);
+  try {
+    trainer.validate(fails, tiny);
+  } catch (const std::exception& error) {
+    std::ofstream(dir + "/fails" + std::to_string(env.rank) + ".txt")
         << error.what();
   }
 }
@@ -1253,6 +1280,15 @@ TEST(DDPTrainer, ARankWhoseValidationShareHasNoBatchAddsNothing) {
             std::to_string(rank) + ", logged " + logged[rank] +
             "): every process must log the same metrics and counts of the "
             "same shapes");
+  }
+  // A rank that fails is named to the others, which stop at once.
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(
+        read_text(dir.file("fails" + std::to_string(rank) + ".txt")),
+        rank == 1 ? "sample 1: bad bytes on rank 1's disk"
+                  : "rank 1 failed in validation (its error is in its own "
+                    "output); this process, rank " +
+                        std::to_string(rank) + ", stops with it");
   }
 }
 

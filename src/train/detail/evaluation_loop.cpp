@@ -81,6 +81,25 @@ MetricCollection EvaluationLoop::run(
     data::DataLoader& loader, Stage stage, int64_t limit) {
   MetricCollection metrics;
   const bool validate = stage == Stage::kValidate;
+  // The pass makes no collective: a process that fails in it tells the
+  // others before the sums, so none waits there for it.
+  std::exception_ptr failed;
+  try {
+    run_steps(loader, validate, limit, metrics);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  agree_on_failure(
+      trainer_.strategy(), validate ? "validation" : "test", failed);
+  all_reduce_metrics(metrics, trainer_.strategy());
+  return metrics;
+}
+
+void EvaluationLoop::run_steps(
+    data::DataLoader& loader,
+    bool validate,
+    int64_t limit,
+    MetricCollection& metrics) {
   for_each_batch(loader, limit, [&](const data::Batch& batch, int64_t idx) {
     for (const auto& c : callbacks_) {
       if (validate) {
@@ -102,8 +121,6 @@ MetricCollection EvaluationLoop::run(
       }
     }
   });
-  all_reduce_metrics(metrics, trainer_.strategy());
-  return metrics;
 }
 
 std::vector<at::Tensor> EvaluationLoop::predict(

@@ -40,7 +40,9 @@ class EvaluationLoop {
       const std::vector<std::shared_ptr<Callback>>& callbacks);
 
   /// Runs `stage`'s step over the first `limit` batches of `loader` (-1:
-  /// all) and returns what it logged, summed over every process.
+  /// all) and returns what it logged, summed over every process. What one
+  /// process throws goes on there; the others throw DistError naming it
+  /// (agree_on_failure).
   MetricCollection run(data::DataLoader& loader, Stage stage, int64_t limit);
 
   /// Runs predict_step over the first `limit` batches and returns its
@@ -48,6 +50,12 @@ class EvaluationLoop {
   std::vector<at::Tensor> predict(data::DataLoader& loader, int64_t limit);
 
  private:
+  // The steps and their callbacks, logging into `metrics`.
+  void run_steps(
+      data::DataLoader& loader,
+      bool validate,
+      int64_t limit,
+      MetricCollection& metrics);
   template <typename Step>
   void for_each_batch(data::DataLoader& loader, int64_t limit, Step&& step);
 
