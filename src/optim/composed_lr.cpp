@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 
+#include <c10/util/ArrayRef.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -15,14 +16,6 @@ namespace {
 
 std::string key(size_t index) {
   return "schedule" + std::to_string(index);
-}
-
-std::string join(const std::vector<int64_t>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) {
-    out += (i > 0 ? ", " : "") + std::to_string(values[i]);
-  }
-  return out + "]";
 }
 
 void set_rates(
@@ -191,14 +184,14 @@ SequentialLR::SequentialLR(
       " schedules, got ",
       milestones_.size(),
       " milestones ",
-      join(milestones_));
+      c10::IntArrayRef(milestones_));
   for (size_t i = 0; i < milestones_.size(); ++i) {
     HOTLOOP_CHECK_AS(
         ConfigError,
         milestones_[i] > 0 && (i == 0 || milestones_[i] > milestones_[i - 1]),
         "SequentialLR: the milestones must be positive and strictly "
         "increasing steps, got ",
-        join(milestones_));
+        c10::IntArrayRef(milestones_));
   }
   schedules_ = build_schedules(optimizer, schedules, name(), false);
   restart();
@@ -278,9 +271,9 @@ void SequentialLR::load(torch::serialize::InputArchive& archive) {
       ConfigError,
       milestones == milestones_,
       "lr_scheduler: the saved SequentialLR has milestones ",
-      join(milestones),
+      c10::IntArrayRef(milestones),
       ", the configured one ",
-      join(milestones_));
+      c10::IntArrayRef(milestones_));
   std::vector<torch::serialize::InputArchive> states(schedules_.size());
   for (size_t i = 0; i < schedules_.size(); ++i) {
     HOTLOOP_CHECK_AS(

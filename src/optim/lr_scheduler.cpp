@@ -2,6 +2,7 @@
 
 #include "hotloop/core/error.h"
 
+#include <c10/util/ArrayRef.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
@@ -12,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -28,16 +28,6 @@ std::vector<double> times(const std::vector<double>& rates, double factor) {
     out.push_back(rate * factor);
   }
   return out;
-}
-
-std::string join(const std::vector<int64_t>& values) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < values.size(); ++i) {
-    out << (i > 0 ? ", " : "") << values[i];
-  }
-  out << "]";
-  return out.str();
 }
 
 void check_positive(const char* option, double value) {
@@ -257,12 +247,12 @@ MultiStepLR::MultiStepLR(
         ConfigError,
         milestones_[i] > 0,
         "lr_scheduler.milestones must be positive, got ",
-        join(milestones_));
+        c10::IntArrayRef(milestones_));
     HOTLOOP_CHECK_AS(
         ConfigError,
         i == 0 || milestones_[i] > milestones_[i - 1],
         "lr_scheduler.milestones must be strictly increasing, got ",
-        join(milestones_));
+        c10::IntArrayRef(milestones_));
   }
   check_positive("gamma", gamma);
   restart();
