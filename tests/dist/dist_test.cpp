@@ -1121,6 +1121,32 @@ std::string predict_error(
   return fs::exists(path) ? read_text(path) : "";
 }
 
+// What process `rank` throws in case `name` (empty: it predicts).
+std::string refusal(const std::string& name, int64_t rank) {
+  if (name == "fails") {
+    // Rank 1's error there; the others name it and stop, none waits.
+    return rank == 1 ? "sample 3: bad bytes on rank 1's disk"
+                     : "rank 1 failed in predict (its error is in its own "
+                       "output); this process, rank " +
+                           std::to_string(rank) + ", stops with it";
+  }
+  if (name == "seeds") {
+    return "predict's loader draws its samples in another order on another "
+           "process (its seed, or its sampler's or batch sampler's, "
+           "differs): every process must build the loader alike, or their "
+           "shares overlap and miss samples";
+  }
+  if (name == "mean_rows") {
+    return "predict under a data-parallel strategy puts the processes' "
+           "outputs back in order sample by sample, so predict_step must "
+           "return a tensor whose first dimension counts the batch's "
+           "samples: rank 0's batch 0 has 6 samples, its output is [4] "
+           "Float (give the loader a batch_sampler, or batch_size=None, to "
+           "gather whole outputs, or predict in one process)";
+  }
+  return "";
+}
+
 // `world` processes predict the cases of kPredictCases in shares: each
 // returns what one process returns, from its own share of the samples.
 void expect_ranks_predict_as_one_process(int64_t world) {
@@ -1137,39 +1163,10 @@ void expect_ranks_predict_as_one_process(int64_t world) {
   for (const std::string& name : kPredictCases) {
     SCOPED_TRACE(name);
     int64_t one_samples = 0;
-    if (name == "fails") {
-      // Rank 1's error there; the others name it and stop, none waits.
+    if (!refusal(name, 0).empty()) {
       for (int64_t rank = 0; rank < world; ++rank) {
-        EXPECT_EQ(
-            predict_error(dir, rank, name),
-            rank == 1 ? "sample 3: bad bytes on rank 1's disk"
-                      : "rank 1 failed in predict (its error is in its own "
-                        "output); this process, rank " +
-                            std::to_string(rank) + ", stops with it");
-      }
-      continue;
-    }
-    if (name == "seeds") {
-      for (int64_t rank = 0; rank < world; ++rank) {
-        EXPECT_EQ(
-            predict_error(dir, rank, name),
-            "predict's loader draws its samples in another order on another "
-            "process (its seed, or its sampler's or batch sampler's, "
-            "differs): every process must build the loader alike, or their "
-            "shares overlap and miss samples");
-      }
-      continue;
-    }
-    if (name == "mean_rows") {
-      for (int64_t rank = 0; rank < world; ++rank) {
-        EXPECT_EQ(
-            predict_error(dir, rank, name),
-            "predict under a data-parallel strategy puts the processes' "
-            "outputs back in order sample by sample, so predict_step must "
-            "return a tensor whose first dimension counts the batch's "
-            "samples: rank 0's batch 0 has 6 samples, its output is [4] "
-            "Float (give the loader a batch_sampler, or batch_size=None, to "
-            "gather whole outputs, or predict in one process)");
+        EXPECT_EQ(predict_error(dir, rank, name), refusal(name, rank))
+            << "rank " << rank;
       }
       continue;
     }
