@@ -9,6 +9,7 @@
 #include "hotloop/log/model_summary.h"
 #include "hotloop/log/tensorboard_logger.h"
 #include "hotloop/optim/lr_scheduler.h"
+#include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/evaluation_loop.h"
 #include "hotloop/train/detail/fit_loop.h"
@@ -496,7 +497,8 @@ std::map<std::string, double> Trainer::evaluate(
       callback->on_validation_start(*this, module);
     }
   }
-  const int64_t limit = detail::resolve_limit(
+  const int64_t limit = detail::resolve_limit_everywhere(
+      *strategy_,
       test ? options_.limit_test_batches() : options_.limit_val_batches(),
       shared.length(),
       test ? "limit_test_batches" : "limit_val_batches");

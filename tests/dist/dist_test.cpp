@@ -14,7 +14,7 @@
 #include "hotloop/models/mlp.h"
 #include "hotloop/models/resnet.h"
 #include "hotloop/train/classifier.h"
-#include "hotloop/train/detail/shared_prediction.h"
+#include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/trainer.h"
 #include "test_util.h"
 #include "train/trainer_fixture.h"
@@ -1050,7 +1050,14 @@ void few_samples_scenario(ProcessEnvironment env, const std::string& dir) {
   const train::FitResult result = trainer.fit(*module, *train, &tiny);
   const auto metrics = trainer.validate(*module, tiny);
   save_parameters(*module, dir + "/params" + std::to_string(env.rank) + ".pt");
+  // 4 samples in batches of 1: shares of 2, 1 and 1 batches, half of the
+  // largest share's for each (no share refuses the fraction alone).
+  data::DataLoader four(train::quadrants(4, 2), data::DataLoaderOptions(1));
+  train::Trainer half(
+      worker_trainer_options(dir + "/runs").limit_val_batches(0.5));
+  half.set_strategy(std::make_shared<DDPStrategy>(group));
   nlohmann::json out;
+  out["half_val_loss"] = half.validate(*module, four).at("val_loss");
   out["fit_val_loss"] = result.metrics.at("val_loss");
   out["val_loss"] = metrics.at("val_loss");
   out["val_acc"] = metrics.at("val_acc");
@@ -1126,9 +1133,9 @@ std::string refusal(const std::string& name, int64_t rank) {
   if (name == "fails") {
     // Rank 1's error there; the others name it and stop, none waits.
     return rank == 1 ? "sample 3: bad bytes on rank 1's disk"
-                     : "rank 1 failed in predict (its error is in its own "
-                       "output); this process, rank " +
-                           std::to_string(rank) + ", stops with it";
+                     : "rank 1 failed in predict: sample 3: bad bytes on rank "
+                       "1's disk (this process, rank " +
+                           std::to_string(rank) + ", stops with it)";
   }
   if (name == "seeds") {
     return "predict's loader draws its samples in another order on another "
@@ -1256,6 +1263,9 @@ TEST(DDPTrainer, ARankWhoseValidationShareHasNoBatchAddsNothing) {
   data::DataLoader tiny(train::quadrants(2, 2), data::DataLoaderOptions(6));
   train::Trainer trainer(worker_trainer_options(""));
   const auto expected = trainer.validate(*single, tiny);
+  data::DataLoader four(train::quadrants(4, 2), data::DataLoaderOptions(1));
+  train::Trainer first_three(worker_trainer_options("").limit_val_batches(3));
+  const auto half_expected = first_three.validate(*single, four);
   for (int64_t rank = 0; rank < 3; ++rank) {
     const auto got = nlohmann::json::parse(
         read_text(dir.file("result" + std::to_string(rank) + ".json")));
@@ -1264,6 +1274,12 @@ TEST(DDPTrainer, ARankWhoseValidationShareHasNoBatchAddsNothing) {
     EXPECT_DOUBLE_EQ(got.at("val_acc").get<double>(), expected.at("val_acc"))
         << "rank " << rank;
     EXPECT_EQ(got.at("fit_val_loss"), got.at("val_loss")) << "rank " << rank;
+    // Each validated its first batch: samples 0, 1 and 2.
+    EXPECT_NEAR(
+        got.at("half_val_loss").get<double>(),
+        half_expected.at("val_loss"),
+        1e-6)
+        << "rank " << rank;
   }
   // Metrics that differ are named on every process, not summed.
   // (Ranks 0 and 1 count the confusion matrix; rank 2 had no batch.)
@@ -1283,9 +1299,9 @@ TEST(DDPTrainer, ARankWhoseValidationShareHasNoBatchAddsNothing) {
     EXPECT_EQ(
         read_text(dir.file("fails" + std::to_string(rank) + ".txt")),
         rank == 1 ? "sample 1: bad bytes on rank 1's disk"
-                  : "rank 1 failed in validation (its error is in its own "
-                    "output); this process, rank " +
-                        std::to_string(rank) + ", stops with it");
+                  : "rank 1 failed in validation: sample 1: bad bytes on "
+                    "rank 1's disk (this process, rank " +
+                        std::to_string(rank) + ", stops with it)");
   }
 }
 

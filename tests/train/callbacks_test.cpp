@@ -1658,11 +1658,12 @@ TEST_F(CallbackTest, TheStrategySeesEveryBackwardAndDecidesWhoWrites) {
   EXPECT_EQ(result.steps, 2);
   EXPECT_EQ(result.world_size, 2);
   EXPECT_EQ(strategy->calls, "setup b B W b B W barrier teardown");
-  // The data compared, then the training and the validation order, then
-  // the sanity check's and the epoch's validation metrics (their means and
-  // confusion counts): each whether any process failed in it, a check that
-  // every process logged the same, then one collective.
-  EXPECT_EQ(strategy->ops, "max max max max max sum max max sum ");
+  // The data compared, then the training and the validation order, the
+  // largest validation share (for a fractional limit), then the sanity
+  // check's and the epoch's validation metrics (their means and confusion
+  // counts): each whether any process failed in it, a check that every
+  // process logged the same, then one collective.
+  EXPECT_EQ(strategy->ops, "max max max max max max sum max max sum ");
   // Its partner's sums were its own (doubled), so the means are those of
   // rank 1's share of the validation split.
   auto share = data::shard(val_loader_, 2, 1, /*training=*/false);

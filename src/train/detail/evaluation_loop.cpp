@@ -6,7 +6,6 @@
 #include "hotloop/train/detail/agreement.h"
 #include "hotloop/train/detail/cudnn_tuning.h"
 #include "hotloop/train/detail/epoch_batches.h"
-#include "hotloop/train/detail/shared_prediction.h"
 #include "hotloop/train/module.h"
 #include "hotloop/train/strategy.h"
 #include "hotloop/train/trainer.h"
@@ -91,7 +90,7 @@ MetricCollection EvaluationLoop::run(
   }
   agree_on_failure(
       trainer_.strategy(), validate ? "validation" : "test", failed);
-  all_reduce_metrics(metrics, trainer_.strategy());
+  all_reduce_metrics(metrics, trainer_.strategy(), trainer_.device());
   return metrics;
 }
 
@@ -171,13 +170,15 @@ std::vector<std::string> split_names(const at::Tensor& joined) {
 // have logged the same names and count shapes (else DistError on every
 // process alike), and one that logged none takes them, with nothing in
 // them (weight 0, zero counts).
-void take_names_of_the_others(MetricCollection& metrics, Strategy& strategy) {
+void take_names_of_the_others(
+    MetricCollection& metrics, Strategy& strategy, c10::Device device) {
   std::vector<at::Tensor> mine = {
       joined_names(metrics.state()), joined_names(metrics.counts())};
   for (const auto& [name, total] : metrics.counts()) {
-    mine.push_back(at::zeros(total.sizes(), at::kLong));
+    // Zeros of its dtype, on the CPU or else on the process's device.
+    mine.push_back(at::zeros_like(total));
   }
-  const auto all = gather_everywhere(strategy, mine, c10::Device(c10::kCPU));
+  const auto all = gather_everywhere(strategy, mine, device);
   const std::vector<at::Tensor>* logged = nullptr;
   for (const auto& theirs : all) {
     if (theirs[0].numel() == 0 && theirs[1].numel() == 0) {
@@ -190,7 +191,8 @@ void take_names_of_the_others(MetricCollection& metrics, Strategy& strategy) {
                                   theirs.end(),
                                   logged->begin(),
                                   [](const at::Tensor& a, const at::Tensor& b) {
-                                    return a.sizes() == b.sizes() && a.equal(b);
+                                    return a.scalar_type() == b.scalar_type() &&
+                                           a.sizes() == b.sizes() && a.equal(b);
                                   }));
     HOTLOOP_CHECK_AS(
         DistError,
@@ -223,7 +225,8 @@ void take_names_of_the_others(MetricCollection& metrics, Strategy& strategy) {
 
 } // namespace
 
-void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
+void all_reduce_metrics(
+    MetricCollection& metrics, Strategy& strategy, c10::Device device) {
   if (strategy.world_size() == 1) {
     return;
   }
@@ -245,7 +248,7 @@ void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy) {
   // names with nothing in them.
   const bool logged = !state.empty() || !metrics.counts().empty();
   if (!same_everywhere(strategy, {size, names.value(), logged ? 1 : 0})) {
-    take_names_of_the_others(metrics, strategy);
+    take_names_of_the_others(metrics, strategy, device);
     state = metrics.state();
     size = 2 * static_cast<int64_t>(state.size());
     for (const auto& [name, total] : metrics.counts()) {

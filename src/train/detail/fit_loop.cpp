@@ -336,7 +336,8 @@ void FitLoop::prepare(const std::string& ckpt_path) {
   limit_val_batches_ =
       val_ == nullptr
           ? 0
-          : resolve_limit(
+          : resolve_limit_everywhere(
+                strategy,
                 overfit > 0 ? overfit : options.limit_val_batches(),
                 val_->length(),
                 overfit > 0 ? "overfit_batches" : "limit_val_batches");

@@ -8,15 +8,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <sstream>
 
 namespace hotloop::train::detail {
 namespace {
-
-// How a tensor is described in the gathered shapes.
-enum Kind : int64_t { kUndefined = 0, kDense = 1, kUnsupported = 2 };
 
 // Of the items 0, 1, ..., total - 1, how many process `rank` of `world`
 // holds when each takes every world-th, from its rank on.
@@ -173,109 +169,6 @@ int64_t order_digest(const data::DataLoader& loader) {
 }
 
 } // namespace
-
-std::vector<std::vector<at::Tensor>> gather_everywhere(
-    Strategy& strategy,
-    const std::vector<at::Tensor>& tensors,
-    c10::Device device) {
-  const int64_t world = strategy.world_size();
-  const int64_t rank = strategy.rank();
-  // This process's shapes: per tensor its kind, then for a dense one its
-  // dtype, whether it was on the CPU, its dimensions and sizes.
-  std::vector<int64_t> shapes;
-  std::vector<at::Tensor> host;
-  int64_t bytes = 0;
-  for (const at::Tensor& tensor : tensors) {
-    if (!tensor.defined()) {
-      shapes.push_back(kUndefined);
-    } else if (tensor.layout() != at::kStrided || tensor.is_quantized()) {
-      shapes.push_back(kUnsupported);
-    } else {
-      shapes.insert(
-          shapes.end(),
-          {kDense,
-           static_cast<int64_t>(tensor.scalar_type()),
-           tensor.is_cpu() ? 1 : 0,
-           tensor.dim()});
-      shapes.insert(shapes.end(), tensor.sizes().begin(), tensor.sizes().end());
-      host.push_back(
-          tensor.detach().cpu().resolve_conj().resolve_neg().contiguous());
-      bytes += static_cast<int64_t>(host.back().nbytes());
-    }
-  }
-  // Each process writes its own part of a zeroed buffer; the sum is every
-  // part, exactly (one process's bytes beside zeros).
-  at::Tensor counts = at::zeros({world, 3}, at::kLong);
-  counts[rank][0] = static_cast<int64_t>(tensors.size());
-  counts[rank][1] = static_cast<int64_t>(shapes.size());
-  counts[rank][2] = bytes;
-  strategy.all_reduce(counts, Reduction::kSum);
-  counts = counts.cpu();
-  const auto* count = counts.data_ptr<int64_t>();
-  std::vector<int64_t> shape_offsets(world + 1, 0);
-  std::vector<int64_t> byte_offsets(world + 1, 0);
-  for (int64_t r = 0; r < world; ++r) {
-    shape_offsets[r + 1] = shape_offsets[r] + count[3 * r + 1];
-    byte_offsets[r + 1] = byte_offsets[r] + count[3 * r + 2];
-  }
-  at::Tensor all_shapes = at::zeros({shape_offsets[world]}, at::kLong);
-  if (!shapes.empty()) {
-    std::memcpy(
-        all_shapes.data_ptr<int64_t>() + shape_offsets[rank],
-        shapes.data(),
-        shapes.size() * sizeof(int64_t));
-  }
-  strategy.all_reduce(all_shapes, Reduction::kSum);
-  all_shapes = all_shapes.cpu();
-  at::Tensor all_bytes = at::zeros({byte_offsets[world]}, at::kByte);
-  auto* write = all_bytes.data_ptr<uint8_t>() + byte_offsets[rank];
-  for (const at::Tensor& tensor : host) {
-    if (tensor.nbytes() > 0) {
-      std::memcpy(write, tensor.data_ptr(), tensor.nbytes());
-      write += tensor.nbytes();
-    }
-  }
-  // In slices, so that a process group on a GPU holds one at a time there.
-  constexpr int64_t kSlice = int64_t{64} << 20;
-  for (int64_t start = 0; start < byte_offsets[world]; start += kSlice) {
-    at::Tensor slice = all_bytes.narrow(
-        0, start, std::min(kSlice, byte_offsets[world] - start));
-    strategy.all_reduce(slice, Reduction::kSum);
-  }
-  std::vector<std::vector<at::Tensor>> out(static_cast<size_t>(world));
-  const auto* shape = all_shapes.data_ptr<int64_t>();
-  const auto* read = all_bytes.data_ptr<uint8_t>();
-  for (int64_t r = 0; r < world; ++r) {
-    for (int64_t k = 0; k < count[3 * r]; ++k) {
-      const int64_t kind = *shape++;
-      HOTLOOP_CHECK_AS(
-          ConfigError,
-          kind != kUnsupported,
-          "predict under a data-parallel strategy gathers the processes' "
-          "outputs, which must be dense tensors: rank ",
-          r,
-          "'s output ",
-          k,
-          " is sparse or quantized");
-      if (kind == kUndefined) {
-        out[r].emplace_back();
-        continue;
-      }
-      const auto dtype = static_cast<at::ScalarType>(shape[0]);
-      const bool on_cpu = shape[1] != 0;
-      const int64_t dims = shape[2];
-      const std::vector<int64_t> sizes(shape + 3, shape + 3 + dims);
-      shape += 3 + dims;
-      at::Tensor tensor = at::empty(sizes, at::TensorOptions(dtype));
-      if (tensor.nbytes() > 0) {
-        std::memcpy(tensor.data_ptr(), read, tensor.nbytes());
-        read += tensor.nbytes();
-      }
-      out[r].push_back(on_cpu ? tensor : tensor.to(device));
-    }
-  }
-  return out;
-}
 
 std::vector<at::Tensor> predict_in_shares(
     Strategy& strategy,

@@ -2,8 +2,13 @@
 
 #include "hotloop/train/strategy.h"
 
+#include <ATen/core/Tensor.h>
+
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -48,12 +53,37 @@ std::vector<Extremes> extremes_everywhere(
 /// (extremes_everywhere's least and most agree for each).
 bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values);
 
+/// Every process's `tensors` on every process of `strategy`: element r
+/// holds process r's, in order, bit for bit, with their dtypes and shapes
+/// (an undefined tensor stays undefined). A tensor that was on the CPU
+/// comes back on the CPU, one on an accelerator on `device`. Sum-
+/// collectives: the counts, the shapes, then the bytes in slices of
+/// 64 MiB. ConfigError, on every process alike, naming a sparse or
+/// quantized tensor.
+std::vector<std::vector<at::Tensor>> gather_everywhere(
+    Strategy& strategy,
+    const std::vector<at::Tensor>& tensors,
+    c10::Device device);
+
 /// After work that makes no collective (`failed`: what it threw on this
 /// process, or null): one collective tells every process whether it threw
 /// anywhere. Where it did, its error goes on; every other process throws
-/// DistError naming the lowest such rank and `what` it was doing, so that
-/// none waits in a later collective for a process that failed.
+/// DistError naming the lowest such rank, `what` it was doing and its
+/// message (gathered), so that none waits in a later collective for a
+/// process that failed. Should that collective fail where the work had
+/// failed, the work's error goes on.
 void agree_on_failure(
     Strategy& strategy, const char* what, const std::exception_ptr& failed);
+
+/// resolve_limit for a process's share of `length` batches (nullopt: a
+/// stream of unknown length) of a loader split among the processes of
+/// `strategy`: a fraction is taken of the largest share, so that every
+/// process resolves it alike (a share with too few batches for the
+/// fraction is not refused on its own), then this share is cut to it.
+int64_t resolve_limit_everywhere(
+    Strategy& strategy,
+    double limit,
+    std::optional<int64_t> length,
+    const char* name);
 
 } // namespace hotloop::train::detail

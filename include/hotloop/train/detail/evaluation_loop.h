@@ -5,6 +5,7 @@
 #include "hotloop/train/precision.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -67,8 +68,13 @@ class EvaluationLoop {
 
 /// Sums every metric's weighted sum and weight, and every count, over the
 /// processes of `strategy`, so that the means and counts are those of the
-/// whole split (a no-op for one process). Every process must hold the same
-/// metric names and count shapes.
-void all_reduce_metrics(MetricCollection& metrics, Strategy& strategy);
+/// whole split (a no-op for one process). Every process that logged must
+/// hold the same metric names and count shapes and dtypes (DistError on
+/// every process otherwise); one that logged nothing (a share without a
+/// batch) takes theirs, empty, its counts on the CPU or else on `device`.
+void all_reduce_metrics(
+    MetricCollection& metrics,
+    Strategy& strategy,
+    c10::Device device = c10::kCPU);
 
 } // namespace hotloop::train::detail

@@ -12,18 +12,6 @@
 
 namespace hotloop::train::detail {
 
-/// Every process's `tensors` on every process of `strategy`: element r
-/// holds process r's, in order, bit for bit, with their dtypes and shapes
-/// (an undefined tensor stays undefined). A tensor that was on the CPU
-/// comes back on the CPU, one on an accelerator on `device`. Three
-/// sum-collectives (the counts, the shapes, the bytes), whatever the
-/// number of tensors. ConfigError, on every process alike, naming a
-/// sparse or quantized tensor.
-std::vector<std::vector<at::Tensor>> gather_everywhere(
-    Strategy& strategy,
-    const std::vector<at::Tensor>& tensors,
-    c10::Device device);
-
 /// Runs `predict` over the first `batches` batches of a loader and returns
 /// its outputs, one per batch.
 using PredictBatches =
