@@ -1138,10 +1138,11 @@ std::string refusal(const std::string& name, int64_t rank) {
                            std::to_string(rank) + ", stops with it)";
   }
   if (name == "seeds") {
-    return "predict's loader draws its samples in another order on another "
-           "process (its seed, or its sampler's or batch sampler's, "
-           "differs): every process must build the loader alike, or their "
-           "shares overlap and miss samples";
+    return "predict's loader draws its samples in another order, or "
+           "batches them otherwise, on another process (its seed, batch "
+           "size, or its sampler or batch sampler differs): every process "
+           "must build the loader alike, or their shares overlap and miss "
+           "samples";
   }
   if (name == "mean_rows") {
     return "predict under a data-parallel strategy puts the processes' "

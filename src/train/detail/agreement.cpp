@@ -1,6 +1,8 @@
 #include "hotloop/train/detail/agreement.h"
 
 #include "hotloop/core/error.h"
+#include "hotloop/data/dataloader.h"
+#include "hotloop/data/sampler.h"
 #include "hotloop/train/trainer_options.h"
 
 #include <ATen/ATen.h>
@@ -224,6 +226,47 @@ int64_t resolve_limit_everywhere(
   }
   const int64_t largest = extremes_everywhere(strategy, {*length})[0].most;
   return limited(*length, resolve_limit(limit, largest, name));
+}
+
+int64_t order_digest(const data::DataLoader& loader) {
+  Digest digest;
+  const auto mix = [&digest](int64_t value) { digest.add(value); };
+  const data::DataLoaderOptions& options = loader.options();
+  const data::Sampler* sampler = options.sampler().get();
+  if (const data::BatchSamplerBase* batches = options.batch_sampler().get()) {
+    if (const auto* share =
+            dynamic_cast<const data::DistributedBatchSampler*>(batches)) {
+      batches = &share->batch_sampler();
+    }
+    if (const auto* plain = dynamic_cast<const data::BatchSampler*>(batches)) {
+      sampler = &plain->sampler();
+      mix(plain->batch_size());
+      mix(plain->drop_last() ? 1 : 0);
+    } else {
+      for (const std::vector<int64_t>& batch : batches->batches(0)) {
+        mix(static_cast<int64_t>(batch.size()));
+        std::for_each(batch.begin(), batch.end(), mix);
+      }
+    }
+  }
+  if (const auto* wrapper =
+          dynamic_cast<const data::DistributedSamplerWrapper*>(sampler)) {
+    sampler = &wrapper->sampler();
+  }
+  if (const auto* distributed =
+          dynamic_cast<const data::DistributedSampler*>(sampler)) {
+    // Unshuffled, the seed sets augmentation only, which may differ.
+    mix(distributed->shuffle() ? 1 : 0);
+    if (distributed->shuffle()) {
+      mix(static_cast<int64_t>(distributed->seed()));
+    }
+  } else if (
+      sampler != nullptr &&
+      dynamic_cast<const data::ShardSampler*>(sampler) == nullptr) {
+    const std::vector<int64_t> indices = sampler->indices(0);
+    std::for_each(indices.begin(), indices.end(), mix);
+  }
+  return digest.value();
 }
 
 } // namespace hotloop::train::detail

@@ -116,52 +116,6 @@ void check_same_everywhere(
   }
 }
 
-// A digest of the order a loader draws its epochs in beyond its seed and
-// shuffle: the first epoch of a sampler or batch sampler of its own (of
-// the whole data's, for a process's share), drawn once more here, or a
-// shuffling DistributedSampler's seed. Equal on every process that loads
-// alike; non-negative.
-int64_t order_digest(const data::DataLoader& loader) {
-  Digest digest;
-  const auto mix = [&digest](int64_t value) { digest.add(value); };
-  const data::DataLoaderOptions& options = loader.options();
-  const data::Sampler* sampler = options.sampler().get();
-  if (const data::BatchSamplerBase* batches = options.batch_sampler().get()) {
-    if (const auto* share =
-            dynamic_cast<const data::DistributedBatchSampler*>(batches)) {
-      batches = &share->batch_sampler();
-    }
-    if (const auto* plain = dynamic_cast<const data::BatchSampler*>(batches)) {
-      sampler = &plain->sampler();
-      mix(plain->batch_size());
-      mix(plain->drop_last() ? 1 : 0);
-    } else {
-      for (const std::vector<int64_t>& batch : batches->batches(0)) {
-        mix(static_cast<int64_t>(batch.size()));
-        std::for_each(batch.begin(), batch.end(), mix);
-      }
-    }
-  }
-  if (const auto* wrapper =
-          dynamic_cast<const data::DistributedSamplerWrapper*>(sampler)) {
-    sampler = &wrapper->sampler();
-  }
-  if (const auto* distributed =
-          dynamic_cast<const data::DistributedSampler*>(sampler)) {
-    // Unshuffled, the seed sets augmentation only, which may differ.
-    mix(distributed->shuffle() ? 1 : 0);
-    if (distributed->shuffle()) {
-      mix(static_cast<int64_t>(distributed->seed()));
-    }
-  } else if (
-      sampler != nullptr &&
-      dynamic_cast<const data::ShardSampler*>(sampler) == nullptr) {
-    const std::vector<int64_t> indices = sampler->indices(0);
-    std::for_each(indices.begin(), indices.end(), mix);
-  }
-  return digest.value();
-}
-
 // Processes that draw their shares from different orders train (or
 // evaluate) on overlapping shares and miss the rest: stop before the first
 // step. `what`: "training" or "validation".

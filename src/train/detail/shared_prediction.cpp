@@ -147,27 +147,6 @@ std::unique_ptr<data::DataLoader> in_order(const data::DataLoader& loader) {
   return std::make_unique<data::DataLoader>(loader.dataset_ptr(), options);
 }
 
-// A digest of the order `loader` (of in_order) reads in: its batches, or
-// its sampler's indices, at epoch 0.
-int64_t order_digest(const data::DataLoader& loader) {
-  Digest digest;
-  const data::DataLoaderOptions& options = loader.options();
-  digest.add(options.batch_size().value_or(0));
-  if (const auto& batch_sampler = options.batch_sampler()) {
-    for (const std::vector<int64_t>& batch : batch_sampler->batches(0)) {
-      digest.add(static_cast<int64_t>(batch.size()));
-      for (const int64_t index : batch) {
-        digest.add(index);
-      }
-    }
-  } else {
-    for (const int64_t index : options.sampler()->indices(0)) {
-      digest.add(index);
-    }
-  }
-  return digest.value();
-}
-
 } // namespace
 
 std::vector<at::Tensor> predict_in_shares(
@@ -194,6 +173,7 @@ std::vector<at::Tensor> predict_in_shares(
   int64_t samples = 0;
   int64_t predicted = 0;
   int64_t digest = 0;
+  int64_t batch = 0;
   try {
     if (loader.iterable() || data::is_share(loader)) {
       order = Order::kProcesses;
@@ -204,6 +184,7 @@ std::vector<at::Tensor> predict_in_shares(
       batches = resolve_limit(limit, *loader.length(), name);
       const std::unique_ptr<data::DataLoader> whole = in_order(loader);
       digest = order_digest(*whole);
+      batch = options.batch_size().value_or(0);
       const std::unique_ptr<data::DataLoader> share =
           data::shard(*whole, world, rank, /*training=*/false);
       if (options.batch_sampler() || !options.batch_size()) {
@@ -224,9 +205,10 @@ std::vector<at::Tensor> predict_in_shares(
   agree_on_failure(strategy, "predict", failed);
   HOTLOOP_CHECK_AS(
       ConfigError,
-      same_everywhere(strategy, {digest}),
-      "predict's loader draws its samples in another order on another "
-      "process (its seed, or its sampler's or batch sampler's, differs): "
+      same_everywhere(strategy, {digest, batch}),
+      "predict's loader draws its samples in another order, or batches them "
+      "otherwise, on another process (its seed, batch size, or its sampler "
+      "or batch sampler differs): "
       "every process must build the loader alike, or their shares overlap "
       "and miss samples");
   auto gathered = gather_everywhere(strategy, outputs, device);

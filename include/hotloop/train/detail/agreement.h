@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+namespace hotloop::data {
+class DataLoader;
+} // namespace hotloop::data
+
 namespace hotloop::train::detail {
 
 /// FNV-1a over whole 64-bit values and names: a digest of an order or of
@@ -85,5 +89,12 @@ int64_t resolve_limit_everywhere(
     double limit,
     std::optional<int64_t> length,
     const char* name);
+
+/// A digest of the order a loader draws its epochs in beyond its seed and
+/// shuffle: the first epoch of a sampler or batch sampler of its own (of
+/// the whole data's, for a process's share), drawn once more here, or a
+/// shuffling DistributedSampler's seed. Equal on every process that loads
+/// alike; non-negative.
+int64_t order_digest(const data::DataLoader& loader);
 
 } // namespace hotloop::train::detail
