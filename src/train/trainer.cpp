@@ -525,22 +525,14 @@ std::vector<at::Tensor> Trainer::predict(
   const StreamState keep(out_);
   const Precision precision = prepare_evaluation(module, loader, ckpt_path);
   detail::EvaluationLoop loop(*this, module, precision, callbacks_);
-  if (strategy_->world_size() > 1) {
-    return detail::predict_in_shares(
-        *strategy_,
-        loader,
-        options_.limit_predict_batches(),
-        device_,
-        [&](data::DataLoader& share, int64_t batches) {
-          return loop.predict(share, batches);
-        });
-  }
-  return loop.predict(
+  return detail::predict_in_shares(
+      *strategy_,
       loader,
-      detail::resolve_limit(
-          options_.limit_predict_batches(),
-          loader.length(),
-          "limit_predict_batches"));
+      options_.limit_predict_batches(),
+      device_,
+      [&](data::DataLoader& share, int64_t batches) {
+        return loop.predict(share, batches);
+      });
 }
 
 data::DataLoader& Trainer::share_of(

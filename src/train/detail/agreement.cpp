@@ -49,13 +49,18 @@ namespace {
 // How a tensor is described in the gathered shapes.
 enum Kind : int64_t { kUndefined = 0, kDense = 1, kUnsupported = 2 };
 
-at::Tensor bytes_of(const std::string& text) {
+} // namespace
+
+at::Tensor text_tensor(const std::string& text) {
   at::Tensor out = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
   std::copy(text.begin(), text.end(), out.data_ptr<uint8_t>());
   return out;
 }
 
-} // namespace
+std::string text_of(const at::Tensor& bytes) {
+  const auto* text = bytes.data_ptr<uint8_t>();
+  return std::string(text, text + bytes.numel());
+}
 
 std::vector<std::vector<at::Tensor>> gather_everywhere(
     Strategy& strategy,
@@ -134,10 +139,10 @@ std::vector<std::vector<at::Tensor>> gather_everywhere(
       HOTLOOP_CHECK_AS(
           ConfigError,
           kind != kUnsupported,
-          "predict under a data-parallel strategy gathers the processes' "
-          "outputs, which must be dense tensors: rank ",
+          "the tensors gathered from the processes (predict's outputs under "
+          "a data-parallel strategy) must be dense: rank ",
           r,
-          "'s output ",
+          "'s tensor ",
           k,
           " is sparse or quantized");
       if (kind == kUndefined) {
@@ -188,7 +193,7 @@ void agree_on_failure(
             .most;
     if (first > 0) {
       messages = gather_everywhere(
-          strategy, {bytes_of(message)}, c10::Device(c10::kCPU));
+          strategy, {text_tensor(message)}, c10::Device(c10::kCPU));
     }
   } catch (...) {
     if (failed) {
@@ -202,15 +207,13 @@ void agree_on_failure(
   if (first == 0) {
     return;
   }
-  const at::Tensor& theirs = messages.at(world - first).at(0);
-  const auto* text = theirs.data_ptr<uint8_t>();
   throw DistError(hotloop::detail::str_cat(
       "rank ",
       world - first,
       " failed in ",
       what,
       ": ",
-      std::string(text, text + theirs.numel()),
+      text_of(messages.at(world - first).at(0)),
       " (this process, rank ",
       strategy.rank(),
       ", stops with it)"));

@@ -146,21 +146,18 @@ at::Tensor joined_names(const Map& named) {
     joined += item.first;
     joined.push_back('\0');
   }
-  at::Tensor out = at::empty({static_cast<int64_t>(joined.size())}, at::kByte);
-  std::copy(joined.begin(), joined.end(), out.data_ptr<uint8_t>());
-  return out;
+  return text_tensor(joined);
 }
 
 std::vector<std::string> split_names(const at::Tensor& joined) {
   std::vector<std::string> out;
   std::string name;
-  const auto* byte = joined.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < joined.numel(); ++i) {
-    if (byte[i] == 0) {
+  for (const char c : text_of(joined)) {
+    if (c == '\0') {
       out.push_back(name);
       name.clear();
     } else {
-      name.push_back(static_cast<char>(byte[i]));
+      name.push_back(c);
     }
   }
   return out;

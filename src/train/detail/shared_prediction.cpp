@@ -159,9 +159,10 @@ std::vector<at::Tensor> predict_in_shares(
   const int64_t rank = strategy.rank();
   const data::DataLoaderOptions& options = loader.options();
   const char* name = "limit_predict_batches";
-  if (loader.iterable() && !data::is_share(loader) &&
-      !loader.iterable_dataset_ptr()->splits_by_process()) {
-    // Streams that cannot be split: every process predicts them all.
+  if (world == 1 || (loader.iterable() && !data::is_share(loader) &&
+                     !loader.iterable_dataset_ptr()->splits_by_process())) {
+    // One process, or streams that cannot be split (every process
+    // predicts them all): the loader as it is.
     return predict(loader, resolve_limit(limit, loader.length(), name));
   }
   // Each process's share of the work, which makes no collective: a failure

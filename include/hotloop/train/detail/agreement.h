@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -63,11 +64,15 @@ bool same_everywhere(Strategy& strategy, const std::vector<int64_t>& values);
 /// comes back on the CPU, one on an accelerator on `device`. Sum-
 /// collectives: the counts, the shapes, then the bytes in slices of
 /// 64 MiB. ConfigError, on every process alike, naming a sparse or
-/// quantized tensor.
+/// quantized tensor (predict's outputs are the users' own).
 std::vector<std::vector<at::Tensor>> gather_everywhere(
     Strategy& strategy,
     const std::vector<at::Tensor>& tensors,
     c10::Device device);
+
+/// `text`'s bytes as a uint8 tensor, for gather_everywhere, and back.
+at::Tensor text_tensor(const std::string& text);
+std::string text_of(const at::Tensor& bytes);
 
 /// After work that makes no collective (`failed`: what it threw on this
 /// process, or null): one collective tells every process whether it threw

@@ -17,9 +17,10 @@ namespace hotloop::train::detail {
 using PredictBatches =
     std::function<std::vector<at::Tensor>(data::DataLoader&, int64_t)>;
 
-/// Trainer::predict under a data-parallel strategy: each process predicts
-/// its share of `loader` (data::shard), and every process returns all the
-/// outputs, in the order of one process predicting the loader:
+/// Trainer::predict. One process predicts `loader` as it is. Under a
+/// data-parallel strategy each process predicts its share of `loader`
+/// (data::shard), and every process returns all the outputs, in the order
+/// of one process predicting the loader:
 /// - of a loader that batches samples, sample by sample: process r holds
 ///   the samples r, r + W, ... of the loader's order (a shuffling loader's
 ///   included; its last batch is not dropped, so that every sample one
